@@ -1,0 +1,17 @@
+"""One base error for everything the tool rejects; the CLI turns it into one line and exit 2."""
+
+from __future__ import annotations
+
+__all__ = ["CheckpointError", "ConfigError", "ThresholdError"]
+
+
+class ThresholdError(Exception):
+    """Base of every error this package raises on purpose: the message names value, rule and fix."""
+
+
+class ConfigError(ThresholdError, ValueError):
+    """A setting has a value that is not allowed."""
+
+
+class CheckpointError(ThresholdError):
+    """A checkpoint cannot be read, or its content does not match its hash."""

@@ -1,0 +1,335 @@
+"""Expression trees, their chain of thought, the train/test split, and the on-disk cache.
+
+An expression is a tree: the root is an op with ``arity_min..arity_max`` operands; an operand is a
+nested op with probability ``p_nest`` while the depth limit allows, else a value. The chain of
+thought rewrites the left-most deepest op into its value, one ``=`` per step, until one value is
+left, then the end token: ``add ( max ( 7 3 6 ) 6 0 ) = add ( 7 6 0 ) = 3 <eos>``.
+
+Split: every op application on values that a sequence evaluates (a "group", such as ``max 7 3 6``)
+is held out with probability ``holdout``, decided by a hash of the group and ``split_seed``. A
+sequence that evaluates any held-out group goes to the test side, every other one to training, so
+no test question (nor any step of its trace) is ever a training question. Per-op test and
+validation sets are drawn from single-op expressions on the test side, with seeds that depend on the
+op and ``split_seed`` only: the ADD test set is the same whatever mixture ADD is trained in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import random
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from threshold.errors import ConfigError
+from threshold.tasks.sequences import SequenceSet
+from threshold.tasks.testbeds import Testbed, get_testbed
+from threshold.tasks.vocab import Vocabulary
+
+__all__ = ["TaskConfig", "TaskData", "build_task_data", "default_cache_dir", "load_task_data"]
+
+log = logging.getLogger(__name__)
+
+GENERATOR_VERSION = 1  # bump when generated sequences change, so old caches are not reused
+_MASK64 = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """Everything that defines a task's data; recorded on every run and checkpoint."""
+
+    testbed: str = "listops"  # value set and ops: "listops" (digits mod n) or "perm" (S_k)
+    ops: tuple[str, ...] = ("max",)  # the mixture: each node of an expression draws its op here
+    n: int = 10  # modulus n for listops, degree k of S_k for perm
+    depth: int = 2  # levels including the root: 2 is one nesting level (domain.md default)
+    arity_min: int = 2  # operands per op, drawn uniformly in [arity_min, arity_max] (paper: 2-3)
+    arity_max: int = 3
+    p_nest: float = 0.25  # chance an operand above the depth limit is a nested op (paper 0.25-0.5)
+    n_train: int | None = None  # None: 5000 * n sequences (domain.md: grows linearly with n)
+    n_test: int = 2000  # test sequences per op (domain.md default)
+    n_val: int = 500  # validation sequences per op, test-side, used only for early stopping
+    holdout: float = 0.05  # share of op applications held out of training (raised for tiny n)
+    split_seed: int = 0  # fixes the held-out groups and test sets, whatever the run seed
+    data_seed: int = 0  # draws the training sequences
+    sadd_seed: int = 0  # the fixed digit relabelling that defines sadd
+    measure: str | None = None  # op whose test accuracy is the run's number; None: the hardest
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ops", tuple(self.ops))
+        testbed = self.testbed_obj  # validates testbed and n
+        if not self.ops:
+            raise ConfigError("the task mixture is empty: name at least one op, e.g. --tasks max")
+        for op in self.ops:
+            if op not in testbed.ops:
+                raise ConfigError(
+                    f"op {op!r} does not exist for testbed {self.testbed!r}: "
+                    f"choose from {', '.join(testbed.ops)}"
+                )
+        if len(set(self.ops)) != len(self.ops):
+            raise ConfigError(f"ops {','.join(self.ops)} repeat an op: name each op once")
+        if self.measure is not None and self.measure not in self.ops:
+            raise ConfigError(
+                f"measured op {self.measure!r} is not in the mixture {','.join(self.ops)}"
+            )
+        _check(self.depth >= 1, f"depth {self.depth} is not allowed: use 1 or more")
+        _check(
+            2 <= self.arity_min <= self.arity_max <= 8,
+            f"arity {self.arity_min}-{self.arity_max} is not allowed: use 2 <= min <= max <= 8",
+        )
+        _check(0.0 <= self.p_nest <= 1.0, f"p_nest {self.p_nest} is not in [0, 1]")
+        _check(0.0 < self.holdout <= 0.5, f"holdout {self.holdout} is not in (0, 0.5]")
+        _check(self.n_train is None or self.n_train >= 1, f"n_train {self.n_train} must be >= 1")
+        _check(self.n_test >= 1, f"n_test {self.n_test} must be >= 1")
+        _check(self.n_val >= 1, f"n_val {self.n_val} must be >= 1")
+
+    @property
+    def testbed_obj(self) -> Testbed:
+        return get_testbed(self.testbed, self.n, self.sadd_seed)
+
+    @property
+    def vocab(self) -> Vocabulary:
+        return Vocabulary.for_testbed(self.testbed_obj)
+
+    @property
+    def measured_op(self) -> str:
+        return self.measure or self.testbed_obj.hardest(self.ops)
+
+    @property
+    def train_size(self) -> int:
+        return self.n_train if self.n_train is not None else 5000 * self.n
+
+    @property
+    def max_len(self) -> int:
+        """Longest sequence the grammar can make: the context size a model needs."""
+        gen = _Generator(self)
+        return len(gen.render(gen.full_tree(1))[0])
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TaskConfig:
+        d = dict(d)
+        d["ops"] = tuple(d["ops"])
+        return cls(**d)
+
+    def key(self) -> str:
+        """Content key of the generated data: settings and generator version."""
+        blob = json.dumps([GENERATOR_VERSION, self.to_dict()], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """Training sequences of the mixture and per-op validation and test sets."""
+
+    config: TaskConfig
+    train: SequenceSet
+    val: dict[str, SequenceSet]
+    test: dict[str, SequenceSet]
+
+    @property
+    def vocab(self) -> Vocabulary:
+        return self.config.vocab
+
+
+def _seed(*parts: object) -> int:
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "little")
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+class _Generator:
+    """Draws trees, decides the split and renders chains of thought for one TaskConfig.
+
+    A tree node is ``[op_index, children]`` (op index in testbed order); a leaf is a value index.
+    """
+
+    def __init__(self, cfg: TaskConfig) -> None:
+        self.cfg = cfg
+        testbed = cfg.testbed_obj
+        vocab = cfg.vocab
+        self.fns = list(testbed.ops.values())
+        self.op_names = list(testbed.ops)
+        ids = vocab.ids
+        self.op_ids = [ids[op] for op in testbed.ops]
+        self.value_ids = [ids[t] for t in testbed.value_tokens]
+        self.lp, self.rp, self.eq, self.eos = ids["("], ids[")"], ids["="], ids["<eos>"]
+        self.n_values = testbed.n_values
+        # Tiny moduli have few groups; hold out at least 3 per op so every op has a test side.
+        groups_per_op = sum(self.n_values**a for a in range(cfg.arity_min, cfg.arity_max + 1))
+        share = min(0.5, max(cfg.holdout, 3 / groups_per_op))
+        self.threshold = int(share * 2**64)
+        self.salt = _splitmix64(cfg.split_seed & _MASK64)
+        self.held: dict[tuple[int, tuple[int, ...]], bool] = {}
+
+    def tree(self, rng: random.Random, ops: list[int], level: int = 1) -> list:
+        cfg = self.cfg
+        children: list = []
+        for _ in range(rng.randint(cfg.arity_min, cfg.arity_max)):
+            if level < cfg.depth and rng.random() < cfg.p_nest:
+                children.append(self.tree(rng, ops, level + 1))
+            else:
+                children.append(rng.randrange(self.n_values))
+        return [ops[rng.randrange(len(ops))], children]
+
+    def full_tree(self, level: int) -> list:
+        """The largest tree the grammar allows (every operand nested, maximal arity)."""
+        nest = level < self.cfg.depth
+        return [0, [self.full_tree(level + 1) if nest else 0 for _ in range(self.cfg.arity_max)]]
+
+    def is_held_out(self, group: tuple[int, tuple[int, ...]]) -> bool:
+        held = self.held.get(group)
+        if held is None:
+            key = group[0] + 1
+            for v in group[1]:
+                key = (key * (self.n_values + 1) + v + 1) & _MASK64
+            held = _splitmix64(key ^ self.salt) < self.threshold
+            self.held[group] = held
+        return held
+
+    def evaluate(self, node: list | int, groups: list) -> int:
+        """Value of ``node``; appends every group it evaluates to ``groups``."""
+        if isinstance(node, int):
+            return node
+        values = tuple(self.evaluate(c, groups) for c in node[1])
+        groups.append((node[0], values))
+        return self.fns[node[0]](values)
+
+    def on_test_side(self, tree: list) -> bool:
+        groups: list = []
+        self.evaluate(tree, groups)
+        return any(self.is_held_out(g) for g in groups)
+
+    def _tokens(self, node: list | int, out: list[int]) -> None:
+        if isinstance(node, int):
+            out.append(self.value_ids[node])
+            return
+        out.append(self.op_ids[node[0]])
+        out.append(self.lp)
+        for c in node[1]:
+            self._tokens(c, out)
+        out.append(self.rp)
+
+    def render(self, tree: list) -> tuple[list[int], int]:
+        """Token ids of the whole chain of thought and the prompt length (through the first ``=``)."""
+        tree = _copy(tree)
+        out: list[int] = []
+        self._tokens(tree, out)
+        out.append(self.eq)
+        prompt_len = len(out)
+        while not isinstance(tree, int):
+            tree = self._reduce_once(tree)
+            self._tokens(tree, out)
+            out.append(self.eq if not isinstance(tree, int) else self.eos)
+        return out, prompt_len
+
+    def _reduce_once(self, tree: list) -> list | int:
+        """Replace the left-most deepest op (its operands are all values) by its value."""
+        best: tuple[int, list | None, int] = (-1, None, -1)  # (depth, parent, child index)
+        stack: list[tuple[list, int, list | None, int]] = [(tree, 0, None, -1)]
+        while stack:
+            node, depth, parent, i = stack.pop()
+            if depth > best[0]:
+                best = (depth, parent, i)
+            # Push right to left so the left-most node is visited first among equals.
+            for j in range(len(node[1]) - 1, -1, -1):
+                child = node[1][j]
+                if not isinstance(child, int):
+                    stack.append((child, depth + 1, node, j))
+        _, parent, i = best
+        target = tree if parent is None else parent[1][i]
+        value = self.fns[target[0]](tuple(target[1]))
+        if parent is None:
+            return value
+        parent[1][i] = value
+        return tree
+
+    def draw(self, ops: list[int], n: int, seed: int, test_side: bool) -> SequenceSet:
+        """``n`` sequences whose trees fall on the requested side of the split."""
+        rng = random.Random(seed)
+        seqs, prompts, roots = [], [], []
+        tries, limit = 0, 200 * n + 10_000
+        while len(seqs) < n:
+            tries += 1
+            if tries > limit:
+                side = "test" if test_side else "training"
+                raise ConfigError(
+                    f"could not draw {n} {side} sequences for ops "
+                    f"{','.join(self.op_names[o] for o in ops)} in {limit} tries: "
+                    "raise holdout or the modulus, or lower the set size"
+                )
+            tree = self.tree(rng, ops)
+            if self.on_test_side(tree) != test_side:
+                continue
+            ids, prompt_len = self.render(tree)
+            seqs.append(ids)
+            prompts.append(prompt_len)
+            roots.append(tree[0])
+        return SequenceSet.from_lists(seqs, prompts, roots, self.cfg.vocab.dtype)
+
+
+def _copy(node: list | int) -> list | int:
+    return node if isinstance(node, int) else [node[0], [_copy(c) for c in node[1]]]
+
+
+def build_task_data(cfg: TaskConfig) -> TaskData:
+    """Generate the training set of the mixture and per-op validation and test sets."""
+    gen = _Generator(cfg)
+    index = {op: i for i, op in enumerate(gen.op_names)}
+    mixture = [index[op] for op in cfg.ops]
+    grammar = (cfg.testbed, cfg.n, cfg.depth, cfg.arity_min, cfg.arity_max, cfg.p_nest)
+    train = gen.draw(mixture, cfg.train_size, _seed("train", cfg.data_seed, cfg.ops, grammar), False)
+    val, test = {}, {}
+    for op in cfg.ops:
+        val[op] = gen.draw([index[op]], cfg.n_val, _seed("val", cfg.split_seed, op, grammar), True)
+        test[op] = gen.draw([index[op]], cfg.n_test, _seed("test", cfg.split_seed, op, grammar), True)
+    return TaskData(cfg, train, val, test)
+
+
+def default_cache_dir() -> Path:
+    """``$THRESHOLD_CACHE`` or ``~/.cache/threshold``: generated data, keyed by settings."""
+    return Path(os.environ.get("THRESHOLD_CACHE", Path.home() / ".cache" / "threshold"))
+
+
+def load_task_data(cfg: TaskConfig, cache_dir: Path | None = None) -> TaskData:
+    """The task data of ``cfg``, from the cache when present, else generated and cached."""
+    cache_dir = default_cache_dir() if cache_dir is None else Path(cache_dir)
+    path = cache_dir / "data" / f"{cfg.key()}.npz"
+    if path.exists():
+        try:
+            with np.load(path) as arrays:
+                return _from_arrays(cfg, dict(arrays))
+        except (OSError, ValueError, KeyError) as e:
+            log.warning("regenerating %s: cached file is unreadable (%s)", path, e)
+    data = build_task_data(cfg)
+    arrays = data.train.to_arrays("train")
+    for op in cfg.ops:
+        arrays |= data.val[op].to_arrays(f"val.{op}") | data.test[op].to_arrays(f"test.{op}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz", delete=False) as f:
+        np.savez(f, **arrays)
+    os.replace(f.name, path)
+    return data
+
+
+def _from_arrays(cfg: TaskConfig, arrays: dict[str, np.ndarray]) -> TaskData:
+    val = {op: SequenceSet.from_arrays(arrays, f"val.{op}") for op in cfg.ops}
+    test = {op: SequenceSet.from_arrays(arrays, f"test.{op}") for op in cfg.ops}
+    return TaskData(cfg, SequenceSet.from_arrays(arrays, "train"), val, test)
