@@ -1,0 +1,117 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from threshold.checkpoint import load_checkpoint
+
+
+def run(args, cache, check=False):
+    env = {**os.environ, "THRESHOLD_CACHE": str(cache), "COLUMNS": "120"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "threshold", *args], capture_output=True, text=True, env=env
+    )
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+TINY = ["--mod", "5", "--n-train", "2000", "--n-test", "100"]
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["train", "--tasks", "max,foo"], "'foo'"),
+        (["train", "--tasks", "max", "--mod", "1"], "modulus 1"),
+        (["train", "--tasks", "max", "--mod", "-4"], "modulus -4"),
+        (["train", "--tasks", "mul", "--mod", "10"], "'mul'"),
+        (["train", "--testbed", "perm", "--tasks", "add", "--mod", "4"], "'add'"),
+        (["train", "--testbed", "perm", "--tasks", "mul", "--mod", "9"], "degree 9"),
+        (["train", "--testbed", "graph"], "'graph'"),
+        (["train", "--d-model", "0"], "d_model 0"),
+        (["train", "--steps", "-5"], "max_steps -5"),
+        (["train", "--arity", "3-2"], "arity 3-2"),
+        (["train", "--tasks", "max,add", "--measure", "med"], "'med'"),
+        (["train", "--tasks", "max,max"], "repeat"),
+        (["train", "--tasks", ""], "empty"),
+        (["data", "--split", "dev"], "'dev'"),
+        (["bench", "train", "--d-models", "16,x"], "'16,x'"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, args, named):
+    out = tmp_path / "out.ckpt"
+    extra = ["--out", str(out)] if args[0] == "train" else []
+    proc = run([*args, *extra], tmp_path / "cache")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert named in lines[0]
+    assert not out.exists()
+    assert not (tmp_path / "cache").exists()
+
+
+def test_bad_checkpoint_path_is_refused(tmp_path):
+    proc = run(["train", *TINY, "--out", str(tmp_path)], tmp_path / "cache")
+    assert proc.returncode == 2 and "is a directory" in proc.stderr
+    assert not (tmp_path / "cache").exists()
+
+
+def test_train_json_and_checkpoint(tmp_path):
+    out = tmp_path / "m.ckpt"
+    proc = run(
+        ["train", "--tasks", "max,add", *TINY, "--d-model", "8", "--steps", "30",
+         "--eval-every", "15", "--out", str(out), "--json"],
+        tmp_path / "cache",
+        check=True,
+    )
+    report = json.loads(proc.stdout)
+    for key in ("params_total", "params_non_embedding", "accuracy", "strict_accuracy", "steps",
+                "stop_reason", "wall_s"):
+        assert key in report
+    assert set(report["accuracy"]) == {"max", "add"}
+    assert report["measure"] == "add"
+    assert report["steps"] == 30 and report["stop_reason"] == "max_steps"
+    ckpt = load_checkpoint(out)
+    assert ckpt.model_config.d_model == 8
+    assert ckpt.metrics["accuracy"] == report["accuracy"]
+    assert report["params_total"] == sum(v.numel() for v in ckpt.state_dict.values())
+
+
+def test_train_prints_a_table(tmp_path):
+    proc = run(["train", *TINY, "--d-model", "8", "--steps", "20", "--eval-every", "10"],
+               tmp_path / "cache", check=True)
+    assert "accuracy (greedy)" in proc.stdout
+    assert "max (measured)" in proc.stdout
+    assert "params" in proc.stdout
+
+
+def test_data_shows_sequences(tmp_path):
+    proc = run(["data", "--tasks", "max,med,add", "--mod", "10", "--n", "5", "--n-train", "500"],
+               tmp_path / "cache", check=True)
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 5
+    assert all(line.endswith("<eos>") and "=" in line for line in lines)
+    proc = run(["data", "--tasks", "max,add", *TINY, "--n", "3", "--split", "test", "--json"],
+               tmp_path / "cache", check=True)
+    rows = json.loads(proc.stdout)
+    assert [r["op"] for r in rows] == ["max"] * 3 + ["add"] * 3
+    for r in rows:
+        assert r["text"].startswith(r["prompt"])
+        assert r["text"].endswith(f"= {r['answer']} <eos>")
+
+
+def test_bench_train_json(tmp_path):
+    proc = run(["bench", "train", "--d-models", "8", "--steps", "3", "--mod", "5", "--json"],
+               tmp_path / "cache", check=True)
+    result = json.loads(proc.stdout)
+    assert [r["bucketing"] for r in result["train"]] == [True, False]
+    assert all(r["tokens_per_s"] > 0 and r["steps_per_s"] > 0 for r in result["train"])
+    assert result["decode"][0]["sequences_per_s"] > 0
+
+
+def test_help_is_fast_and_does_not_import_torch():
+    code = "import sys; from threshold.cli import app; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)

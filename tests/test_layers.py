@@ -1,0 +1,24 @@
+"""The layers stay apart: tasks without torch, model and train without Optuna."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    ("module", "forbidden"),
+    [
+        ("threshold.tasks", ["torch", "optuna", "threshold.model", "threshold.train"]),
+        ("threshold.model", ["optuna", "threshold.train", "threshold.cli"]),
+        ("threshold.train", ["optuna", "threshold.cli", "rich", "typer"]),
+        ("threshold.checkpoint", ["optuna", "threshold.cli"]),
+    ],
+)
+def test_layer_imports(module, forbidden):
+    code = (
+        f"import sys, {module}\n"
+        f"bad = [m for m in {forbidden!r} if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

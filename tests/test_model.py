@@ -1,0 +1,84 @@
+import itertools
+
+import pytest
+import torch
+
+from threshold import ConfigError
+from threshold.model import KVCache, ModelConfig, RecurrentTransformer, param_count
+
+
+@pytest.mark.parametrize(
+    ("d_model", "vocab_size", "n_ctx", "tie", "n_head", "mlp_ratio"),
+    [
+        (d, v, c, tie, h, m)
+        for d, v, c, tie in itertools.product((1, 3, 8, 32, 100), (5, 22, 300), (7, 60), (False, True))
+        for h, m in ((1, 4), (1, 2))
+    ]
+    + [(64, 22, 60, False, 4, 4), (48, 133, 200, True, 3, 4)],
+)
+def test_param_formula_matches_module(d_model, vocab_size, n_ctx, tie, n_head, mlp_ratio):
+    cfg = ModelConfig(vocab_size, n_ctx, d_model, n_head=n_head, mlp_ratio=mlp_ratio,
+                      tie_embeddings=tie)
+    model = RecurrentTransformer(cfg)
+    assert param_count(cfg) == model.num_params()
+    assert param_count(cfg)["total"] == sum(p.numel() for p in model.parameters())
+
+
+def test_block_is_shared_across_recurrence_steps():
+    # The recurrence reuses one block: more steps add no parameters.
+    a = param_count(ModelConfig(22, 60, 32, n_recur=1))
+    b = param_count(ModelConfig(22, 60, 32, n_recur=8))
+    assert a == b
+
+
+def test_param_count_grows_quadratically_in_d():
+    counts = [param_count(ModelConfig(22, 60, d))["non_embedding"] for d in (16, 32, 64)]
+    assert 3.5 < counts[1] / counts[0] < 4.1
+    assert 3.5 < counts[2] / counts[1] < 4.1
+
+
+def _model(seed=0, **kw):
+    torch.manual_seed(seed)
+    return RecurrentTransformer(ModelConfig(vocab_size=17, n_ctx=24, d_model=16, **kw)).eval()
+
+
+@torch.no_grad()
+def test_kv_cache_decoding_matches_full_forward():
+    model = _model(n_head=2)
+    idx = torch.randint(0, 17, (3, 20))
+    full = model(idx)  # (B, T, V)
+    cache = KVCache(model.cfg, batch=3)
+    parts = [model(idx[:, :7], cache)]
+    parts += [model(idx[:, t : t + 1], cache) for t in range(7, 20)]
+    assert cache.length == 20
+    torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_attention_is_causal():
+    model = _model()
+    idx = torch.randint(0, 17, (2, 12))
+    changed = idx.clone()
+    changed[:, 8:] = (changed[:, 8:] + 1) % 17
+    torch.testing.assert_close(model(idx)[:, :8], model(changed)[:, :8])
+    assert not torch.allclose(model(idx)[:, 8:], model(changed)[:, 8:])
+
+
+def test_too_long_input_is_refused():
+    model = _model()
+    with pytest.raises(ValueError, match="n_ctx"):
+        model(torch.zeros(1, 25, dtype=torch.long))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"d_model": 0}, "d_model 0"),
+        ({"d_model": -3}, "d_model -3"),
+        ({"d_model": 10, "n_head": 3}, "not divisible"),
+        ({"n_recur": 0}, "n_recur 0"),
+    ],
+)
+def test_bad_model_config(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        ModelConfig(vocab_size=22, n_ctx=60, **kwargs)

@@ -1,0 +1,180 @@
+import numpy as np
+import pytest
+import torch
+
+from threshold import ConfigError
+from threshold.model import KVCache
+from threshold.tasks import TaskConfig, load_task_data
+from threshold.train import (
+    TrainConfig,
+    bucket_batches,
+    evaluate_greedy,
+    evaluate_teacher_forced,
+    model_config_for,
+    train,
+)
+
+TINY = dict(n_train=3000, n_test=300, n_val=100)
+
+
+@pytest.fixture(scope="module")
+def max5(tmp_path_factory):
+    return load_task_data(TaskConfig(ops=("max",), n=5, **TINY), tmp_path_factory.mktemp("c"))
+
+
+@pytest.fixture(scope="module")
+def add5(tmp_path_factory):
+    return load_task_data(TaskConfig(ops=("add",), n=5, **TINY), tmp_path_factory.mktemp("c"))
+
+
+@pytest.fixture(scope="module")
+def learned_max(max5):
+    """A tiny run that must really learn MAX mod 5 (about 7 s on one core)."""
+    cfg = TrainConfig(max_steps=400, eval_every=100, lr=1e-2, warmup_steps=50, learned_acc=1.01)
+    return train(model_config_for(max5, 32), max5, cfg)
+
+
+def test_tiny_run_learns_max(max5, learned_max):
+    chance = np.bincount(max5.test["max"].answers).max() / len(max5.test["max"])
+    assert chance < 0.6
+    assert learned_max.accuracy["max"] >= 0.85
+    assert learned_max.strict_accuracy["max"] >= 0.4
+    assert learned_max.teacher_forced["max"] >= 0.9
+    assert learned_max.stop_reason == "max_steps"
+    assert learned_max.steps == 400
+
+
+def test_untrained_model_is_near_chance(max5):
+    cfg = TrainConfig(max_steps=1, eval_every=1, lr=1e-9, warmup_steps=0)
+    result = train(model_config_for(max5, 32), max5, cfg)
+    assert result.accuracy["max"] < 0.6
+
+
+def test_learned_rule_stops_early(max5):
+    cfg = TrainConfig(
+        max_steps=2000, eval_every=50, lr=1e-2, warmup_steps=50, learned_tf=0.9, learned_acc=0.9
+    )
+    result = train(model_config_for(max5, 32), max5, cfg)
+    assert result.stop_reason == "learned"
+    assert result.steps < 2000
+    assert result.history[-1]["val_greedy"]["max"] >= 0.9
+
+
+def test_stuck_rule_stops_a_run_that_cannot_move(add5):
+    cfg = TrainConfig(max_steps=200, eval_every=10, lr=1e-9, warmup_steps=0)
+    result = train(model_config_for(add5, 8), add5, cfg)
+    assert result.stop_reason == "stuck"
+    assert cfg.stuck_after * cfg.max_steps <= result.steps < 200
+
+
+def test_stuck_rule_does_not_fire_on_a_learning_run(learned_max):
+    assert learned_max.stop_reason != "stuck"
+
+
+def test_same_seed_same_metrics_and_weights(max5):
+    cfg = TrainConfig(max_steps=60, eval_every=30, seed=3)
+    a = train(model_config_for(max5, 8), max5, cfg)
+    b = train(model_config_for(max5, 8), max5, cfg)
+    assert a.accuracy == b.accuracy and a.history == b.history
+    for (name, p), q in zip(a.model.state_dict().items(), b.model.state_dict().values(), strict=True):
+        assert torch.equal(p, q), name
+    c = train(model_config_for(max5, 8), max5, TrainConfig(max_steps=60, eval_every=30, seed=4))
+    assert c.history != a.history
+
+
+def test_training_does_not_touch_global_rng(max5):
+    torch.manual_seed(123)
+    before = torch.rand(3)
+    torch.manual_seed(123)
+    train(model_config_for(max5, 8), max5, TrainConfig(max_steps=2, eval_every=2))
+    assert torch.equal(torch.rand(3), before)
+
+
+def test_bucketed_batches_cover_every_sequence_and_cut_padding(max5):
+    seqs = max5.train
+    n, bs = len(seqs), 64
+    batches = bucket_batches(seqs, bs, np.random.default_rng(0), chunk=16)
+    epoch = [next(batches) for _ in range(-(-n // bs))]
+    assert sorted(np.concatenate(epoch).tolist()) == list(range(n))
+
+    def padding(bucketing):
+        it = bucket_batches(seqs, bs, np.random.default_rng(1), 16, bucketing)
+        total = useful = 0
+        for _ in range(100):
+            b = next(it)
+            useful += seqs.lengths[b].sum()
+            total += len(b) * seqs.lengths[b].max()
+        return 1 - useful / total
+
+    assert padding(True) < padding(False) / 3
+
+
+@torch.no_grad()
+def _greedy_without_cache(model, tokens, prompt_len, eos_id):
+    seq = torch.as_tensor(tokens[:prompt_len], dtype=torch.long)[None]
+    while seq.shape[1] < model.cfg.n_ctx:
+        nxt = model(seq)[0, -1].argmax()
+        seq = torch.cat([seq, nxt.view(1, 1)], 1)
+        if int(nxt) == eos_id:
+            break
+    return seq[0, prompt_len:].numpy()
+
+
+@pytest.mark.parametrize("trained", [False, True])
+def test_greedy_decoding_matches_decoding_without_cache(max5, learned_max, trained):
+    test = max5.test["max"]
+    if trained:
+        model = learned_max.model
+    else:
+        torch.manual_seed(0)
+        from threshold.model import RecurrentTransformer
+
+        model = RecurrentTransformer(model_config_for(max5, 16))
+    model.eval()
+    subset = test.subset(np.arange(60))
+    answer_ok, strict_ok = evaluate_greedy(model, subset, max5.vocab.eos_id, batch_size=7)
+    for i in range(len(subset)):
+        ref = subset[i][int(subset.prompt_len[i]) :]
+        out = _greedy_without_cache(model, subset[i], int(subset.prompt_len[i]), max5.vocab.eos_id)
+        ends = np.flatnonzero(out == max5.vocab.eos_id)
+        expect_answer = len(ends) > 0 and ends[0] > 0 and out[ends[0] - 1] == ref[-2]
+        assert answer_ok[i] == expect_answer
+        assert strict_ok[i] == np.array_equal(out, ref)
+    if trained:
+        assert answer_ok.mean() > 0.8
+
+
+def test_greedy_decoding_is_capped_by_the_context(max5):
+    torch.manual_seed(0)
+    from threshold.model import RecurrentTransformer
+
+    model = RecurrentTransformer(model_config_for(max5, 8))
+    # A model that never writes the end token: decoding must still stop, and count it wrong.
+    with torch.no_grad():
+        model.head.weight.zero_()
+        model.head.weight[max5.vocab.tokens.index("(")] = 1.0
+    answer_ok, strict_ok = evaluate_greedy(model, max5.test["max"], max5.vocab.eos_id)
+    assert not answer_ok.any() and not strict_ok.any()
+    assert KVCache(model.cfg, 1).k.shape[3] == max5.config.max_len
+
+
+def test_teacher_forced_accuracy_of_learned_model(max5, learned_max):
+    acc, loss = evaluate_teacher_forced(learned_max.model, max5.test["max"], max5.vocab.pad_id)
+    assert acc == pytest.approx(learned_max.teacher_forced["max"])
+    assert 0 <= loss < 1.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"max_steps": -1}, "max_steps -1"),
+        ({"max_steps": 0}, "max_steps 0"),
+        ({"batch_size": 0}, "batch_size 0"),
+        ({"lr": 0.0}, "lr 0.0"),
+        ({"loss_on": "prompt"}, "loss_on 'prompt'"),
+        ({"warmup_steps": -2}, "warmup_steps -2"),
+    ],
+)
+def test_bad_train_config(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        TrainConfig(**kwargs)

@@ -1,0 +1,3 @@
+from threshold.cli import main
+
+main()

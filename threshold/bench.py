@@ -1,0 +1,99 @@
+"""Throughput benchmarks of training and decoding, so speed work has a baseline."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from threshold.model import RecurrentTransformer, param_count
+from threshold.tasks import TaskData
+from threshold.train import (
+    TrainConfig,
+    batch_tensors,
+    bucket_batches,
+    evaluate_greedy,
+    make_optimizer,
+    model_config_for,
+    train_step,
+)
+
+__all__ = ["bench_decode", "bench_train_steps"]
+
+
+def bench_train_steps(
+    data: TaskData, d_model: int, steps: int, bucketing: bool = True, warmup: int = 10
+) -> dict:
+    """Training throughput at ``d_model``: steps/s, and non-padding and padded tokens/s."""
+    cfg = TrainConfig(bucketing=bucketing)
+    torch.set_num_threads(cfg.threads)
+    model_cfg = model_config_for(data, d_model)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = RecurrentTransformer(model_cfg)
+    opt = make_optimizer(model, cfg)
+    batches = bucket_batches(
+        data.train, cfg.batch_size, np.random.default_rng(0), cfg.bucket_chunk, bucketing
+    )
+    useful = padded = 0
+    elapsed = 0.0
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        index = next(batches)
+        x, y = batch_tensors(data.train, index, data.vocab.pad_id, True)
+        train_step(model, opt, x, y, cfg.grad_clip)
+        if i >= warmup:
+            elapsed += time.perf_counter() - t0
+            useful += int(data.train.lengths[index].sum())
+            padded += len(index) * int(data.train.lengths[index].max())
+    return {
+        "d_model": d_model,
+        "params_total": param_count(model_cfg)["total"],
+        "bucketing": bucketing,
+        "steps": steps,
+        "steps_per_s": steps / elapsed,
+        "tokens_per_s": useful / elapsed,
+        "padded_tokens_per_s": padded / elapsed,
+        "padding_share": 1 - useful / padded,
+    }
+
+
+def bench_decode(data: TaskData, d_model: int, n_sequences: int) -> dict:
+    """Greedy decoding throughput of an untrained model that is made to decode full traces.
+
+    An untrained model rarely writes the end token, so every sequence runs to the context cap:
+    this is the worst case a search meets on its smallest models.
+    """
+    model_cfg = model_config_for(data, d_model)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = RecurrentTransformer(model_cfg)
+    op = data.config.measured_op
+    seqs = data.test[op].subset(np.arange(min(n_sequences, len(data.test[op]))))
+    t0 = time.perf_counter()
+    evaluate_greedy(model, seqs, data.vocab.eos_id)
+    elapsed = time.perf_counter() - t0
+    return {
+        "d_model": d_model,
+        "sequences": len(seqs),
+        "sequences_per_s": len(seqs) / elapsed,
+        "wall_s": elapsed,
+    }
+
+
+def run_all(
+    data: TaskData, d_models: list[int], steps: int, on_item: Callable[[str], None] | None = None
+) -> dict:
+    """Training steps at every d, bucketed and random batches at each, and decoding throughput."""
+    out: dict = {"train": [], "decode": []}
+    for d in d_models:
+        for bucketing in (True, False):
+            if on_item:
+                on_item(f"train d={d} {'bucketed' if bucketing else 'random'}")
+            out["train"].append(bench_train_steps(data, d, steps, bucketing))
+        if on_item:
+            on_item(f"decode d={d}")
+        out["decode"].append(bench_decode(data, d, 512))
+    return out

@@ -1,0 +1,383 @@
+"""Command line: the only module that parses arguments or prints. Nothing imports it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from threshold.errors import ThresholdError
+
+app = typer.Typer(
+    help="Find the smallest recurrent transformer that learns a task mixture.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+bench_app = typer.Typer(help="Throughput benchmarks.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+EXIT_USAGE = 2
+
+
+@dataclass
+class _State:
+    debug: bool = False
+
+
+STATE = _State()
+
+
+@app.callback()
+def _main(
+    debug: Annotated[
+        bool, typer.Option(help="Show tracebacks instead of one-line errors.")
+    ] = False,
+) -> None:
+    STATE.debug = debug
+
+
+# Task options shared by every command that makes data.
+Tasks = Annotated[str, typer.Option("--tasks", help="Comma-separated ops, e.g. max,med,add.")]
+Testbed = Annotated[str, typer.Option(help="listops (digits mod n) or perm (S_k).")]
+Mod = Annotated[int, typer.Option("--mod", help="Modulus n (listops) or degree k (perm).")]
+Depth = Annotated[int, typer.Option(help="Expression depth; 2 is one nesting level.")]
+Arity = Annotated[str, typer.Option(help="Operands per op, as MIN-MAX.")]
+PNest = Annotated[float, typer.Option(help="Chance an operand is a nested op.")]
+NTrain = Annotated[int | None, typer.Option(help="Training sequences [default: 5000 x mod].")]
+NTest = Annotated[int, typer.Option(help="Test sequences per op.")]
+Measure = Annotated[str | None, typer.Option(help="Op whose accuracy is the run's number.")]
+SplitSeed = Annotated[int, typer.Option(help="Seed of the held-out split and test sets.")]
+CacheDir = Annotated[
+    Path | None, typer.Option(help="Data cache [default: $THRESHOLD_CACHE or ~/.cache/threshold].")
+]
+
+
+def _task_config(tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed):
+    from threshold.errors import ConfigError
+    from threshold.tasks import TaskConfig
+
+    try:
+        lo, _, hi = arity.partition("-")
+        arity_min, arity_max = int(lo), int(hi or lo)
+    except ValueError:
+        raise ConfigError(f"arity {arity!r} is not allowed: write MIN-MAX, e.g. 2-3") from None
+    ops = tuple(op.strip() for op in tasks.split(",") if op.strip())
+    return TaskConfig(
+        testbed=testbed,
+        ops=ops,
+        n=mod,
+        depth=depth,
+        arity_min=arity_min,
+        arity_max=arity_max,
+        p_nest=p_nest,
+        n_train=n_train,
+        n_test=n_test,
+        measure=measure,
+        split_seed=split_seed,
+    )
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(EXIT_USAGE)
+
+
+def _run(body):
+    """Run ``body``; a ThresholdError becomes one line on stderr and exit status 2."""
+    try:
+        return body()
+    except ThresholdError as e:
+        if STATE.debug:
+            raise
+        raise _fail(str(e)) from None
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        raise typer.Exit(130) from None
+
+
+@app.command()
+def train(
+    tasks: Tasks = "max",
+    testbed: Testbed = "listops",
+    mod: Mod = 10,
+    depth: Depth = 2,
+    arity: Arity = "2-3",
+    p_nest: PNest = 0.25,
+    n_train: NTrain = None,
+    n_test: NTest = 2000,
+    measure: Measure = None,
+    split_seed: SplitSeed = 0,
+    d_model: Annotated[int, typer.Option(help="Embedding size d.")] = 32,
+    seed: Annotated[int, typer.Option(help="Seed of initialisation and batch order.")] = 0,
+    steps: Annotated[int, typer.Option(help="Most training steps.")] = 20_000,
+    batch_size: Annotated[int, typer.Option(help="Sequences per step.")] = 64,
+    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 3e-3,
+    eval_every: Annotated[int, typer.Option(help="Steps between validation checks.")] = 250,
+    threads: Annotated[int, typer.Option(help="Torch threads.")] = 1,
+    time_limit: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Save the checkpoint here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    cache_dir: CacheDir = None,
+) -> None:
+    """Train one model and report its per-op accuracy."""
+
+    def body():
+        from threshold.checkpoint import save_checkpoint
+        from threshold.errors import ConfigError
+        from threshold.model import param_count
+        from threshold.tasks import load_task_data
+        from threshold.train import TrainConfig, model_config_for
+        from threshold.train import train as train_model
+
+        task_cfg = _task_config(
+            tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
+        )
+        train_cfg = TrainConfig(
+            seed=seed,
+            max_steps=steps,
+            batch_size=batch_size,
+            lr=lr,
+            eval_every=eval_every,
+            threads=threads,
+            time_limit_s=time_limit,
+        )
+        from threshold.model import ModelConfig
+
+        model_cfg = ModelConfig(len(task_cfg.vocab), task_cfg.max_len, d_model)
+        if out is not None and out.is_dir():
+            raise ConfigError(f"--out {str(out)!r} is a directory: give a file path")
+        data = load_task_data(task_cfg, cache_dir)
+        assert model_config_for(data, d_model) == model_cfg
+        counts = param_count(model_cfg)
+        with _TrainProgress(enabled=not as_json) as progress:
+            result = train_model(model_cfg, data, train_cfg, on_progress=progress.update)
+        report = {
+            "tasks": list(task_cfg.ops),
+            "measure": task_cfg.measured_op,
+            "mod": task_cfg.n,
+            "testbed": task_cfg.testbed,
+            "d_model": d_model,
+            "seed": seed,
+            "params_total": counts["total"],
+            "params_non_embedding": counts["non_embedding"],
+            "accuracy": result.accuracy,
+            "strict_accuracy": result.strict_accuracy,
+            "teacher_forced_accuracy": result.teacher_forced,
+            "steps": result.steps,
+            "stop_reason": result.stop_reason,
+            "wall_s": round(result.wall_s, 2),
+            "tokens_per_s": round(result.tokens_per_s),
+        }
+        if out is not None:
+            metrics = {k: v for k, v in report.items() if k not in ("tasks", "mod", "testbed")}
+            report["checkpoint"] = str(out)
+            report["checkpoint_sha256"] = save_checkpoint(
+                out, result.model, task_cfg, train_cfg.to_dict(), metrics
+            )
+        if as_json:
+            typer.echo(json.dumps(report))
+        else:
+            _print_train_report(report)
+
+    _run(body)
+
+
+class _TrainProgress:
+    """A rich progress bar fed by the training callback (on stderr, so stdout stays clean)."""
+
+    def __init__(self, enabled: bool) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(
+            TextColumn("step {task.completed:>6.0f}/{task.total:.0f}"),
+            BarColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            disable=not enabled,
+            transient=False,
+        )
+        self.task = None
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.progress.__exit__(*exc)
+
+    def update(self, p) -> None:
+        acc = " ".join(f"{op} {a:.2f}" for op, a in p.val_accuracy.items()) or "-"
+        info = f"loss {p.loss:.3f}  val acc (tf) {acc}  {p.tokens_per_s / 1000:.0f}k tok/s"
+        if self.task is None:
+            self.task = self.progress.add_task("train", total=p.max_steps, info=info)
+        self.progress.update(self.task, completed=p.step, info=info)
+
+
+def _print_train_report(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{','.join(report['tasks'])} mod {report['mod']}, d={report['d_model']}")
+    table.add_column("op")
+    table.add_column("accuracy (greedy)", justify="right")
+    table.add_column("strict (trace)", justify="right")
+    table.add_column("teacher-forced", justify="right")
+    for op, acc in report["accuracy"].items():
+        name = f"{op} (measured)" if op == report["measure"] else op
+        table.add_row(
+            name,
+            f"{acc:.3f}",
+            f"{report['strict_accuracy'][op]:.3f}",
+            f"{report['teacher_forced_accuracy'][op]:.3f}",
+        )
+    console = Console()
+    console.print(table)
+    console.print(
+        f"params {report['params_total']:,} total, {report['params_non_embedding']:,} without "
+        f"embeddings; {report['steps']} steps, stopped: {report['stop_reason']}; "
+        f"{report['wall_s']:.1f} s, {report['tokens_per_s'] / 1000:.0f}k tokens/s"
+    )
+    if "checkpoint" in report:
+        console.print(f"checkpoint: {report['checkpoint']}")
+
+
+@app.command()
+def data(
+    tasks: Tasks = "max",
+    testbed: Testbed = "listops",
+    mod: Mod = 10,
+    depth: Depth = 2,
+    arity: Arity = "2-3",
+    p_nest: PNest = 0.25,
+    n_train: NTrain = None,
+    n_test: NTest = 2000,
+    measure: Measure = None,
+    split_seed: SplitSeed = 0,
+    n: Annotated[int, typer.Option("--n", help="Sequences to show (per op for val/test).")] = 20,
+    split: Annotated[str, typer.Option(help="train, val or test.")] = "train",
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+    cache_dir: CacheDir = None,
+) -> None:
+    """Print example sequences exactly as the model sees them."""
+
+    def body():
+        from threshold.errors import ConfigError
+        from threshold.tasks import load_task_data
+
+        if split not in ("train", "val", "test"):
+            raise ConfigError(f"split {split!r} is not allowed: use train, val or test")
+        if n < 0:
+            raise ConfigError(f"--n {n} is not allowed: use 0 or more")
+        task_cfg = _task_config(
+            tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
+        )
+        data = load_task_data(task_cfg, cache_dir)
+        vocab = task_cfg.vocab
+        op_names = list(task_cfg.testbed_obj.ops)
+        sets = {"train": data.train} if split == "train" else getattr(data, split)
+        rows = []
+        for seqs in sets.values():
+            for i in range(min(n, len(seqs))):
+                tokens = seqs[i]
+                p = int(seqs.prompt_len[i])
+                rows.append(
+                    {
+                        "text": vocab.decode(tokens),
+                        "op": op_names[int(seqs.op[i])],
+                        "prompt": vocab.decode(tokens[:p]),
+                        "answer": vocab.tokens[int(seqs.answers[i])],
+                    }
+                )
+        if as_json:
+            typer.echo(json.dumps(rows))
+        else:
+            for row in rows:
+                typer.echo(row["text"])
+
+    _run(body)
+
+
+@bench_app.command("train")
+def bench_train(
+    tasks: Tasks = "max,med,add",
+    mod: Mod = 10,
+    depth: Depth = 2,
+    d_models: Annotated[str, typer.Option("--d-models", help="Comma-separated sizes.")] = (
+        "16,32,64,128"
+    ),
+    steps: Annotated[int, typer.Option(help="Timed training steps per size.")] = 200,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    cache_dir: CacheDir = None,
+) -> None:
+    """Training tokens/s and steps/s at several d (bucketed vs random batches), and decoding."""
+
+    def body():
+        from rich.console import Console
+
+        from threshold.bench import run_all
+        from threshold.errors import ConfigError
+        from threshold.tasks import load_task_data
+
+        try:
+            sizes = [int(d) for d in d_models.split(",")]
+        except ValueError:
+            raise ConfigError(f"--d-models {d_models!r} is not a list of integers") from None
+        if min(sizes) < 1 or steps < 1:
+            raise ConfigError("--d-models and --steps must be 1 or more")
+        task_cfg = _task_config(tasks, "listops", mod, depth, "2-3", 0.25, None, 512, None, 0)
+        data = load_task_data(task_cfg, cache_dir)
+        console = Console(stderr=True)
+        with console.status("benchmarking") as status:
+            results = run_all(data, sizes, steps, on_item=lambda s: status.update(s))
+        results["settings"] = {"tasks": list(task_cfg.ops), "mod": mod, "depth": depth}
+        results["mean_length"] = float(data.train.lengths.mean())
+        if as_json:
+            typer.echo(json.dumps(results))
+        else:
+            _print_bench(results)
+
+    _run(body)
+
+
+def _print_bench(results: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="training (one thread)")
+    for col in ("d", "params", "batches", "steps/s", "tokens/s", "padding"):
+        table.add_column(col, justify="right")
+    for r in results["train"]:
+        table.add_row(
+            str(r["d_model"]),
+            f"{r['params_total']:,}",
+            "bucketed" if r["bucketing"] else "random",
+            f"{r['steps_per_s']:.1f}",
+            f"{r['tokens_per_s']:,.0f}",
+            f"{r['padding_share']:.0%}",
+        )
+    decode = Table(title="greedy decoding (untrained model, runs to the context cap)")
+    for col in ("d", "sequences", "sequences/s"):
+        decode.add_column(col, justify="right")
+    for r in results["decode"]:
+        decode.add_row(str(r["d_model"]), str(r["sequences"]), f"{r['sequences_per_s']:,.0f}")
+    console = Console()
+    console.print(table)
+    console.print(decode)
+
+
+def main() -> None:
+    try:
+        app()
+    except BrokenPipeError:  # e.g. `threshold data | head`
+        sys.stderr.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,375 @@
+"""Train one recurrent transformer on a task's sequences and evaluate it.
+
+Nothing here knows a task by name: the data is a training :class:`SequenceSet` plus validation and
+test sets keyed by op, all token ids. Training uses length-bucketed batches (sequences of similar
+length share a batch, so little compute goes to padding), AdamW with linear warm-up and cosine
+decay, and gradient clipping. Accuracy is measured by greedy chain-of-thought decoding from the
+prompt: the final answer is the token before the end token. A run stops early only by absolute
+rules: *learned* (teacher-forced answers right on validation, confirmed by greedy decoding), or
+*stuck* (after half the budget, the measured op's answers are still at chance and its answer loss
+has stopped moving). Progress is reported through a callback; nothing is printed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from threshold.errors import ConfigError
+from threshold.model import KVCache, ModelConfig, RecurrentTransformer, param_count
+from threshold.tasks import SequenceSet, TaskData
+
+__all__ = [
+    "Progress",
+    "TrainConfig",
+    "TrainResult",
+    "batch_tensors",
+    "bucket_batches",
+    "continue_training",
+    "evaluate_greedy",
+    "evaluate_teacher_forced",
+    "make_optimizer",
+    "model_config_for",
+    "train",
+    "train_step",
+]
+
+IGNORE = -100  # target id that the loss skips
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    seed: int = 0  # model initialisation and batch order; the data split has its own seeds
+    max_steps: int = 20_000  # budget; most runs stop earlier by the learned or stuck rule
+    batch_size: int = 64  # sequences per step
+    lr: float = 3e-3  # peak learning rate (small models tolerate a large one)
+    weight_decay: float = 0.1  # on matrices and embeddings only, not on biases or LayerNorm
+    betas: tuple[float, float] = (0.9, 0.98)
+    warmup_steps: int = 200  # linear warm-up from zero
+    min_lr_ratio: float = 0.1  # cosine decay ends at this fraction of lr at max_steps
+    grad_clip: float = 1.0  # max global gradient norm
+    bucket_chunk: int = 32  # batches per sort chunk: larger means tighter lengths, less shuffling
+    bucketing: bool = True  # False draws batches at random (for benchmarks only)
+    loss_on: str = "completion"  # "completion": only the chain of thought; "all": prompt too
+    eval_every: int = 250  # steps between validation checks
+    learned_tf: float = 0.99  # teacher-forced val answer accuracy (every op) that asks for a check
+    learned_acc: float = 0.99  # greedy val accuracy (every op) that stops the run as learned
+    stuck_after: float = 0.5  # share of max_steps before the stuck rule may fire
+    stuck_margin: float = 0.05  # "at chance": measured-op accuracy <= majority rate + margin
+    stuck_window: float = 0.25  # answer loss must have moved < 2% over this share of max_steps
+    eval_batch_size: int = 256
+    threads: int = 1  # torch threads; two single-thread processes beat one two-thread process
+    time_limit_s: float | None = None  # wall-clock budget, stop_reason "time_limit" when hit
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "betas", tuple(self.betas))
+        for name in ("max_steps", "batch_size", "eval_every", "eval_batch_size", "threads"):
+            value = getattr(self, name)
+            if value < 1:
+                raise ConfigError(f"{name} {value} is not allowed: use 1 or more")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"warmup_steps {self.warmup_steps} is not allowed: use 0 or more")
+        if self.loss_on not in ("completion", "all"):
+            raise ConfigError(f"loss_on {self.loss_on!r} is not allowed: use completion or all")
+        if not self.lr > 0:
+            raise ConfigError(f"lr {self.lr} is not allowed: use a positive learning rate")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a callback sees every few steps."""
+
+    step: int
+    max_steps: int
+    loss: float  # training loss, smoothed
+    tokens_per_s: float  # non-padding tokens per second of training
+    val_accuracy: dict[str, float]  # latest teacher-forced val answer accuracy per op
+
+
+@dataclass
+class TrainResult:
+    model: RecurrentTransformer
+    steps: int
+    stop_reason: str  # learned | stuck | max_steps | time_limit
+    wall_s: float
+    train_s: float  # seconds in training steps, without evaluation
+    tokens: int  # non-padding tokens trained on
+    accuracy: dict[str, float]  # greedy final-answer accuracy on each op's test set
+    strict_accuracy: dict[str, float]  # the whole chain of thought right
+    teacher_forced: dict[str, float]  # teacher-forced answer accuracy on test
+    history: list[dict] = field(default_factory=list)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.train_s if self.train_s > 0 else 0.0
+
+
+def model_config_for(data: TaskData, d_model: int, **kwargs) -> ModelConfig:
+    """The model config that fits the vocabulary and longest sequence of ``data``."""
+    cfg = data.config
+    return ModelConfig(vocab_size=len(cfg.vocab), n_ctx=cfg.max_len, d_model=d_model, **kwargs)
+
+
+def bucket_batches(
+    seqs: SequenceSet, batch_size: int, rng: np.random.Generator, chunk: int, bucketing: bool = True
+) -> Iterator[np.ndarray]:
+    """Endless batches of indices; with ``bucketing``, each batch holds sequences of similar length.
+
+    Every epoch shuffles, sorts each run of ``chunk`` batches by length, cuts it into batches and
+    shuffles the batch order, so lengths inside a batch are close while the order stays random.
+    """
+    n = len(seqs)
+    lengths = seqs.lengths
+    while True:
+        order = rng.permutation(n)
+        batches = []
+        span = batch_size * chunk
+        for start in range(0, n, span):
+            part = order[start : start + span]
+            if bucketing:
+                part = part[np.argsort(lengths[part], kind="stable")]
+            batches.extend(part[i : i + batch_size] for i in range(0, len(part), batch_size))
+        for b in rng.permutation(len(batches)):
+            yield batches[b]
+
+
+def batch_tensors(seqs: SequenceSet, index: np.ndarray, pad_id: int, completion_only: bool):
+    tokens = seqs.padded(index, pad_id)  # (B, L)
+    x = torch.from_numpy(tokens[:, :-1])  # (B, T)
+    y = tokens[:, 1:].copy()  # (B, T): y[:, t] is token t + 1
+    y[y == pad_id] = IGNORE
+    if completion_only:
+        t = np.arange(y.shape[1])[None, :]
+        y[t + 1 < seqs.prompt_len[index].astype(np.int64)[:, None]] = IGNORE
+    return x, torch.from_numpy(y)
+
+
+def _lr_factor(cfg: TrainConfig) -> Callable[[int], float]:
+    def factor(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        span = max(1, cfg.max_steps - cfg.warmup_steps)
+        progress = min(1.0, (step - cfg.warmup_steps) / span)
+        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def make_optimizer(model: RecurrentTransformer, cfg: TrainConfig) -> torch.optim.AdamW:
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
+
+
+def train_step(
+    model: RecurrentTransformer,
+    opt: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    grad_clip: float,
+) -> float:
+    """One optimizer step on inputs ``x`` (B, T) and targets ``y`` (B, T); returns the loss."""
+    logits = model(x)  # (B, T, V)
+    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+    return float(loss.detach())
+
+
+@torch.no_grad()
+def evaluate_teacher_forced(
+    model: RecurrentTransformer, seqs: SequenceSet, pad_id: int, batch_size: int = 256
+) -> tuple[float, float]:
+    """Teacher-forced answer accuracy and mean answer loss: the cheap signal for early stopping."""
+    model.eval()
+    order = np.argsort(seqs.lengths, kind="stable")
+    correct, loss = 0, 0.0
+    for start in range(0, len(order), batch_size):
+        index = order[start : start + batch_size]
+        tokens = torch.from_numpy(seqs.padded(index, pad_id))  # (B, L)
+        logits = model(tokens[:, :-1])  # (B, T, V)
+        where = torch.from_numpy(seqs.lengths[index] - 3)  # (B,): logits that predict the answer
+        answer_logits = logits[torch.arange(len(index)), where]  # (B, V)
+        answers = torch.from_numpy(seqs.answers[index].astype(np.int64))  # (B,)
+        correct += int((answer_logits.argmax(-1) == answers).sum())
+        loss += float(F.cross_entropy(answer_logits, answers, reduction="sum"))
+    model.train()
+    return correct / len(seqs), loss / len(seqs)
+
+
+@torch.no_grad()
+def evaluate_greedy(
+    model: RecurrentTransformer, seqs: SequenceSet, eos_id: int, batch_size: int = 256
+) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy chain-of-thought decoding from each prompt, with a KV cache.
+
+    Returns per sequence whether the final answer is right and whether the whole trace is right.
+    Decoding stops at the end token or when the context is full, so an untrained model cannot run
+    away; no end token means a wrong answer.
+    """
+    model.eval()
+    n_ctx = model.cfg.n_ctx
+    answer_ok = np.zeros(len(seqs), dtype=bool)
+    strict_ok = np.zeros(len(seqs), dtype=bool)
+    prompt_len = seqs.prompt_len.astype(np.int64)
+    for p in np.unique(prompt_len):
+        group = np.flatnonzero(prompt_len == p)
+        for start in range(0, len(group), batch_size):
+            index = group[start : start + batch_size]
+            prompts = torch.from_numpy(seqs.padded(index, 0)[:, :p])  # (B, P)
+            cache = KVCache(model.cfg, len(index))
+            next_tok = model(prompts, cache)[:, -1].argmax(-1)  # (B,)
+            out = [next_tok]
+            done = next_tok == eos_id  # (B,)
+            while not bool(done.all()) and cache.length < n_ctx:
+                next_tok = model(next_tok[:, None], cache)[:, -1].argmax(-1)  # (B,)
+                out.append(next_tok)
+                done |= next_tok == eos_id
+            generated = torch.stack(out, 1).numpy()  # (B, G)
+            for row, i in zip(generated, index, strict=True):
+                ends = np.flatnonzero(row == eos_id)
+                if len(ends) == 0 or ends[0] == 0:
+                    continue
+                reference = seqs[i][p:]
+                answer_ok[i] = row[ends[0] - 1] == reference[-2]
+                strict_ok[i] = ends[0] + 1 == len(reference) and np.array_equal(
+                    row[: ends[0] + 1], reference
+                )
+    model.train()
+    return answer_ok, strict_ok
+
+
+def _majority_rate(seqs: SequenceSet) -> float:
+    """Accuracy of always giving the most common answer: "at chance" for the stuck rule."""
+    return float(np.bincount(seqs.answers).max() / len(seqs))
+
+
+def train(
+    model_cfg: ModelConfig,
+    data: TaskData,
+    cfg: TrainConfig,
+    on_progress: Callable[[Progress], None] | None = None,
+    progress_every: int = 25,
+) -> TrainResult:
+    """Train a fresh model on ``data.train``, stop early on ``data.val``, report ``data.test``."""
+    torch.set_num_threads(cfg.threads)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        model = RecurrentTransformer(model_cfg)
+    if param_count(model_cfg) != model.num_params():
+        raise AssertionError("parameter formula and model disagree")
+    return continue_training(model, data, cfg, on_progress, progress_every)
+
+
+def continue_training(
+    model: RecurrentTransformer,
+    data: TaskData,
+    cfg: TrainConfig,
+    on_progress: Callable[[Progress], None] | None = None,
+    progress_every: int = 25,
+) -> TrainResult:
+    """Train ``model`` with a fresh optimizer on ``data`` (also the transfer step)."""
+    torch.set_num_threads(cfg.threads)
+    vocab = data.vocab
+    pad_id, eos_id = vocab.pad_id, vocab.eos_id
+    measure = data.config.measured_op
+    rng = np.random.default_rng(cfg.seed)
+    opt = make_optimizer(model, cfg)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_factor(cfg))
+    batches = bucket_batches(data.train, cfg.batch_size, rng, cfg.bucket_chunk, cfg.bucketing)
+    chance = _majority_rate(data.val[measure])
+
+    t0 = time.perf_counter()
+    train_s, tokens, smooth = 0.0, 0, None
+    history: list[dict] = []
+    val_acc: dict[str, float] = {}
+    stop_reason, step = "max_steps", 0
+    model.train()
+    while step < cfg.max_steps:
+        ts = time.perf_counter()
+        index = next(batches)
+        x, y = batch_tensors(data.train, index, pad_id, cfg.loss_on == "completion")
+        value = train_step(model, opt, x, y, cfg.grad_clip)
+        sched.step()
+        step += 1
+        tokens += int(data.train.lengths[index].sum())
+        train_s += time.perf_counter() - ts
+        smooth = value if smooth is None else 0.95 * smooth + 0.05 * value
+
+        if step % cfg.eval_every == 0 or step == cfg.max_steps:
+            val = {
+                op: evaluate_teacher_forced(model, s, pad_id, cfg.eval_batch_size)
+                for op, s in data.val.items()
+            }
+            val_acc = {op: acc for op, (acc, _) in val.items()}
+            entry = {
+                "step": step,
+                "loss": smooth,
+                "val_tf": val_acc,
+                "val_answer_loss": val[measure][1],
+            }
+            history.append(entry)
+            if all(a >= cfg.learned_tf for a in val_acc.values()):
+                greedy = {
+                    op: float(evaluate_greedy(model, s, eos_id, cfg.eval_batch_size)[0].mean())
+                    for op, s in data.val.items()
+                }
+                entry["val_greedy"] = greedy
+                if all(a >= cfg.learned_acc for a in greedy.values()):
+                    stop_reason = "learned"
+                    break
+            if _is_stuck(history, cfg, chance, measure):
+                stop_reason = "stuck"
+                break
+        if on_progress is not None and (step % progress_every == 0 or step == cfg.max_steps):
+            on_progress(Progress(step, cfg.max_steps, smooth, tokens / train_s, dict(val_acc)))
+        if cfg.time_limit_s is not None and time.perf_counter() - t0 > cfg.time_limit_s:
+            stop_reason = "time_limit"
+            break
+
+    accuracy, strict, teacher = {}, {}, {}
+    for op, s in data.test.items():
+        answer_ok, strict_ok = evaluate_greedy(model, s, eos_id, cfg.eval_batch_size)
+        accuracy[op], strict[op] = float(answer_ok.mean()), float(strict_ok.mean())
+        teacher[op] = evaluate_teacher_forced(model, s, pad_id, cfg.eval_batch_size)[0]
+    return TrainResult(
+        model=model,
+        steps=step,
+        stop_reason=stop_reason,
+        wall_s=time.perf_counter() - t0,
+        train_s=train_s,
+        tokens=tokens,
+        accuracy=accuracy,
+        strict_accuracy=strict,
+        teacher_forced=teacher,
+        history=history,
+    )
+
+
+def _is_stuck(history: list[dict], cfg: TrainConfig, chance: float, measure: str) -> bool:
+    """Absolute rule: late in the budget, at chance, and the answer loss has stopped moving."""
+    step = history[-1]["step"]
+    if step < cfg.stuck_after * cfg.max_steps:
+        return False
+    if max(h["val_tf"][measure] for h in history) > chance + cfg.stuck_margin:
+        return False
+    window_start = step - cfg.stuck_window * cfg.max_steps
+    earlier = [h["val_answer_loss"] for h in history if h["step"] <= window_start]
+    if not earlier:
+        return False
+    return history[-1]["val_answer_loss"] > 0.98 * min(earlier)
