@@ -66,12 +66,14 @@ def test_other_files_are_refused(tmp_path):
 
 
 def test_hash_is_of_the_content(saved, tmp_path):
-    path, model, task, digest = saved
-    again = save_checkpoint(tmp_path / "b.ckpt", model, task, TrainConfig(seed=5).to_dict(),
-                            {"accuracy": 0.5})
+    _, model, task, digest = saved
+    again = save_checkpoint(
+        tmp_path / "b.ckpt", model, task, TrainConfig(seed=5).to_dict(), {"accuracy": 0.5}
+    )
     assert again == digest
     with torch.no_grad():
         model.head.weight[0, 0] += 1
-    changed = save_checkpoint(tmp_path / "c.ckpt", model, task, TrainConfig(seed=5).to_dict(),
-                              {"accuracy": 0.5})
+    changed = save_checkpoint(
+        tmp_path / "c.ckpt", model, task, TrainConfig(seed=5).to_dict(), {"accuracy": 0.5}
+    )
     assert changed != digest

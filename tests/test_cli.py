@@ -62,14 +62,34 @@ def test_bad_checkpoint_path_is_refused(tmp_path):
 def test_train_json_and_checkpoint(tmp_path):
     out = tmp_path / "m.ckpt"
     proc = run(
-        ["train", "--tasks", "max,add", *TINY, "--d-model", "8", "--steps", "30",
-         "--eval-every", "15", "--out", str(out), "--json"],
+        [
+            "train",
+            "--tasks",
+            "max,add",
+            *TINY,
+            "--d-model",
+            "8",
+            "--steps",
+            "30",
+            "--eval-every",
+            "15",
+            "--out",
+            str(out),
+            "--json",
+        ],
         tmp_path / "cache",
         check=True,
     )
     report = json.loads(proc.stdout)
-    for key in ("params_total", "params_non_embedding", "accuracy", "strict_accuracy", "steps",
-                "stop_reason", "wall_s"):
+    for key in (
+        "params_total",
+        "params_non_embedding",
+        "accuracy",
+        "strict_accuracy",
+        "steps",
+        "stop_reason",
+        "wall_s",
+    ):
         assert key in report
     assert set(report["accuracy"]) == {"max", "add"}
     assert report["measure"] == "add"
@@ -81,21 +101,30 @@ def test_train_json_and_checkpoint(tmp_path):
 
 
 def test_train_prints_a_table(tmp_path):
-    proc = run(["train", *TINY, "--d-model", "8", "--steps", "20", "--eval-every", "10"],
-               tmp_path / "cache", check=True)
+    proc = run(
+        ["train", *TINY, "--d-model", "8", "--steps", "20", "--eval-every", "10"],
+        tmp_path / "cache",
+        check=True,
+    )
     assert "accuracy (greedy)" in proc.stdout
     assert "max (measured)" in proc.stdout
     assert "params" in proc.stdout
 
 
 def test_data_shows_sequences(tmp_path):
-    proc = run(["data", "--tasks", "max,med,add", "--mod", "10", "--n", "5", "--n-train", "500"],
-               tmp_path / "cache", check=True)
+    proc = run(
+        ["data", "--tasks", "max,med,add", "--mod", "10", "--n", "5", "--n-train", "500"],
+        tmp_path / "cache",
+        check=True,
+    )
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 5
     assert all(line.endswith("<eos>") and "=" in line for line in lines)
-    proc = run(["data", "--tasks", "max,add", *TINY, "--n", "3", "--split", "test", "--json"],
-               tmp_path / "cache", check=True)
+    proc = run(
+        ["data", "--tasks", "max,add", *TINY, "--n", "3", "--split", "test", "--json"],
+        tmp_path / "cache",
+        check=True,
+    )
     rows = json.loads(proc.stdout)
     assert [r["op"] for r in rows] == ["max"] * 3 + ["add"] * 3
     for r in rows:
@@ -104,8 +133,11 @@ def test_data_shows_sequences(tmp_path):
 
 
 def test_bench_train_json(tmp_path):
-    proc = run(["bench", "train", "--d-models", "8", "--steps", "3", "--mod", "5", "--json"],
-               tmp_path / "cache", check=True)
+    proc = run(
+        ["bench", "train", "--d-models", "8", "--steps", "3", "--mod", "5", "--json"],
+        tmp_path / "cache",
+        check=True,
+    )
     result = json.loads(proc.stdout)
     assert [r["bucketing"] for r in result["train"]] == [True, False]
     assert all(r["tokens_per_s"] > 0 and r["steps_per_s"] > 0 for r in result["train"])

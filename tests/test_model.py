@@ -11,14 +11,17 @@ from threshold.model import KVCache, ModelConfig, RecurrentTransformer, param_co
     ("d_model", "vocab_size", "n_ctx", "tie", "n_head", "mlp_ratio"),
     [
         (d, v, c, tie, h, m)
-        for d, v, c, tie in itertools.product((1, 3, 8, 32, 100), (5, 22, 300), (7, 60), (False, True))
+        for d, v, c, tie in itertools.product(
+            (1, 3, 8, 32, 100), (5, 22, 300), (7, 60), (False, True)
+        )
         for h, m in ((1, 4), (1, 2))
     ]
     + [(64, 22, 60, False, 4, 4), (48, 133, 200, True, 3, 4)],
 )
 def test_param_formula_matches_module(d_model, vocab_size, n_ctx, tie, n_head, mlp_ratio):
-    cfg = ModelConfig(vocab_size, n_ctx, d_model, n_head=n_head, mlp_ratio=mlp_ratio,
-                      tie_embeddings=tie)
+    cfg = ModelConfig(
+        vocab_size, n_ctx, d_model, n_head=n_head, mlp_ratio=mlp_ratio, tie_embeddings=tie
+    )
     model = RecurrentTransformer(cfg)
     assert param_count(cfg) == model.num_params()
     assert param_count(cfg)["total"] == sum(p.numel() for p in model.parameters())

@@ -76,7 +76,9 @@ def test_same_seed_same_metrics_and_weights(max5):
     a = train(model_config_for(max5, 8), max5, cfg)
     b = train(model_config_for(max5, 8), max5, cfg)
     assert a.accuracy == b.accuracy and a.history == b.history
-    for (name, p), q in zip(a.model.state_dict().items(), b.model.state_dict().values(), strict=True):
+    for (name, p), q in zip(
+        a.model.state_dict().items(), b.model.state_dict().values(), strict=True
+    ):
         assert torch.equal(p, q), name
     c = train(model_config_for(max5, 8), max5, TrainConfig(max_steps=60, eval_every=30, seed=4))
     assert c.history != a.history

@@ -8,7 +8,9 @@ left, then the end token: ``add ( max ( 7 3 6 ) 6 0 ) = add ( 7 6 0 ) = 3 <eos>`
 Split: every op application on values that a sequence evaluates (a "group", such as ``max 7 3 6``)
 is held out with probability ``holdout``, decided by a hash of the group and ``split_seed``. A
 sequence that evaluates any held-out group goes to the test side, every other one to training, so
-no test question (nor any step of its trace) is ever a training question. Per-op test and
+every test sequence evaluates a group that no training sequence evaluates and no test question is
+ever a training question (the steps of a test trace after its held-out groups are reduced may be:
+only the held-out groups are new). Per-op test and
 validation sets are drawn from single-op expressions on the test side, with seeds that depend on the
 op and ``split_seed`` only: the ADD test set is the same whatever mixture ADD is trained in.
 """
@@ -17,11 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import logging
 import os
 import random
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,8 +40,11 @@ __all__ = ["TaskConfig", "TaskData", "build_task_data", "default_cache_dir", "lo
 
 log = logging.getLogger(__name__)
 
-GENERATOR_VERSION = 1  # bump when generated sequences change, so old caches are not reused
+GENERATOR_VERSION = 2  # bump when generated sequences change, so old caches are not reused
 _MASK64 = (1 << 64) - 1
+# Up to this many groups per op, the held-out count is fixed by ranking every group's hash; above
+# it a share of at least 5% holds out 50 or more on average and the chance of fewer than 3 is nil.
+_EXACT_SPLIT_GROUPS = 1000
 
 
 @dataclass(frozen=True)
@@ -121,7 +128,8 @@ class TaskConfig:
 
     def key(self) -> str:
         """Content key of the generated data: settings and generator version."""
-        blob = json.dumps([GENERATOR_VERSION, self.to_dict()], sort_keys=True)
+        settings = {k: v for k, v in self.to_dict().items() if k != "measure"}  # data unchanged
+        blob = json.dumps([GENERATOR_VERSION, settings], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -173,11 +181,26 @@ class _Generator:
         self.lp, self.rp, self.eq, self.eos = ids["("], ids[")"], ids["="], ids["<eos>"]
         self.n_values = testbed.n_values
         # Tiny moduli have few groups; hold out at least 3 per op so every op has a test side.
-        groups_per_op = sum(self.n_values**a for a in range(cfg.arity_min, cfg.arity_max + 1))
+        arities = range(cfg.arity_min, cfg.arity_max + 1)
+        groups_per_op = sum(self.n_values**a for a in arities)
         share = min(0.5, max(cfg.holdout, 3 / groups_per_op))
-        self.threshold = int(share * 2**64)
         self.salt = _splitmix64(cfg.split_seed & _MASK64)
         self.held: dict[tuple[int, tuple[int, ...]], bool] = {}
+        self.threshold = [int(share * 2**64)] * len(self.fns)  # per op: held out if hash is below
+        if groups_per_op <= _EXACT_SPLIT_GROUPS:
+            # A share alone is a binomial draw: with few groups it can hold out none of an op (no
+            # test side) or most of it (no training side). Clamp it to at least min(3, half) and
+            # at most half of the op's groups, whatever the split seed.
+            values = range(self.n_values)
+            for o in range(len(self.fns)):
+                ranked = sorted(
+                    self._hash((o, vs))
+                    for a in arities
+                    for vs in itertools.product(values, repeat=a)
+                )
+                least = ranked[min(3, groups_per_op // 2) - 1] + 1
+                most = ranked[groups_per_op // 2]
+                self.threshold[o] = min(max(self.threshold[o], least), most)
 
     def tree(self, rng: random.Random, ops: list[int], level: int = 1) -> list:
         cfg = self.cfg
@@ -194,13 +217,16 @@ class _Generator:
         nest = level < self.cfg.depth
         return [0, [self.full_tree(level + 1) if nest else 0 for _ in range(self.cfg.arity_max)]]
 
+    def _hash(self, group: tuple[int, tuple[int, ...]]) -> int:
+        key = group[0] + 1
+        for v in group[1]:
+            key = (key * (self.n_values + 1) + v + 1) & _MASK64
+        return _splitmix64(key ^ self.salt)
+
     def is_held_out(self, group: tuple[int, tuple[int, ...]]) -> bool:
         held = self.held.get(group)
         if held is None:
-            key = group[0] + 1
-            for v in group[1]:
-                key = (key * (self.n_values + 1) + v + 1) & _MASK64
-            held = _splitmix64(key ^ self.salt) < self.threshold
+            held = self._hash(group) < self.threshold[group[0]]
             self.held[group] = held
         return held
 
@@ -228,7 +254,7 @@ class _Generator:
         out.append(self.rp)
 
     def render(self, tree: list) -> tuple[list[int], int]:
-        """Token ids of the whole chain of thought and the prompt length (through the first ``=``)."""
+        """Token ids of the chain of thought, and the prompt length (through the first ``=``)."""
         tree = _copy(tree)
         out: list[int] = []
         self._tokens(tree, out)
@@ -295,11 +321,15 @@ def build_task_data(cfg: TaskConfig) -> TaskData:
     index = {op: i for i, op in enumerate(gen.op_names)}
     mixture = [index[op] for op in cfg.ops]
     grammar = (cfg.testbed, cfg.n, cfg.depth, cfg.arity_min, cfg.arity_max, cfg.p_nest)
-    train = gen.draw(mixture, cfg.train_size, _seed("train", cfg.data_seed, cfg.ops, grammar), False)
+    train = gen.draw(
+        mixture, cfg.train_size, _seed("train", cfg.data_seed, cfg.ops, grammar), False
+    )
     val, test = {}, {}
     for op in cfg.ops:
         val[op] = gen.draw([index[op]], cfg.n_val, _seed("val", cfg.split_seed, op, grammar), True)
-        test[op] = gen.draw([index[op]], cfg.n_test, _seed("test", cfg.split_seed, op, grammar), True)
+        test[op] = gen.draw(
+            [index[op]], cfg.n_test, _seed("test", cfg.split_seed, op, grammar), True
+        )
     return TaskData(cfg, train, val, test)
 
 
@@ -316,7 +346,7 @@ def load_task_data(cfg: TaskConfig, cache_dir: Path | None = None) -> TaskData:
         try:
             with np.load(path) as arrays:
                 return _from_arrays(cfg, dict(arrays))
-        except (OSError, ValueError, KeyError) as e:
+        except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as e:
             log.warning("regenerating %s: cached file is unreadable (%s)", path, e)
     data = build_task_data(cfg)
     arrays = data.train.to_arrays("train")

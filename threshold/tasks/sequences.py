@@ -58,10 +58,10 @@ class SequenceSet:
         return SequenceSet(tokens, offsets, self.prompt_len[index], self.op[index])
 
     def padded(self, index: np.ndarray, pad_id: int) -> np.ndarray:
-        """Sequences ``index`` right-padded with ``pad_id`` to the longest of them: (batch, time)."""
+        """Sequences ``index``, right-padded with ``pad_id`` to the longest: (batch, time)."""
         index = np.asarray(index, dtype=np.int64)
         lengths = self.lengths[index]
-        out = np.full((len(index), int(lengths.max())), pad_id, dtype=np.int64)
+        out = np.full((len(index), int(lengths.max(initial=0))), pad_id, dtype=np.int64)
         out[np.arange(out.shape[1])[None, :] < lengths[:, None]] = self.tokens[
             _ranges(self.offsets[index], lengths)
         ]

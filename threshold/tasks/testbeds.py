@@ -4,10 +4,10 @@ A testbed fixes the vocabulary for its size whatever the mixture, so embeddings 
 different mixtures are comparable. Two testbeds exist:
 
 - ``listops``: digits ``0..n-1`` and the ops ``max min med add prod nadd sadd``, all mod n.
-- ``perm``: the elements of the symmetric group S_k (one token each, written in one-line notation)
-  with ``mul`` (the product, the hard op) and two easier partners that are functions of the same
-  product: ``sgn`` (its sign, as the identity or the transposition (0 1)) and ``img`` (where it sends
-  the point 0, as the rotation that does the same).
+- ``perm``: the elements of the symmetric group S_k (one token each, in one-line notation) with
+  ``mul`` (the product, the hard op) and two easier partners that are functions of the same
+  product: ``sgn`` (its sign, as the identity or the transposition (0 1)) and ``img`` (where it
+  sends the point 0, as the rotation that does the same).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ OpFn = Callable[[Sequence[int]], int]
 
 @dataclass(frozen=True, eq=False)
 class Testbed:
-    """Values and ops of one testbed at one size; ops keep a fixed order (it fixes the vocabulary)."""
+    """Values and ops of one testbed at one size; the op order fixes the vocabulary."""
 
     name: str
     size: int  # modulus n (listops) or degree k (perm)
