@@ -299,7 +299,7 @@ def continue_training(
     train_s, tokens, smooth = 0.0, 0, None
     history: list[dict] = []
     val_acc: dict[str, float] = {}
-    stop_reason, step = "max_steps", 0
+    stop_reason, step, reported = "max_steps", 0, 0
     model.train()
     while step < cfg.max_steps:
         ts = time.perf_counter()
@@ -337,12 +337,15 @@ def continue_training(
             if _is_stuck(history, cfg, chance, measure):
                 stop_reason = "stuck"
                 break
-        if on_progress is not None and (step % progress_every == 0 or step == cfg.max_steps):
+        if on_progress is not None and step % progress_every == 0:
             on_progress(Progress(step, cfg.max_steps, smooth, tokens / train_s, dict(val_acc)))
+            reported = step
         if cfg.time_limit_s is not None and time.perf_counter() - t0 > cfg.time_limit_s:
             stop_reason = "time_limit"
             break
 
+    if on_progress is not None and reported != step:  # the step the run ended on
+        on_progress(Progress(step, cfg.max_steps, smooth, tokens / train_s, dict(val_acc)))
     accuracy, strict, teacher = {}, {}, {}
     for op, s in data.test.items():
         answer_ok, strict_ok = evaluate_greedy(model, s, eos_id, cfg.eval_batch_size)
