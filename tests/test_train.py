@@ -180,3 +180,13 @@ def test_teacher_forced_accuracy_of_learned_model(max5, learned_max):
 def test_bad_train_config(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         TrainConfig(**kwargs)
+
+
+def test_progress_reaches_the_last_step(max5):
+    seen = []
+    cfg = TrainConfig(max_steps=70, eval_every=30)
+    result = train(model_config_for(max5, 8), max5, cfg, on_progress=seen.append, progress_every=20)
+    assert [p.step for p in seen] == [20, 40, 60, 70]
+    assert seen[-1].step == result.steps
+    assert all(p.tokens_per_s > 0 and p.loss > 0 for p in seen)
+    assert set(seen[-1].val_accuracy) == {"max"}
