@@ -171,7 +171,7 @@ def make_optimizer(model: RecurrentTransformer, cfg: TrainConfig) -> torch.optim
         {"params": decay, "weight_decay": cfg.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    # The fused kernel does the whole update in one pass: measured 2x faster steps at d = 32.
+    # The fused kernel updates every tensor in one pass: 0-4% faster steps at d = 32 here.
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=True)
 
 
