@@ -1,103 +1,30 @@
-"""Command line: the only module that parses arguments or prints. Nothing imports it."""
+"""Commands that train or show data: ``train``, ``data``, ``bench train``."""
 
 from __future__ import annotations
 
 import json
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from threshold.errors import ThresholdError
-
-app = typer.Typer(
-    help="Find the smallest recurrent transformer that learns a task mixture.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+from threshold.cli.common import (
+    Arity,
+    CacheDir,
+    Depth,
+    Measure,
+    Mod,
+    NTest,
+    NTrain,
+    PNest,
+    SplitSeed,
+    Tasks,
+    Testbed,
+    app,
+    bench_app,
+    run_guarded,
+    task_config,
 )
-bench_app = typer.Typer(help="Throughput benchmarks.", no_args_is_help=True)
-app.add_typer(bench_app, name="bench")
-
-EXIT_USAGE = 2
-
-
-@dataclass
-class _State:
-    debug: bool = False
-
-
-STATE = _State()
-
-
-@app.callback()
-def _main(
-    debug: Annotated[
-        bool, typer.Option(help="Show tracebacks instead of one-line errors.")
-    ] = False,
-) -> None:
-    STATE.debug = debug
-
-
-# Task options shared by every command that makes data.
-Tasks = Annotated[str, typer.Option("--tasks", help="Comma-separated ops, e.g. max,med,add.")]
-Testbed = Annotated[str, typer.Option(help="listops (digits mod n) or perm (S_k).")]
-Mod = Annotated[int, typer.Option("--mod", help="Modulus n (listops) or degree k (perm).")]
-Depth = Annotated[int, typer.Option(help="Expression depth; 2 is one nesting level.")]
-Arity = Annotated[str, typer.Option(help="Operands per op, as MIN-MAX.")]
-PNest = Annotated[float, typer.Option(help="Chance an operand is a nested op.")]
-NTrain = Annotated[int | None, typer.Option(help="Training sequences [default: 5000 x mod].")]
-NTest = Annotated[int, typer.Option(help="Test sequences per op.")]
-Measure = Annotated[str | None, typer.Option(help="Op whose accuracy is the run's number.")]
-SplitSeed = Annotated[int, typer.Option(help="Seed of the held-out split and test sets.")]
-CacheDir = Annotated[
-    Path | None, typer.Option(help="Data cache [default: $THRESHOLD_CACHE or ~/.cache/threshold].")
-]
-
-
-def _task_config(tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed):
-    from threshold.errors import ConfigError
-    from threshold.tasks import TaskConfig
-
-    try:
-        lo, _, hi = arity.partition("-")
-        arity_min, arity_max = int(lo), int(hi or lo)
-    except ValueError:
-        raise ConfigError(f"arity {arity!r} is not allowed: write MIN-MAX, e.g. 2-3") from None
-    ops = tuple(op.strip() for op in tasks.split(",") if op.strip())
-    return TaskConfig(
-        testbed=testbed,
-        ops=ops,
-        n=mod,
-        depth=depth,
-        arity_min=arity_min,
-        arity_max=arity_max,
-        p_nest=p_nest,
-        n_train=n_train,
-        n_test=n_test,
-        measure=measure,
-        split_seed=split_seed,
-    )
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(EXIT_USAGE)
-
-
-def _run(body):
-    """Run ``body``; a ThresholdError becomes one line on stderr and exit status 2."""
-    try:
-        return body()
-    except ThresholdError as e:
-        if STATE.debug:
-            raise
-        raise _fail(str(e)) from None
-    except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        raise typer.Exit(130) from None
 
 
 @app.command()
@@ -134,7 +61,7 @@ def train(
         from threshold.train import TrainConfig, model_config_for
         from threshold.train import train as train_model
 
-        task_cfg = _task_config(
+        task_cfg = task_config(
             tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
         )
         train_cfg = TrainConfig(
@@ -184,7 +111,7 @@ def train(
         else:
             _print_train_report(report)
 
-    _run(body)
+    run_guarded(body)
 
 
 class _TrainProgress:
@@ -275,7 +202,7 @@ def data(
             raise ConfigError(f"split {split!r} is not allowed: use train, val or test")
         if n < 0:
             raise ConfigError(f"--n {n} is not allowed: use 0 or more")
-        task_cfg = _task_config(
+        task_cfg = task_config(
             tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
         )
         data = load_task_data(task_cfg, cache_dir)
@@ -301,7 +228,7 @@ def data(
             for row in rows:
                 typer.echo(row["text"])
 
-    _run(body)
+    run_guarded(body)
 
 
 @bench_app.command("train")
@@ -331,7 +258,7 @@ def bench_train(
             raise ConfigError(f"--d-models {d_models!r} is not a list of integers") from None
         if min(sizes) < 1 or steps < 1:
             raise ConfigError("--d-models and --steps must be 1 or more")
-        task_cfg = _task_config(tasks, "listops", mod, depth, "2-3", 0.25, None, 512, None, 0)
+        task_cfg = task_config(tasks, "listops", mod, depth, "2-3", 0.25, None, 512, None, 0)
         data = load_task_data(task_cfg, cache_dir)
         console = Console(stderr=True)
         with console.status("benchmarking") as status:
@@ -343,7 +270,7 @@ def bench_train(
         else:
             _print_bench(results)
 
-    _run(body)
+    run_guarded(body)
 
 
 def _print_bench(results: dict) -> None:
@@ -370,14 +297,3 @@ def _print_bench(results: dict) -> None:
     console = Console()
     console.print(table)
     console.print(decode)
-
-
-def main() -> None:
-    try:
-        app()
-    except BrokenPipeError:  # e.g. `threshold data | head`
-        sys.stderr.close()
-
-
-if __name__ == "__main__":
-    main()

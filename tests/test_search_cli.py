@@ -1,0 +1,134 @@
+"""`threshold find`, `worker` and `status` as a person uses them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+TINY = ["--tasks", "max", "--mod", "5", "--n-train", "2000", "--n-test", "100",
+        "--d-lo", "4", "--d-hi", "16", "--heartbeat", "2"]  # fmt: skip
+
+
+def threshold(args, tmp_path, **kw):
+    env = dict(os.environ, THRESHOLD_CACHE=str(tmp_path / "cache"))
+    return subprocess.run(
+        [sys.executable, "-m", "threshold", *args], capture_output=True, text=True, env=env,
+        cwd=tmp_path, **kw,
+    )  # fmt: skip
+
+
+def test_find_json_and_status(tmp_path):
+    url = f"sqlite:///{tmp_path}/s.db"
+    proc = threshold(["find", *TINY, "--steps", "40", "--budget", "4", "--storage", url,
+                      "--workers", "2", "--json"], tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["n_trials"] == 4 and report["wall_s"] > 0
+    transition = report["transition"]
+    for key in ("params_p80", "d_p80", "interval_params", "midpoint_params"):
+        assert key in transition
+    lo, hi = transition["interval_params"]
+    assert lo <= transition["params_p80"] <= hi
+    status = threshold(["status", "--storage", url, "--json"], tmp_path)
+    (row,) = json.loads(status.stdout)
+    assert row["study"] == report["study"] and row["n_complete"] == 4
+    # The plain Optuna CLI reads the same storage.
+    plain = subprocess.run(
+        ["optuna", "trials", "--study-name", report["study"], "--storage", url, "-f", "json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert len(json.loads(plain.stdout)) == 4
+
+
+def test_ctrl_c_then_resume_keeps_completed_trials(tmp_path):
+    url = f"sqlite:///{tmp_path}/s.db"
+    args = ["find", *TINY, "--steps", "300", "--budget", "4", "--storage", url, "--json"]
+    env = dict(os.environ, THRESHOLD_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "threshold", *args], env=env, cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    deadline, name = time.monotonic() + 300, None
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        try:
+            (summary,) = optuna.get_all_study_summaries(url)
+        except (ValueError, Exception):
+            continue
+        trials = optuna.load_study(study_name=summary.study_name, storage=url).get_trials()
+        done = [t for t in trials if t.state == TrialState.COMPLETE]
+        if done and any(t.state == TrialState.RUNNING for t in trials):
+            name = summary.study_name
+            break
+    assert name is not None, "no trial completed in time"
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does in a terminal
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "resume" in err
+    before = {
+        t.number: t.value
+        for t in optuna.load_study(study_name=name, storage=url).get_trials()
+        if t.state == TrialState.COMPLETE
+    }
+    assert before
+    again = threshold(args, tmp_path, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["study"] == name
+    after = optuna.load_study(study_name=name, storage=url).get_trials()
+    for number, value in before.items():
+        assert after[number].state == TrialState.COMPLETE and after[number].value == value
+    assert sum(t.state == TrialState.COMPLETE for t in after) == 4
+    assert not [t for t in after if t.state == TrialState.RUNNING]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["worker", "--study", "nope"], "does not exist"),
+        (["find", "--storage", "not-a-url"], "'not-a-url' is not a database URL"),
+        (["find", "--storage", "postgresql+psycopg://x@127.0.0.1:1/db"], "cannot be opened"),
+        (["find", "--budget", "2"], "budget 2 is below the initial bracket"),
+        (["find", "--workers", "0"], "--workers 0 is not allowed"),
+        (["find", "--precision", "0.5"], "precision 0.5"),
+        (["status", "--storage", "sqlite:///missing.db"], "does not exist"),
+    ],
+)
+def test_bad_input(tmp_path, args, message):
+    if "--storage" not in args:
+        args = [*args, "--storage", f"sqlite:///{tmp_path}/s.db"]
+    proc = threshold(args, tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: ") and message in line
+    assert not (tmp_path / "s.db").exists() and not (tmp_path / "missing.db").exists()
+
+
+def test_reused_name_with_other_settings(tmp_path):
+    url = f"sqlite:///{tmp_path}/s.db"
+    first = threshold(["find", *TINY, "--steps", "20", "--budget", "3", "--storage", url,
+                       "--study", "mine", "--json"], tmp_path)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    second = threshold(["find", *TINY, "--steps", "30", "--budget", "3", "--storage", url,
+                        "--study", "mine"], tmp_path)  # fmt: skip
+    assert second.returncode == 2
+    assert "study 'mine' exists with other settings (train.max_steps: 20 -> 30)" in second.stderr
+    study = optuna.load_study(study_name="mine", storage=url)
+    assert len(study.get_trials()) == 3
+
+
+def test_unknown_study(tmp_path):
+    from threshold.search.study import open_storage
+
+    open_storage(f"sqlite:///{tmp_path}/s.db")
+    proc = threshold(["worker", "--study", "nope", "--storage", f"sqlite:///{tmp_path}/s.db"],
+                     tmp_path)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("error: study 'nope' is not in this storage (studies: none)")

@@ -1,0 +1,293 @@
+"""The transition-search maths: posterior, policy, fit, estimate and the simulated benchmark."""
+
+import json
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
+
+from threshold.errors import ConfigError
+from threshold.search import (
+    ResponseModel,
+    SearchSettings,
+    bench_search,
+    bracket,
+    decide,
+    fit_logistic,
+    level_fraction,
+    listops_params,
+    listops_table,
+    make_truth,
+    posterior_summary,
+    sample_accuracy,
+    search_range,
+    transition_estimate,
+)
+
+TABLE = listops_table(4, 512)
+MODEL = ResponseModel()
+CHANCE = MODEL.unlearned_mean
+
+
+def make_settings(**kwargs) -> SearchSettings:
+    return SearchSettings(TABLE, chance=CHANCE, **kwargs)
+
+
+def runs_at(settings, truth, sizes, seeds, rng):
+    """(d, accuracy) for every size x seeds, drawn from the simulated truth."""
+    return [
+        (int(d), sample_accuracy(rng, MODEL, truth, float(settings.x_of(d))))
+        for d in sizes
+        for _ in range(seeds)
+    ]
+
+
+def drive(settings, truth, rng, max_runs=60):
+    """decide() in a loop with one worker; returns the runs and the final decision."""
+    completed = []
+    for _ in range(max_runs):
+        decision = decide(settings, completed, [])
+        if decision.stop:
+            return completed, decision
+        completed.append(
+            (decision.d, sample_accuracy(rng, MODEL, truth, float(settings.x_of(decision.d))))
+        )
+    return completed, decide(settings, completed, [])
+
+
+def test_param_table_matches_the_model():
+    from threshold.model import ModelConfig, param_count
+
+    for d in (4, 10, 33, 128, 512):
+        assert listops_params(d) == param_count(ModelConfig(22, 60, d))["total"]
+    assert dict(TABLE)[64] == param_count(ModelConfig(22, 60, 64))["total"]
+
+
+@pytest.mark.parametrize(("d80", "slope"), [(20.0, 3.0), (60.0, 2.0), (150.0, 5.0)])
+def test_planted_curve_recovered_and_interval_narrows(d80, slope):
+    s = make_settings()
+    truth = make_truth(MODEL, d80, slope)
+    sizes = sorted({s.nearest(v) for v in np.geomspace(8, 400, 12)})
+    few, _ = posterior_summary(s, runs_at(s, truth, sizes, 2, np.random.default_rng(1)))
+    many, _ = posterior_summary(s, runs_at(s, truth, sizes, 8, np.random.default_rng(2)))
+    for summary in (few, many):
+        assert summary.x80_lo <= truth.x80 <= summary.x80_hi
+        assert summary.mid_lo <= truth.mid <= summary.mid_hi
+    assert many.ratio < few.ratio
+    assert abs(many.asymptote_mean - truth.asymptote) < 0.03
+
+
+def test_bimodal_seeds_keep_the_asymptote_and_centre():
+    """Half the seeds at the transition learn, half stay at chance, one ends half-learned."""
+    s = make_settings()
+    truth = make_truth(MODEL, 48.0, 3.0)
+    mid_d = float(s.d_of(truth.mid))
+    runs = [(16, 0.15), (20, 0.14), (24, 0.17), (128, 0.98), (160, 0.97), (200, 0.99)]
+    near = s.nearest(mid_d)
+    runs += [(near, 0.97), (near, 0.15), (near, 0.98), (near, 0.16), (near, 0.55)]
+    summary, _ = posterior_summary(s, runs)
+    assert abs(summary.asymptote_mean - 0.975) < 0.03  # unlearned seeds do not drag A down
+    assert summary.mid_lo <= float(s.x_of(near)) <= summary.mid_hi
+    assert summary.x80_lo <= truth.x80 <= summary.x80_hi
+
+
+def test_initial_bracket_is_fixed_and_shared_by_workers():
+    s = make_settings()
+    hi, lo, mid = bracket(s)
+    assert (hi, lo) == (s.d_hi, s.d_lo)
+    assert abs(float(s.x_of(mid)) - 0.5 * float(s.x_of(lo) + s.x_of(hi))) < 0.1
+    first = decide(s, [], [])
+    assert (first.d, first.replicate, first.reason) == (hi, 0, "bracket")
+    assert decide(s, [(hi, 0.97)], []).d == lo
+    assert decide(s, [], [hi]).d == lo  # a second worker takes the next bracket size
+    assert decide(s, [(hi, 0.97)], [lo]).d == mid
+    assert decide(s, [(hi, 0.97), (lo, 0.15)], []).d == mid
+
+
+def test_repeats_happen_with_replicate_index():
+    s = make_settings()
+    completed, _ = drive(s, make_truth(MODEL, 50.0, 3.0), np.random.default_rng(3))
+    sizes = [d for d, _ in completed]
+    assert max(sizes.count(d) for d in set(sizes)) >= 3
+    # the replicate index is the number of earlier runs at that size
+    decision = decide(s, completed, [])
+    if not decision.stop:
+        assert decision.replicate == sizes.count(decision.d)
+
+
+@pytest.mark.parametrize(("d80", "side"), [(7.0, "low"), (330.0, "high")])
+def test_widening_beyond_the_initial_range(d80, side):
+    s = make_settings()
+    truth = make_truth(MODEL, d80, 3.0)
+    completed, _ = drive(s, truth, np.random.default_rng(4))
+    sizes = [d for d, _ in completed]
+    if side == "low":
+        assert min(sizes) < s.d_lo
+    else:
+        assert max(sizes) > s.d_hi
+    assert s.d_min <= min(sizes) and max(sizes) <= s.d_max
+    summary, d_range = posterior_summary(s, completed)
+    assert d_range == search_range(s, sizes)
+    assert summary.x80_lo <= truth.x80 <= summary.x80_hi
+
+
+def test_pending_trials_spread_parallel_workers():
+    s = make_settings()
+    truth = make_truth(MODEL, 60.0, 3.0)
+    completed = runs_at(s, truth, bracket(s), 1, np.random.default_rng(5))
+    completed += runs_at(s, truth, [40, 60, 80], 1, np.random.default_rng(6))
+    alone = decide(s, completed, [])
+    crowded = decide(s, completed, [alone.d] * 3)
+    assert crowded.d != alone.d
+    assert crowded.replicate == [d for d, _ in completed].count(crowded.d)
+    # the order pending trials come in does not matter
+    assert decide(s, completed, [alone.d, 30, 90]).d == decide(s, completed, [90, alone.d, 30]).d
+
+
+def test_stop_on_precision_and_on_budget():
+    s = make_settings(budget=80)
+    truth = make_truth(MODEL, 40.0, 4.0)
+    _, final = drive(s, truth, np.random.default_rng(7), max_runs=80)
+    assert final.stop and final.reason == "precision"
+    assert final.estimate["ratio"] <= s.precision
+    lo, hi = np.log(final.estimate["interval_params"])
+    assert lo <= truth.x80 <= hi
+
+    small = make_settings(budget=5)
+    runs = runs_at(small, truth, [128, 16, 47], 1, np.random.default_rng(8))
+    assert not decide(small, runs, [30]).stop
+    stopped = decide(small, runs, [30, 40])
+    assert stopped.stop and stopped.reason == "budget" and stopped.d is None
+
+
+def test_decisions_are_deterministic():
+    s = make_settings()
+    truth = make_truth(MODEL, 80.0, 2.5)
+    completed = runs_at(s, truth, [16, 47, 70, 100, 128], 2, np.random.default_rng(9))
+    first = decide(s, completed, [64])
+    assert decide(s, list(completed), [64]) == first
+    assert decide(s, completed[::-1], [64]).d == first.d
+    json.dumps(first.to_dict())
+
+
+def test_level_definition_switch():
+    assert level_fraction(1.0, 0.15, 0.8, True) == pytest.approx(0.8)
+    assert level_fraction(1.0, 0.15, 0.8, False) == pytest.approx((0.8 - 0.15) / 0.85)
+    truth = make_truth(MODEL, 60.0, 3.0)
+    paper, corrected = make_settings(), make_settings(chance_corrected=True)
+    runs = runs_at(paper, truth, [16, 32, 47, 64, 90, 128], 3, np.random.default_rng(10))
+    x_paper = posterior_summary(paper, runs)[0].x80_median
+    x_corrected = posterior_summary(corrected, runs)[0].x80_median
+    assert x_corrected > x_paper  # c + 0.8 (A - c) sits above 0.8 A
+    est = transition_estimate(corrected, runs)
+    assert est["chance_corrected"] is True
+    assert est["params_p80"] > transition_estimate(paper, runs)["params_p80"]
+
+
+def test_fit_logistic_recovers_clean_curve():
+    x = np.repeat(np.linspace(7.0, 13.0, 15), 2)  # (30,)
+    rng = np.random.default_rng(11)
+    lower, upper, mid, slope = 0.12, 0.96, 10.0, 2.5
+    y = lower + (upper - lower) / (1 + np.exp(-slope * (x - mid))) + rng.normal(0, 0.005, x.size)
+    fit = fit_logistic(x, y, chance=0.12)
+    assert fit is not None
+    assert fit.lower == pytest.approx(lower, abs=0.02)
+    assert fit.upper == pytest.approx(upper, abs=0.02)
+    assert fit.midpoint == pytest.approx(mid, abs=0.05)
+    assert fit.slope == pytest.approx(slope, rel=0.1)
+    frac = (0.8 * fit.upper - fit.lower) / (fit.upper - fit.lower)
+    assert fit.x80 == pytest.approx(fit.midpoint + np.log(frac / (1 - frac)) / fit.slope)
+    corrected = fit_logistic(x, y, chance=0.12, chance_corrected=True)
+    assert corrected.x80 > fit.x80
+    assert fit_logistic(x[:4], y[:4], chance=0.12) is None  # too few runs
+    with pytest.raises(ConfigError):
+        fit_logistic(x, y[:-1], chance=0.12)
+
+
+def test_transition_estimate_is_small_json():
+    s = make_settings()
+    truth = make_truth(MODEL, 70.0, 3.0)
+    completed, _ = drive(s, truth, np.random.default_rng(12))
+    est = transition_estimate(s, completed)
+    text = json.dumps(est)
+    assert len(text) < 2000
+    for key in ("params_p80", "d_p80", "midpoint_params", "midpoint_d", "asymptote"):
+        assert type(est[key]) is float
+    for key in ("interval_params", "interval_d", "midpoint_interval_params"):
+        lo, hi = est[key]
+        assert type(lo) is float and lo < hi
+    assert est["interval_d"][0] <= est["d_p80"] <= est["interval_d"][1]
+    assert est["n_runs"] == len(completed)
+    spread = est["seed_spread"]
+    assert spread["n_near"] >= 1 and 0 <= spread["learned_share"] <= 1
+    assert spread["runs_for_precision"] >= len(completed)
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ConfigError, match="budget"):
+        make_settings(budget=2)
+    with pytest.raises(ConfigError, match="d_lo"):
+        make_settings(d_lo=600)
+    with pytest.raises(ConfigError):
+        make_settings(d_lo=128, d_hi=16)
+    with pytest.raises(ConfigError, match="precision"):
+        make_settings(precision=1.0)
+    s = make_settings()
+    with pytest.raises(ConfigError, match="not an allowed size"):
+        decide(s, [(1000, 0.5)], [])
+    with pytest.raises(ConfigError, match="accuracies"):
+        decide(s, [(16, 1.5)], [])
+
+
+def test_decide_is_fast_with_sixty_runs():
+    s = make_settings(budget=100, precision=1.01)
+    truth = make_truth(MODEL, 60.0, 3.0)
+    sizes = [12, 16, 24, 32, 47, 56, 64, 80, 100, 128, 200, 256]
+    completed = runs_at(s, truth, sizes, 5, np.random.default_rng(13))
+    decide(s, completed, [64, 80])  # warm caches
+    start = time.perf_counter()
+    decision = decide(s, completed, [64, 80])
+    assert time.perf_counter() - start < 0.5
+    assert not decision.stop
+
+
+@hyp_settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.tuples(st.integers(4, 512), st.floats(0.0, 1.0)), min_size=3, max_size=12),
+    st.lists(st.integers(4, 512), max_size=3),
+)
+def test_any_trials_give_an_allowed_size(completed, pending):
+    s = make_settings()
+    decision = decide(s, completed, pending)
+    if not decision.stop:
+        assert s.d_min <= decision.d <= s.d_max
+        used = [d for d, _ in completed] + pending
+        assert decision.replicate == used.count(decision.d)
+    json.dumps(decision.to_dict())
+
+
+def test_bench_search_small():
+    result = bench_search(n_studies=20, seed=1, methods=("policy", "grid"), n_boot=30)
+    ours, grid = result["methods"]["policy"], result["methods"]["grid"]
+    assert ours["mean_compute"] < 0.5 * grid["mean_compute"]
+    assert ours["median_compute"] < 0.3 * grid["median_compute"]
+    assert ours["coverage"] >= 0.75
+    assert ours["median_width_ratio"] < 3.5
+    assert "grid_posterior" in result["methods"]
+
+
+@pytest.mark.parametrize(
+    ("accuracy", "reason", "edge"), [(0.15, "above_range", 512), (0.975, "below_range", 4)]
+)
+def test_gives_up_when_the_transition_is_outside_the_allowed_sizes(accuracy, reason, edge):
+    s = make_settings()
+    completed, final = [], decide(s, [], [])
+    while not final.stop:
+        completed.append((final.d, accuracy))
+        final = decide(s, completed, [])
+    assert final.reason == reason
+    assert edge in [d for d, _ in completed]
+    assert len(completed) < s.budget

@@ -1,0 +1,94 @@
+import json
+
+import optuna
+import pytest
+
+from threshold import ConfigError, ThresholdError
+from threshold.search.study import (
+    SearchConfig,
+    StorageError,
+    StudySettings,
+    create_or_load_study,
+    load_study,
+    open_storage,
+    study_rows,
+)
+from threshold.tasks import TaskConfig
+from threshold.train import TrainConfig
+
+
+def settings(**search) -> StudySettings:
+    task = TaskConfig(ops=("max", "med", "add"), n=10)
+    return StudySettings(task, TrainConfig(max_steps=100), SearchConfig(**search))
+
+
+def test_study_name_and_settings_round_trip(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db")
+    s = settings()
+    study = create_or_load_study(s, storage)
+    assert study.study_name.startswith("listops10-max+med+add-add-")
+    _, loaded = load_study(study.study_name, storage)
+    assert loaded == s
+    attrs = study.user_attrs
+    assert all(len(json.dumps(v)) < 2000 for v in attrs.values())
+    assert {"task", "train", "search", "version", "git_commit"} <= set(attrs)
+    # The same settings find the same study; other settings make another one.
+    assert create_or_load_study(s, storage).study_name == study.study_name
+    assert create_or_load_study(settings(budget=7), storage).study_name != study.study_name
+
+
+def test_reusing_a_name_with_other_settings_is_refused(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db")
+    create_or_load_study(settings(), storage, name="mine")
+    with pytest.raises(ConfigError, match=r"'mine' exists with other settings.*budget"):
+        create_or_load_study(settings(budget=9), storage, name="mine")
+
+
+def test_sqlite_storage_is_in_wal_mode_and_readable_by_plain_optuna(tmp_path):
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    create_or_load_study(settings(), open_storage(url), name="s1")
+    with sqlite3.connect(tmp_path / "s.db") as con:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert [s.study_name for s in optuna.get_all_study_summaries(url)] == ["s1"]
+
+
+def test_unknown_study_and_bad_urls(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db")
+    with pytest.raises(ThresholdError, match="'nope' is not in this storage"):
+        load_study("nope", storage)
+    with pytest.raises(StorageError, match="not a database URL"):
+        open_storage("studies/threshold.db")
+    with pytest.raises(StorageError, match="cannot be opened"):
+        open_storage("postgresql+psycopg://nobody@127.0.0.1:1/none")
+    with pytest.raises(StorageError, match="does not exist"):
+        open_storage(f"sqlite:///{tmp_path}/missing.db", create=False)
+    assert not (tmp_path / "missing.db").exists()
+
+
+def test_status_rows(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db")
+    study = create_or_load_study(settings(), storage, name="s1")
+    study.set_user_attr("estimate", json.dumps({"params_p80": 1000.0}))
+    (row,) = study_rows(storage)
+    assert row == {
+        "study": "s1",
+        "n_complete": 0,
+        "n_running": 0,
+        "estimate": {"params_p80": 1000.0},
+    }
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"budget": 2}, "below the initial bracket"),
+        ({"precision": 1.0}, "precision 1.0"),
+        ({"d_lo": 64, "d_hi": 32}, "d range"),
+        ({"level": 1.2}, "level 1.2"),
+    ],
+)
+def test_bad_search_config(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        SearchConfig(**kwargs)

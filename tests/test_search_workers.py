@@ -1,0 +1,117 @@
+"""Real workers on real storage: processes share a study; a killed worker loses nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from threshold.checkpoint import load_checkpoint
+from threshold.search.study import SearchConfig, StudySettings, open_storage
+from threshold.tasks import TaskConfig
+from threshold.train import TrainConfig
+
+TASK = TaskConfig(ops=("max",), n=5, n_train=2000, n_test=100, n_val=50)
+
+
+def make_study(url: str, name: str, steps: int, budget: int) -> StudySettings:
+    from threshold.search.study import create_or_load_study
+
+    # A precision no run count can reach: the budget ends the study.
+    search = SearchConfig(d_lo=4, d_hi=16, budget=budget, precision=1.001)
+    settings = StudySettings(TASK, TrainConfig(max_steps=steps, eval_every=50), search)
+    create_or_load_study(settings, open_storage(url, heartbeat_s=1), name)
+    return settings
+
+
+def start_worker(url: str, name: str, cache, env_extra=None) -> subprocess.Popen:
+    env = dict(os.environ, THRESHOLD_CACHE=str(cache), THRESHOLD_ARTIFACTS=str(cache / "art"))
+    return subprocess.Popen(
+        [sys.executable, "-m", "threshold", "worker", "--study", name, "--storage", url,
+         "--heartbeat", "1"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def trials_of(url: str, name: str):
+    return optuna.load_study(study_name=name, storage=url).get_trials()
+
+
+def check_recorded_once(trials, budget: int) -> list:
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(done) == budget
+    keys = [(t.params["d_model"], t.user_attrs["replicate"]) for t in done]
+    assert len(set(keys)) == len(keys), keys
+    seeds = [t.user_attrs["seed"] for t in done]
+    assert len(set(seeds)) == len(seeds)
+    for t in done:
+        assert 0.0 <= t.value <= 1.0
+        assert t.user_attrs["checkpoint_artifact"]
+        assert json.loads(t.user_attrs["decision"])
+    return done
+
+
+def test_three_workers_share_a_postgres_study(postgres_url, tmp_path):
+    name, budget = "pg-three", 6
+    make_study(postgres_url, name, steps=40, budget=budget)
+    procs = [start_worker(postgres_url, name, tmp_path) for _ in range(3)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outs
+    trials = trials_of(postgres_url, name)
+    done = check_recorded_once(trials, budget)
+    assert not [t for t in trials if t.state != TrialState.COMPLETE]
+    # More than one process did the work.
+    assert len({t.user_attrs["worker"] for t in done}) >= 2
+    study = optuna.load_study(study_name=name, storage=postgres_url)
+    assert json.loads(study.user_attrs["estimate"])["n_runs"] == budget
+
+
+def test_killed_worker_loses_no_completed_trial(tmp_path):
+    url, name, budget = f"sqlite:///{tmp_path}/s.db", "kill", 5
+    make_study(url, name, steps=600, budget=budget)
+    procs = [start_worker(url, name, tmp_path) for _ in range(2)]
+    deadline = time.monotonic() + 240
+    victim = None
+    while victim is None and time.monotonic() < deadline:
+        for t in trials_of(url, name):
+            # Kill a worker once its trial has trained for a while (it has reported progress).
+            if t.state == TrialState.RUNNING and t.intermediate_values and "worker" in t.user_attrs:
+                victim = t
+                break
+        time.sleep(0.2)
+    assert victim is not None, "no trial reached mid-training"
+    pid = int(victim.user_attrs["worker"].rsplit(":", 1)[1])
+    os.kill(pid, signal.SIGKILL)
+    survivor = next(p for p in procs if p.pid != pid)
+    out = survivor.communicate(timeout=400)[0]
+    assert survivor.returncode == 0, out
+    trials = trials_of(url, name)
+    killed = next(t for t in trials if t.number == victim.number)
+    assert killed.state == TrialState.FAIL
+    retry = [t for t in trials if t.system_attrs.get("failed_trial") == victim.number]
+    assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE
+    assert retry[0].params == killed.params
+    assert retry[0].user_attrs["seed"] == victim.user_attrs["seed"]
+    done = check_recorded_once(trials, budget)
+    for t in done:
+        path = tmp_path / "art" / t.user_attrs["checkpoint_artifact"]
+        assert load_checkpoint(path).model_config.d_model == t.params["d_model"]
+
+
+@pytest.mark.parametrize("workers", [0, -1])
+def test_find_refuses_zero_workers(tmp_path, workers):
+    proc = subprocess.run(
+        [sys.executable, "-m", "threshold", "find", "--workers", str(workers),
+         "--storage", f"sqlite:///{tmp_path}/s.db"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"error: --workers {workers} is not allowed: use 1 or more"
+    assert not (tmp_path / "s.db").exists()

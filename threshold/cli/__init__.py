@@ -1,0 +1,17 @@
+"""Command line: the only package that parses arguments or prints. Nothing imports it."""
+
+from __future__ import annotations
+
+import sys
+
+from threshold.cli import search_cmds, train_cmds  # noqa: F401  (they register commands)
+from threshold.cli.common import app
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    try:
+        app()
+    except BrokenPipeError:  # e.g. `threshold data | head`
+        sys.stderr.close()

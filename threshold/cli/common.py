@@ -1,0 +1,98 @@
+"""The app, the options every command shares, and one-line error handling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from threshold.errors import ThresholdError
+
+app = typer.Typer(
+    help="Find the smallest recurrent transformer that learns a task mixture.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+bench_app = typer.Typer(help="Throughput benchmarks.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+EXIT_USAGE = 2
+
+
+@dataclass
+class _State:
+    debug: bool = False
+
+
+STATE = _State()
+
+
+@app.callback()
+def _main(
+    debug: Annotated[
+        bool, typer.Option(help="Show tracebacks instead of one-line errors.")
+    ] = False,
+) -> None:
+    STATE.debug = debug
+
+
+# Task options shared by every command that makes data.
+Tasks = Annotated[str, typer.Option("--tasks", help="Comma-separated ops, e.g. max,med,add.")]
+Testbed = Annotated[str, typer.Option(help="listops (digits mod n) or perm (S_k).")]
+Mod = Annotated[int, typer.Option("--mod", help="Modulus n (listops) or degree k (perm).")]
+Depth = Annotated[int, typer.Option(help="Expression depth; 2 is one nesting level.")]
+Arity = Annotated[str, typer.Option(help="Operands per op, as MIN-MAX.")]
+PNest = Annotated[float, typer.Option(help="Chance an operand is a nested op.")]
+NTrain = Annotated[int | None, typer.Option(help="Training sequences [default: 5000 x mod].")]
+NTest = Annotated[int, typer.Option(help="Test sequences per op.")]
+Measure = Annotated[str | None, typer.Option(help="Op whose accuracy is the run's number.")]
+SplitSeed = Annotated[int, typer.Option(help="Seed of the held-out split and test sets.")]
+CacheDir = Annotated[
+    Path | None, typer.Option(help="Data cache [default: $THRESHOLD_CACHE or ~/.cache/threshold].")
+]
+
+
+def task_config(tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed):
+    from threshold.errors import ConfigError
+    from threshold.tasks import TaskConfig
+
+    try:
+        lo, _, hi = arity.partition("-")
+        arity_min, arity_max = int(lo), int(hi or lo)
+    except ValueError:
+        raise ConfigError(f"arity {arity!r} is not allowed: write MIN-MAX, e.g. 2-3") from None
+    ops = tuple(op.strip() for op in tasks.split(",") if op.strip())
+    return TaskConfig(
+        testbed=testbed,
+        ops=ops,
+        n=mod,
+        depth=depth,
+        arity_min=arity_min,
+        arity_max=arity_max,
+        p_nest=p_nest,
+        n_train=n_train,
+        n_test=n_test,
+        measure=measure,
+        split_seed=split_seed,
+    )
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(EXIT_USAGE)
+
+
+def run_guarded(body):
+    """Run ``body``; a ThresholdError becomes one line on stderr and exit status 2."""
+    try:
+        return body()
+    except ThresholdError as e:
+        if STATE.debug:
+            raise
+        raise _fail(str(e)) from None
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        raise typer.Exit(130) from None

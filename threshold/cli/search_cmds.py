@@ -1,0 +1,284 @@
+"""Commands of the transition search: ``find``, ``worker``, ``status``, ``bench search``."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated
+
+import typer
+
+from threshold.cli.common import (
+    Arity,
+    CacheDir,
+    Depth,
+    Measure,
+    Mod,
+    NTest,
+    NTrain,
+    PNest,
+    SplitSeed,
+    Tasks,
+    Testbed,
+    app,
+    bench_app,
+    run_guarded,
+    task_config,
+)
+
+Storage = Annotated[
+    str | None,
+    typer.Option(
+        help="Database URL [default: $THRESHOLD_STORAGE or sqlite:///studies/threshold.db]."
+    ),
+]
+Heartbeat = Annotated[
+    int, typer.Option(help="Seconds between heartbeats; a trial silent for 3 of them is retried.")
+]
+
+
+@app.command()
+def find(
+    tasks: Tasks = "max",
+    testbed: Testbed = "listops",
+    mod: Mod = 10,
+    depth: Depth = 2,
+    arity: Arity = "2-3",
+    p_nest: PNest = 0.25,
+    n_train: NTrain = None,
+    n_test: NTest = 2000,
+    measure: Measure = None,
+    split_seed: SplitSeed = 0,
+    budget: Annotated[int, typer.Option(help="Most training runs.")] = 40,
+    precision: Annotated[
+        float,
+        typer.Option(help="Stop when the 90% interval of the 80% point is this narrow."),
+    ] = 2.0,
+    d_lo: Annotated[int, typer.Option(help="Smallest d of the initial bracket.")] = 8,
+    d_hi: Annotated[int, typer.Option(help="Largest d of the initial bracket.")] = 128,
+    steps: Annotated[int, typer.Option(help="Most training steps per run.")] = 20_000,
+    seed: Annotated[int, typer.Option(help="Base seed; run seeds derive from it.")] = 0,
+    workers: Annotated[int, typer.Option(help="Worker processes (one torch thread each).")] = 1,
+    storage: Storage = None,
+    study: Annotated[str | None, typer.Option(help="Study name [default: derived].")] = None,
+    heartbeat: Heartbeat = 30,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    cache_dir: CacheDir = None,
+) -> None:
+    """Locate the learning transition of a mixture with an Optuna study."""
+
+    def body():
+        from threshold.errors import ConfigError
+        from threshold.search.find import prepare_study, snapshot, start_workers
+        from threshold.search.study import SearchConfig, StudySettings
+        from threshold.train import TrainConfig
+
+        if workers < 1:
+            raise ConfigError(f"--workers {workers} is not allowed: use 1 or more")
+        if heartbeat < 1:
+            raise ConfigError(f"--heartbeat {heartbeat} is not allowed: use 1 or more seconds")
+        settings = StudySettings(
+            task_config(
+                tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
+            ),
+            TrainConfig(max_steps=steps),
+            SearchConfig(d_lo=d_lo, d_hi=d_hi, precision=precision, budget=budget, base_seed=seed),
+        )
+        t0 = time.perf_counter()
+        name, url = prepare_study(settings, storage, study, heartbeat)
+        procs = start_workers(name, url, workers, heartbeat, cache_dir)
+        try:
+            with _LiveView(enabled=not as_json) as view:
+                while any(p.poll() is None for p in procs):
+                    view.update(snapshot(url, name))
+                    time.sleep(2)
+                view.update(snapshot(url, name))
+        except KeyboardInterrupt:
+            for p in procs:
+                p.wait(timeout=60)
+            typer.echo(f"interrupted: run the same command to resume study {name!r}", err=True)
+            raise typer.Exit(130) from None
+        failed = [p.returncode for p in procs if p.returncode != 0]
+        if failed:
+            raise ConfigError(f"{len(failed)} worker(s) failed (exit {failed[0]}); see above")
+        snap = snapshot(url, name)
+        report = {
+            "study": name,
+            "storage": url,
+            "transition": snap["estimate"],
+            "n_trials": snap["n_trials"],
+            "wall_s": round(time.perf_counter() - t0, 1),
+        }
+        if as_json:
+            typer.echo(json.dumps(report))
+        else:
+            _print_summary(report)
+
+    run_guarded(body)
+
+
+@app.command()
+def worker(
+    study: Annotated[str, typer.Option(help="Name of the study to join.")],
+    storage: Storage = None,
+    heartbeat: Heartbeat = 30,
+    max_trials: Annotated[int | None, typer.Option(help="Stop after this many trials.")] = None,
+    quiet: Annotated[bool, typer.Option(help="Log warnings only.")] = False,
+    cache_dir: CacheDir = None,
+) -> None:
+    """Join a study (from this or another machine) and run its trials until it is done."""
+
+    def body():
+        import logging
+
+        import optuna
+
+        from threshold.search.worker import run_worker
+
+        level = logging.WARNING if quiet else logging.INFO
+        logging.basicConfig(level=level, format="%(asctime)s worker %(process)d %(message)s")
+        optuna.logging.set_verbosity(level)
+        run_worker(study, storage, heartbeat, max_trials, cache_dir)
+
+    run_guarded(body)
+
+
+@app.command()
+def status(
+    storage: Storage = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+) -> None:
+    """List the studies in a storage with their current transition estimates."""
+
+    def body():
+        from threshold.search.study import open_storage, storage_url, study_rows
+
+        rows = study_rows(open_storage(storage_url(storage), create=False))
+        if as_json:
+            typer.echo(json.dumps(rows))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="studies")
+        table.add_column("study", overflow="fold")
+        for col in ("runs", "running", "80% point (params)", "90% interval", "d"):
+            table.add_column(col, justify="right")
+        for r in rows:
+            est = r["estimate"] or {}
+            interval = est.get("interval_params")
+            table.add_row(
+                r["study"],
+                str(r["n_complete"]),
+                str(r["n_running"]),
+                f"{est['params_p80']:,.0f}" if est.get("params_p80") else "-",
+                f"{interval[0]:,.0f} - {interval[1]:,.0f}" if interval else "-",
+                f"{est['d_p80']:.1f}" if est.get("d_p80") else "-",
+            )
+        Console().print(table)
+
+    run_guarded(body)
+
+
+@bench_app.command("search")
+def bench_search(
+    studies: Annotated[int, typer.Option(help="Simulated studies.")] = 200,
+    seed: Annotated[int, typer.Option(help="Seed of the simulated truths.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Our sampler against a dense grid and plain Optuna on simulated studies with known truth."""
+
+    def body():
+        from threshold.errors import ConfigError
+        from threshold.search.simulate import bench_search as run_bench
+
+        if studies < 1:
+            raise ConfigError(f"--studies {studies} is not allowed: use 1 or more")
+        result = run_bench(n_studies=studies, seed=seed)
+        if as_json:
+            typer.echo(json.dumps(result))
+            return
+        _print_bench_search(result)
+
+    run_guarded(body)
+
+
+class _LiveView:
+    """A live table of the study's trials and its current estimate."""
+
+    def __init__(self, enabled: bool) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        self.live = Live(console=Console(stderr=True), refresh_per_second=2, transient=False)
+        self.enabled = enabled
+
+    def __enter__(self):
+        if self.enabled:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            return self.live.__exit__(*exc)
+        return None
+
+    def update(self, snap: dict) -> None:
+        if self.enabled:
+            self.live.update(_trials_table(snap))
+
+
+def _trials_table(snap: dict):
+    from rich.table import Table
+
+    est = snap["estimate"]
+    caption = "no estimate yet"
+    if est and est.get("params_p80"):
+        lo, hi = est["interval_params"]
+        caption = (
+            f"80% point: {est['params_p80']:,.0f} params (d {est['d_p80']:.1f}), "
+            f"90% interval {lo:,.0f} - {hi:,.0f}"
+        )
+    table = Table(title=f"study {snap['study']}", caption=caption)
+    for col in ("trial", "d", "params", "seed", "accuracy", "time", "state"):
+        table.add_column(col, justify="right")
+    for r in snap["trials"][-20:]:
+        if r["accuracy"] is not None:
+            acc = f"{r['accuracy']:.3f}"
+        elif r["val_accuracy"] is not None:
+            acc = f"({r['val_accuracy']:.2f} @ {r['step']})"
+        else:
+            acc = "-"
+        table.add_row(
+            str(r["number"]),
+            str(r["d_model"] or "-"),
+            f"{r['params_total']:,}" if r["params_total"] else "-",
+            str(r["seed"] if r["seed"] is not None else "-"),
+            acc,
+            f"{r['seconds']:.0f}s" if r["seconds"] is not None else "-",
+            r["state"].lower() + (f" ({r['stop_reason']})" if r["stop_reason"] else ""),
+        )
+    return table
+
+
+def _print_summary(report: dict) -> None:
+    from rich.console import Console
+
+    console = Console()
+    est = report["transition"]
+    if not est or not est.get("params_p80"):
+        console.print(f"study {report['study']}: {report['n_trials']} runs, no estimate yet")
+        return
+    lo, hi = est["interval_params"]
+    console.print(
+        f"study {report['study']}: {report['n_trials']} runs in {report['wall_s']:.0f} s\n"
+        f"80% point: {est['params_p80']:,.0f} parameters (d = {est['d_p80']:.1f}), "
+        f"90% interval {lo:,.0f} - {hi:,.0f}\n"
+        f"midpoint: {est['midpoint_params']:,.0f} parameters"
+    )
+
+
+def _print_bench_search(result: dict) -> None:
+    from rich.console import Console
+
+    Console().print_json(json.dumps(result))

@@ -1,0 +1,70 @@
+"""Running a search: prepare the study, start worker processes, and read its state for display."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from threshold.search.sampler import PARAM
+from threshold.search.study import StudySettings, create_or_load_study, open_storage, storage_url
+
+__all__ = ["prepare_study", "snapshot", "start_workers"]
+
+
+def prepare_study(
+    settings: StudySettings, url: str | None, name: str | None, heartbeat_s: int
+) -> tuple[str, str]:
+    """Create (or check and reuse) the study; returns its name and the storage URL."""
+    url = storage_url(url)
+    storage = open_storage(url, heartbeat_s)
+    study = create_or_load_study(settings, storage, name)
+    return study.study_name, url
+
+
+def start_workers(
+    name: str, url: str, workers: int, heartbeat_s: int, cache_dir: Path | None
+) -> list[subprocess.Popen]:
+    """``workers`` processes of ``threshold worker``, each with one torch thread."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    if cache_dir is not None:
+        env["THRESHOLD_CACHE"] = str(cache_dir)
+    command = [sys.executable, "-m", "threshold", "worker", "--study", name, "--storage", url]
+    command += ["--heartbeat", str(heartbeat_s), "--quiet"]
+    return [subprocess.Popen(command, env=env) for _ in range(workers)]
+
+
+def snapshot(url: str, name: str) -> dict:
+    """Trials (size, parameters, seed, accuracy, time, state, progress) and the estimate."""
+    storage = open_storage(url, create=False)
+    study = optuna.load_study(study_name=name, storage=storage)
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        d = t.params.get(PARAM, t.user_attrs.get(PARAM))
+        duration = None
+        if t.datetime_start is not None and t.datetime_complete is not None:
+            duration = (t.datetime_complete - t.datetime_start).total_seconds()
+        last_step = max(t.intermediate_values, default=None)
+        rows.append(
+            {
+                "number": t.number,
+                "state": t.state.name,
+                "d_model": d,
+                "params_total": t.user_attrs.get("params_total"),
+                "seed": t.user_attrs.get("seed"),
+                "accuracy": t.value,
+                "stop_reason": t.user_attrs.get("stop_reason"),
+                "seconds": duration,
+                "step": last_step,
+                "val_accuracy": t.intermediate_values.get(last_step) if last_step else None,
+            }
+        )
+    attrs = study.user_attrs
+    estimate = json.loads(attrs["estimate"]) if "estimate" in attrs else None
+    complete = sum(r["state"] == TrialState.COMPLETE.name for r in rows)
+    return {"study": name, "trials": rows, "estimate": estimate, "n_trials": complete}

@@ -1,0 +1,218 @@
+"""Least-squares logistic fit of accuracy against size, and the study's transition estimate.
+
+The papers' method fits a four-parameter logistic, ``lower + (upper - lower) * sigmoid(slope *
+(x - midpoint))`` with x = ln(total parameters), to accuracies from many sizes and seeds, and reads
+the transition off the fitted curve: x80, where it reaches ``level * upper`` (the paper's wording)
+or ``chance + level * (upper - chance)`` (chance-corrected). A pairs bootstrap (resample runs with
+replacement, refit) gives its interval. ``transition_estimate`` puts this fit beside the grid
+posterior of ``posterior.py``, whose median and 90% credible interval are the headline numbers:
+the posterior models bimodal seeds, the least-squares fit only the mean curve.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy.optimize import OptimizeWarning, curve_fit
+from scipy.special import expit, logit
+
+from threshold.errors import ConfigError
+from threshold.search.policy import posterior_summary, rounded
+from threshold.search.settings import SearchSettings
+
+__all__ = ["LogisticFit", "bootstrap_interval", "fit_logistic", "logistic", "transition_estimate"]
+
+logger = logging.getLogger(__name__)
+
+MIN_POINTS = 5  # four parameters need at least one more run to have any residual
+NEAR_FACTOR = 1.5  # seed_spread looks at runs within this factor in d of d_p80
+
+
+@dataclass(frozen=True)
+class LogisticFit:
+    lower: float
+    upper: float
+    midpoint: float  # x units (ln parameters)
+    slope: float  # per nat of parameters
+    x80: float  # where the fitted curve reaches the level
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def logistic(x, lower, upper, midpoint, slope):
+    """The four-parameter logistic in x."""
+    return lower + (upper - lower) * expit(slope * (np.asarray(x) - midpoint))
+
+
+def _logistic_jac(x, lower, upper, midpoint, slope):
+    """Derivatives of ``logistic`` by (lower, upper, midpoint, slope): (N, 4)."""
+    sig = expit(slope * (x - midpoint))  # (N,)
+    dsig = (upper - lower) * sig * (1.0 - sig)  # (N,)
+    return np.stack([1.0 - sig, sig, -slope * dsig, (x - midpoint) * dsig], axis=1)
+
+
+def _start_midpoint(x: np.ndarray, y: np.ndarray) -> float:
+    """First size whose mean accuracy is past halfway between the lowest and highest means."""
+    xu, inverse = np.unique(x, return_inverse=True)
+    means = np.bincount(inverse, weights=y) / np.bincount(inverse)  # (U,)
+    past = np.nonzero(means >= 0.5 * (means.min() + means.max()))[0]
+    return float(xu[past[0]]) if past.size else float(np.median(xu))
+
+
+def fit_logistic(
+    x,
+    y,
+    chance: float,
+    level: float = 0.8,
+    chance_corrected: bool = False,
+    *,
+    start: LogisticFit | None = None,
+) -> LogisticFit | None:
+    """Fit the four-parameter logistic to accuracies y at x = ln(parameters).
+
+    Returns None when there are fewer than 5 runs or 3 sizes, when the fit fails, or when the
+    fitted curve never reaches the level (no x80). Without ``start`` two starting curves are tried
+    (shallow and sharp) and the better fit kept; with it (a bootstrap refit) only that one.
+    """
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ConfigError(f"x and y must be 1-d and the same length, got {x.shape} and {y.shape}")
+    if x.size < MIN_POINTS or np.unique(x).size < 3:
+        logger.debug("fit_logistic: %d runs at %d sizes is too few", x.size, np.unique(x).size)
+        return None
+    span = float(x.max() - x.min())
+    bounds = (
+        [0.0, chance, x.min() - span, 0.1],  # lower, upper, midpoint, slope
+        [0.5 * (1.0 + chance), 1.0, x.max() + span, 50.0],
+    )
+    if start is None:
+        lower0 = float(np.clip(chance, bounds[0][0], bounds[1][0]))
+        upper0 = float(np.clip(y.max(), chance + 1e-3, 1.0))
+        starts = [[lower0, upper0, _start_midpoint(x, y), s0] for s0 in (1.0, 4.0)]
+    else:
+        p0 = [start.lower, start.upper, start.midpoint, start.slope]
+        starts = [np.clip(p0, np.add(bounds[0], 1e-9), np.subtract(bounds[1], 1e-9))]
+    best = None
+    for p0 in starts:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", OptimizeWarning)
+                popt, _ = curve_fit(
+                    logistic,
+                    x,
+                    y,
+                    p0=p0,
+                    bounds=bounds,
+                    jac=_logistic_jac,
+                    ftol=1e-6,  # x80 to 1e-3 nats is plenty; the default 1e-8 doubles the time
+                    xtol=1e-6,
+                    maxfev=2000,
+                )
+        except (RuntimeError, ValueError) as err:
+            logger.debug("fit_logistic: curve_fit failed from %s: %s", p0, err)
+            continue
+        sse = float(np.sum((logistic(x, *popt) - y) ** 2))
+        if best is None or sse < best[0]:
+            best = (sse, popt)
+    if best is None:
+        return None
+    lower, upper, midpoint, slope = (float(v) for v in best[1])
+    target = chance + level * (upper - chance) if chance_corrected else level * upper
+    frac = (target - lower) / (upper - lower) if upper > lower else np.nan
+    if not 0 < frac < 1:
+        logger.debug(
+            "fit_logistic: curve from %.3f to %.3f never reaches %.3f", lower, upper, target
+        )
+        return None
+    return LogisticFit(lower, upper, midpoint, slope, midpoint + float(logit(frac)) / slope)
+
+
+def bootstrap_interval(
+    x,
+    y,
+    chance: float,
+    rng: np.random.Generator,
+    n_boot: int = 200,
+    level: float = 0.8,
+    chance_corrected: bool = False,
+) -> tuple[float, float] | None:
+    """90% pairs-bootstrap interval of x80: resample runs with replacement and refit, each
+    refit starting from the fit to all runs.
+
+    None when the full fit fails or under half of the refits give an x80.
+    """
+    if n_boot < 1:
+        raise ConfigError(f"n_boot {n_boot} is not allowed: use 1 or more (200 is typical)")
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    full = fit_logistic(x, y, chance, level, chance_corrected)
+    if full is None:
+        return None
+    x80s = []
+    for _ in range(n_boot):
+        pick = rng.integers(0, x.size, x.size)  # (N,) runs drawn with replacement
+        fit = fit_logistic(x[pick], y[pick], chance, level, chance_corrected, start=full)
+        if fit is not None:
+            x80s.append(fit.x80)
+    if len(x80s) < n_boot / 2:
+        return None
+    lo, hi = np.quantile(x80s, [0.05, 0.95])
+    return float(lo), float(hi)
+
+
+def transition_estimate(settings: SearchSettings, completed) -> dict:
+    """The study's estimate as a small JSON-able dict (plain floats, well under 2000 characters).
+
+    Headline numbers are the grid posterior's median and 90% credible interval of x80, in
+    parameters and in d; ``fit`` holds the least-squares logistic for comparison (None when it
+    fails); ``seed_spread`` describes the runs near the transition and the precision they allow.
+    """
+    s, d_range = posterior_summary(settings, completed)
+    ds = np.array([int(d) for d, _ in completed], dtype=int)  # (N,)
+    ys = np.array([float(v) for _, v in completed])  # (N,)
+    x = settings.x_of(ds)  # (N,)
+    quantiles_x = [s.x80_median, s.x80_lo, s.x80_hi, s.mid_median]
+    d80, d_lo, d_hi, d_mid = (float(v) for v in settings.d_of(quantiles_x))
+    fit = fit_logistic(x, ys, settings.chance, settings.level, settings.chance_corrected)
+    near = (ds >= d80 / NEAR_FACTOR) & (ds <= d80 * NEAR_FACTOR)  # (N,)
+    learned = ys > 0.5 * (settings.chance + s.asymptote_mean)  # (N,)
+    ratio = s.ratio
+    runs_needed = ds.size * (np.log(ratio) / np.log(settings.precision)) ** 2 if ds.size else 0
+    return {
+        "method": "grid posterior median, 90% credible interval",
+        "level": rounded(settings.level),
+        "chance_corrected": bool(settings.chance_corrected),
+        "chance": rounded(settings.chance),
+        "n_runs": int(ds.size),
+        "params_p80": rounded(np.exp(s.x80_median)),
+        "d_p80": rounded(d80),
+        "interval_params": [rounded(np.exp(s.x80_lo)), rounded(np.exp(s.x80_hi))],
+        "interval_d": [rounded(d_lo), rounded(d_hi)],
+        "interval_ratio": rounded(ratio),
+        "midpoint_params": rounded(np.exp(s.mid_median)),
+        "midpoint_interval_params": [rounded(np.exp(s.mid_lo)), rounded(np.exp(s.mid_hi))],
+        "midpoint_d": rounded(d_mid),
+        "asymptote": rounded(s.asymptote_mean),
+        "mass_beyond_range": [rounded(s.mass_below), rounded(s.mass_above)],
+        "range_d": [int(d_range[0]), int(d_range[1])],
+        "fit": None
+        if fit is None
+        else {
+            "params_p80": rounded(np.exp(fit.x80)),
+            "d_p80": rounded(settings.d_of(fit.x80)),
+            "midpoint_params": rounded(np.exp(fit.midpoint)),
+            "lower": rounded(fit.lower),
+            "upper": rounded(fit.upper),
+            "slope": rounded(fit.slope),
+        },
+        "seed_spread": {
+            "n_near": int(near.sum()),  # runs within a factor 1.5 in d of d_p80
+            "acc_sd": rounded(ys[near].std()) if near.sum() > 1 else None,
+            "learned_share": rounded(learned[near].mean()) if near.any() else None,
+            "interval_ratio": rounded(ratio),  # the precision these runs allow
+            "runs_for_precision": rounded(max(runs_needed, ds.size)),  # ~1/sqrt(runs) scaling
+        },
+    }

@@ -1,0 +1,239 @@
+"""The search policy: which size to train next, and when to stop.
+
+``decide`` is a pure function of the settings and the trials (completed runs with their accuracy,
+pending runs with only their size), so every worker rebuilds the same state from storage and the
+same inputs give the same decision. Phases, in order:
+
+1. *Bracket*: the first three sizes are fixed (d_hi, to pin the asymptote; d_lo; the middle in
+   ln parameters), the same for every worker.
+2. *Stop* when the 90% interval of x80 spans at most ``precision`` in parameters, when the budget
+   (completed + pending) is used, or when the range has reached d_min or d_max and the posterior
+   says the transition lies beyond it.
+3. *Widen* where the posterior of x80 piles beyond an edge of the current range (the initial
+   range stretched to every size already tried, so it is derived from the trials alone): that
+   edge moves out by ``widen_factor`` in d for this decision. A run beyond the old edge then
+   joins the range, and the next decision may widen again.
+4. *Look ahead* (psi method): for log-spaced candidate sizes across the (widened) range, plus the
+   sizes already run (so repeats with new seeds happen when they pay most), the expected drop in
+   the posterior variance of x80 (plus ``mid_weight`` times that of the midpoint) from one more
+   run, divided by the run's expected cost; the best wins, ties to the smaller size. Widening
+   only offers sizes: a far edge is run when it pays.
+
+Pending runs enter the posterior at their expected log-likelihood (``fantasy_update``), so
+parallel workers with different pending lists spread out unless one size is genuinely best.
+The stop rule and the reported estimate use completed runs only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from threshold.errors import ConfigError
+from threshold.search.posterior import (
+    Grid,
+    PosteriorSummary,
+    expected_variance,
+    fantasy_update,
+    log_likelihood,
+    make_grid,
+    normalize,
+    summarize,
+)
+from threshold.search.settings import SearchSettings
+
+__all__ = [
+    "Decision",
+    "SearchSettings",  # defined in settings.py; re-exported for the sampler's import
+    "bracket",
+    "decide",
+    "posterior_of",
+    "posterior_summary",
+    "rounded",
+    "search_range",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Decision:
+    stop: bool
+    # Stopping: precision | budget | above_range | below_range. A run: bracket | widen | psi.
+    reason: str
+    d: int | None = None  # size of the next run (None when stopping)
+    replicate: int | None = None  # runs already at d (completed + pending): the caller's seed index
+    info: dict = field(default_factory=dict)  # small numbers explaining the choice
+    estimate: dict = field(default_factory=dict)  # current estimate from completed runs
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def rounded(value: float) -> float:
+    """A plain float rounded to 4 significant digits: small JSON."""
+    return float(f"{float(value):.4g}")
+
+
+def _runs(settings: SearchSettings, completed) -> tuple[np.ndarray, np.ndarray]:
+    """Validated (d, accuracy) arrays, each (N,)."""
+    pairs = [(int(d), float(y)) for d, y in completed]
+    ds = np.array([d for d, _ in pairs], dtype=int)
+    ys = np.array([y for _, y in pairs], dtype=float)
+    if ys.size and not np.all((ys >= 0) & (ys <= 1)):
+        raise ConfigError(
+            f"accuracies must lie in [0, 1], got {ys[~((ys >= 0) & (ys <= 1))][:3].tolist()}:"
+            " leave failed runs out of the completed list"
+        )
+    settings.x_of(ds)  # raises on a size outside the table
+    return ds, ys
+
+
+def bracket(settings: SearchSettings) -> tuple[int, int, int]:
+    """The fixed first sizes: d_hi (pins the asymptote), d_lo, then the middle in ln params."""
+    x_mid = 0.5 * (settings.x_of(settings.d_lo) + settings.x_of(settings.d_hi))
+    return settings.d_hi, settings.d_lo, settings.nearest(float(settings.d_of(x_mid)))
+
+
+def search_range(settings: SearchSettings, sizes: Iterable[int]) -> tuple[int, int]:
+    """The initial range stretched to cover every size already tried."""
+    sizes = list(sizes)
+    return min([settings.d_lo, *sizes]), max([settings.d_hi, *sizes])
+
+
+def posterior_of(
+    settings: SearchSettings, completed, cover: Sequence[int] = ()
+) -> tuple[Grid, np.ndarray, tuple[int, int]]:
+    """Grid and log weights (H,) from completed runs, and the range (d_lo, d_hi) they span
+    together with the initial range and the sizes in ``cover`` (pending runs, new edges)."""
+    ds, ys = _runs(settings, completed)
+    d_lo, d_hi = search_range(settings, [*ds.tolist(), *cover])
+    grid = make_grid(
+        settings.posterior,
+        settings.chance,
+        settings.level,
+        settings.chance_corrected,
+        float(settings.x_of(d_lo)),
+        float(settings.x_of(d_hi)),
+    )
+    return grid, log_likelihood(grid, settings.x_of(ds), ys), (d_lo, d_hi)
+
+
+def _summary(settings: SearchSettings, grid: Grid, w: np.ndarray, d_range) -> PosteriorSummary:
+    x_lo, x_hi = settings.x_of(np.array(d_range))
+    return summarize(grid, w, float(x_lo), float(x_hi))
+
+
+def posterior_summary(settings: SearchSettings, completed) -> tuple[PosteriorSummary, tuple]:
+    """Posterior summary of x80 from completed runs, and the range (d_lo, d_hi) it was read on."""
+    grid, log_w, d_range = posterior_of(settings, completed)
+    return _summary(settings, grid, normalize(log_w), d_range), d_range
+
+
+def _estimate(settings: SearchSettings, s: PosteriorSummary, n_runs: int) -> dict:
+    """The current estimate in parameters and d (small, JSON-able)."""
+    d80, d_lo, d_hi = settings.d_of([s.x80_median, s.x80_lo, s.x80_hi])
+    return {
+        "n_runs": n_runs,
+        "params_p80": rounded(np.exp(s.x80_median)),
+        "interval_params": [rounded(np.exp(s.x80_lo)), rounded(np.exp(s.x80_hi))],
+        "d_p80": rounded(d80),
+        "interval_d": [rounded(d_lo), rounded(d_hi)],
+        "midpoint_params": rounded(np.exp(s.mid_median)),
+        "asymptote": rounded(s.asymptote_mean),
+        "ratio": rounded(s.ratio),
+        "mass_below": rounded(s.mass_below),
+        "mass_above": rounded(s.mass_above),
+    }
+
+
+def _candidates(settings: SearchSettings, d_range, used: Iterable[int]) -> np.ndarray:
+    """Log-spaced allowed sizes across the range, plus sizes already run inside it: (J,)."""
+    lo, hi = d_range
+    spaced = {settings.nearest(v) for v in np.geomspace(lo, hi, settings.n_candidates)}
+    return np.array(sorted(spaced | {d for d in used if lo <= d <= hi}))
+
+
+def _widen(settings: SearchSettings, s: PosteriorSummary, d_range) -> tuple[int, int]:
+    """The range with each edge moved out by widen_factor where x80 piles beyond it."""
+    lo, hi = d_range
+    if s.mass_below > settings.widen_mass and lo > settings.d_min:
+        lo = settings.nearest(max(lo / settings.widen_factor, settings.d_min))
+    if s.mass_above > settings.widen_mass and hi < settings.d_max:
+        hi = settings.nearest(min(hi * settings.widen_factor, settings.d_max))
+    return lo, hi
+
+
+def decide(settings: SearchSettings, completed, pending: Sequence[int]) -> Decision:
+    """The next run (size and replicate index) or a stop, from the trials alone.
+
+    completed: (d, accuracy) pairs of finished runs; pending: sizes of running or waiting runs.
+    """
+    pending = [int(d) for d in pending]
+    settings.x_of(np.array(pending, dtype=int))  # raises on a size outside the table
+    grid, log_w, d_range = posterior_of(settings, completed, pending)
+    ds = [int(d) for d, _ in completed]
+    counts = Counter(ds) + Counter(pending)
+    n_used = len(ds) + len(pending)
+    observed = _summary(settings, grid, normalize(log_w), d_range)
+    estimate = _estimate(settings, observed, len(ds)) if ds else {}
+
+    def stop(reason: str) -> Decision:
+        logger.debug("stop (%s) after %d runs: %s", reason, n_used, estimate)
+        return Decision(True, reason, info={"phase": "stop", "n_used": n_used}, estimate=estimate)
+
+    def run(d: int, reason: str, **info) -> Decision:
+        info = {"phase": reason} | {
+            k: rounded(v) if isinstance(v, float) else v for k, v in info.items()
+        }
+        logger.debug("run d=%d (%s): %s", d, reason, info)
+        return Decision(False, reason, int(d), counts[d], info, estimate)
+
+    if n_used >= settings.budget:
+        return stop("budget")
+    for slot, d in enumerate(bracket(settings)):
+        if counts[d] == 0:
+            return run(d, "bracket", slot=slot)
+    if ds and observed.ratio <= settings.precision:
+        return stop("precision")
+    if d_range[1] == settings.d_max and observed.mass_above >= settings.give_up_mass:
+        return stop("above_range")
+    if d_range[0] == settings.d_min and observed.mass_below >= settings.give_up_mass:
+        return stop("below_range")
+
+    def fantasised(grid: Grid, log_w: np.ndarray) -> np.ndarray:
+        for d in sorted(pending):  # sorted: the same fantasy whatever the order pending came in
+            log_w = fantasy_update(grid, log_w, float(settings.x_of(d)))
+        return normalize(log_w)  # (H,)
+
+    w = fantasised(grid, log_w)
+    now = _summary(settings, grid, w, d_range)
+    wide = _widen(settings, now, d_range)
+    if wide != d_range:  # rebuild so the grid's margin lies beyond the new edges
+        grid, log_w, _ = posterior_of(settings, completed, [*pending, *wide])
+        w = fantasised(grid, log_w)
+        now = _summary(settings, grid, w, wide)
+
+    cands = _candidates(settings, wide, counts)  # (J,)
+    xc = settings.x_of(cands)  # (J,)
+    gain = now.x80_sd**2 - expected_variance(grid, w, xc)  # (J,)
+    if settings.mid_weight > 0:
+        mid_var = now.mid_sd**2
+        gain = gain + settings.mid_weight * (mid_var - expected_variance(grid, w, xc, grid.mid))
+    cost = settings.cost(cands)  # (J,)
+    best = int(np.argmax(gain / cost))  # first maximum: the smaller size on a tie
+    d = int(cands[best])
+    return run(
+        d,
+        "psi" if d_range[0] <= d <= d_range[1] else "widen",
+        gain=float(gain[best]),
+        cost=float(cost[best]),
+        score=float(gain[best] / cost[best]),
+        sd_x80=now.x80_sd,
+        range_d=list(wide),
+        n_candidates=int(cands.size),
+    )

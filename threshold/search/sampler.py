@@ -1,0 +1,132 @@
+"""The Optuna adapter: a sampler that asks the search policy for the next size.
+
+Its state is the study: every call reads the trials and recomputes the decision, so a resumed study
+or a second worker carries on where the others are. Decisions are made in trial-number order (a
+trial waits, briefly, for earlier trials to record theirs), and each decision, with the replicate
+index and the run seed it implies, is written on its trial before training starts. Running and
+waiting trials count as pending, so parallel workers do not duplicate a proposal. Trials that
+already carry a size (a retried trial, or one enqueued by hand) bypass the policy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+
+import optuna
+from optuna.distributions import IntDistribution
+from optuna.samplers import BaseSampler
+from optuna.trial import FrozenTrial, TrialState
+
+from threshold.model import ModelConfig, param_count
+from threshold.search.policy import SearchSettings, decide
+from threshold.search.study import StudySettings
+
+__all__ = ["PARAM", "TransitionSampler", "policy_settings", "run_seed", "split_trials"]
+
+log = logging.getLogger(__name__)
+
+PARAM = "d_model"  # the Optuna parameter name, as in ModelConfig
+CANCEL = "threshold:cancel"  # system attribute: the policy said stop after this trial began
+_PENDING = (TrialState.RUNNING, TrialState.WAITING)
+
+
+def run_seed(base_seed: int, ops: tuple[str, ...], d_model: int, replicate: int) -> int:
+    """The training seed of one run, from (base seed, mixture, d, replicate)."""
+    blob = repr((base_seed, tuple(ops), d_model, replicate)).encode()
+    return int.from_bytes(hashlib.sha256(blob).digest()[:4], "little")
+
+
+def policy_settings(settings: StudySettings, chance: float) -> SearchSettings:
+    """The policy's view of a study: sizes with their parameter counts, bracket, stop rule."""
+    search, task = settings.search, settings.task
+    vocab, n_ctx = len(task.vocab), task.max_len
+    table = tuple(
+        (d, param_count(ModelConfig(vocab, n_ctx, d))["total"])
+        for d in range(search.d_min, search.d_max + 1)
+    )
+    return SearchSettings(
+        params_of_d=table,
+        d_lo=search.d_lo,
+        d_hi=search.d_hi,
+        chance=chance,
+        level=search.level,
+        chance_corrected=search.chance_corrected,
+        precision=search.precision,
+        budget=search.budget,
+    )
+
+
+def split_trials(
+    trials: list[FrozenTrial], exclude: int | None = None
+) -> tuple[list[tuple[int, float]], list[int]]:
+    """Completed (d, accuracy) pairs and the sizes of pending trials, leaving out ``exclude``."""
+    completed, pending = [], []
+    for t in trials:
+        if t.number == exclude:
+            continue
+        d = t.params.get(PARAM, t.user_attrs.get(PARAM))
+        if d is None:
+            continue
+        if t.state == TrialState.COMPLETE and t.value is not None:
+            completed.append((int(d), float(t.value)))
+        elif t.state in _PENDING:
+            pending.append(int(d))
+    return completed, pending
+
+
+class TransitionSampler(BaseSampler):
+    def __init__(self, settings: StudySettings, chance: float, wait_s: float = 30.0) -> None:
+        self.settings = settings
+        self.policy = policy_settings(settings, chance)
+        self.distribution = IntDistribution(settings.search.d_min, settings.search.d_max)
+        # Longest wait for an earlier trial's decision (its worker may have died).
+        self.wait_s = wait_s
+
+    def infer_relative_search_space(self, study, trial):
+        return {PARAM: self.distribution}
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial, search_space) -> dict:
+        if PARAM not in search_space or PARAM in trial.params or "seed" in trial.user_attrs:
+            return {}
+        trials = self._after_earlier_decisions(study, trial.number)
+        completed, pending = split_trials(trials, exclude=trial.number)
+        decision = decide(self.policy, completed, pending)
+        storage, tid = study._storage, trial._trial_id
+        if decision.stop:
+            storage.set_trial_system_attr(tid, CANCEL, decision.reason)
+            return {PARAM: self.settings.search.d_hi}
+        seed = run_seed(
+            self.settings.search.base_seed, self.settings.task.ops, decision.d, decision.replicate
+        )
+        storage.set_trial_user_attr(tid, PARAM, decision.d)
+        storage.set_trial_user_attr(tid, "replicate", decision.replicate)
+        storage.set_trial_user_attr(tid, "seed", seed)
+        storage.set_trial_user_attr(tid, "decision", json.dumps(decision.info, sort_keys=True))
+        return {PARAM: decision.d}
+
+    def _after_earlier_decisions(self, study: optuna.Study, number: int) -> list[FrozenTrial]:
+        """All trials, once every earlier pending trial has recorded its size (or time is up)."""
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            trials = study.get_trials(deepcopy=False)
+            undecided = [
+                t.number
+                for t in trials
+                if t.number < number
+                and t.state in _PENDING
+                and PARAM not in t.params
+                and PARAM not in t.user_attrs
+                and CANCEL not in t.system_attrs
+            ]
+            if not undecided or time.monotonic() > deadline:
+                if undecided:
+                    log.warning("trials %s recorded no decision in time; going on", undecided)
+                return trials
+            time.sleep(0.1)
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        # Only reached for parameters outside the relative space: this study has none.
+        raise ValueError(f"parameter {param_name!r} is not searched by threshold")

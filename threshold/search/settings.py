@@ -1,0 +1,147 @@
+"""Settings of a transition search: allowed sizes, starting range, target, stop rules and costs.
+
+Sizes are embedding sizes d (the Optuna parameter ``d_model``); the maths works in
+x = ln(total parameters), read off the ``params_of_d`` table the caller computes with
+``param_count``, so this module needs no model code. The cost model prices one run at d as
+``cost_a + cost_b * d**2`` (per-step overhead plus the d^2 matrix work), in arbitrary units.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from threshold.errors import ConfigError
+from threshold.search.posterior import PosteriorSettings, level_fraction
+
+__all__ = ["SearchSettings"]
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    # (d, total parameters) for every allowed d, increasing; no default: it depends on the
+    # task's vocabulary and context (compute it with threshold.model.param_count).
+    params_of_d: tuple[tuple[int, int], ...]
+    d_lo: int = 16  # initial range, low end: below the easy ops' transitions at n = 10
+    d_hi: int = 128  # initial range, high end: above ADD mod 10 (about 64), cost 17 units a run
+    chance: float = 0.1  # accuracy unlearned runs sit at: 1/n, or the majority rate if higher
+    level: float = 0.8  # the transition is where the curve reaches this level (paper: 0.8)
+    chance_corrected: bool = False  # False: level * A (paper); True: c + level * (A - c)
+    # Stop when the 90% interval of x80 spans at most this ratio in parameters. Two studies at
+    # 2.5 give their reduction ratio a 90% interval about 2.5^sqrt(2) = 3.7 wide, so a 2x
+    # reduction (the smallest the paper reports) is just told from none and 3.6x (ADD+PROD)
+    # clearly; 2.0 costs about 1.4x the compute, and the runs needed grow as 1/ln(precision)^2.
+    precision: float = 2.5
+    budget: int = 40  # max runs (completed + pending): an hour or two of CPU near d = 64
+    cost_a: float = 1.0  # cost units per run at d -> 0: per-step overhead (Python, launches)
+    cost_b: float = 1.0 / 1024  # cost units per d^2: at d = 32 the matrix work equals overhead
+    # Look-ahead target: variance of x80 + mid_weight * variance of the midpoint. Both are
+    # reported, and x80 alone is myopic: it piles runs onto x80 and learns the slope (which x80
+    # needs) slowly. 0.5 cut the simulated compute by about a sixth at the same coverage.
+    mid_weight: float = 0.5
+    n_candidates: int = 16  # log-spaced sizes scored per decision (plus the sizes already run)
+    widen_mass: float = 0.15  # widen the range when this posterior mass of x80 lies beyond an edge
+    widen_factor: float = 2.0  # each widening moves an edge by this factor in d
+    # Stop when the range has reached d_min (d_max) and this much mass lies below (above) it: the
+    # transition is outside the allowed sizes, and more runs cannot find it.
+    give_up_mass: float = 0.95
+    posterior: PosteriorSettings = field(default_factory=PosteriorSettings)
+
+    def __post_init__(self) -> None:
+        try:
+            table = tuple((int(d), int(n)) for d, n in self.params_of_d)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"params_of_d must be (d, params) pairs: {err}") from None
+        object.__setattr__(self, "params_of_d", table)
+        ds = np.array([d for d, _ in table])
+        ns = np.array([n for _, n in table])
+        if ds.size < 3 or np.any(np.diff(ds) <= 0) or np.any(np.diff(ns) <= 0) or ns[0] < 1:
+            raise ConfigError(
+                "params_of_d needs at least 3 (d, params) pairs with d and params increasing:"
+                " pass param_count(...)['total'] for each allowed d in order"
+            )
+        for name in ("d_lo", "d_hi"):
+            if getattr(self, name) not in set(ds.tolist()):
+                raise ConfigError(
+                    f"{name} {getattr(self, name)} is not an allowed d ({ds[0]}..{ds[-1]}):"
+                    " choose a d listed in params_of_d"
+                )
+        if not self.d_lo < self.d_hi:
+            raise ConfigError(f"d_lo {self.d_lo} must be below d_hi {self.d_hi}")
+        if self.budget < 3:
+            raise ConfigError(
+                f"budget {self.budget} is below the 3 runs of the initial bracket: use 3 or more"
+            )
+        if not 0 <= self.chance < 1:
+            raise ConfigError(f"chance {self.chance} is not allowed: use a value in [0, 1)")
+        if not 0 < self.level < 1:
+            raise ConfigError(f"level {self.level} is not allowed: use a value in (0, 1)")
+        asym = self.posterior.asymptotes
+        frac = level_fraction(asym, self.chance, self.level, self.chance_corrected)
+        if not np.any((frac > 0.01) & (frac < 0.99)):
+            raise ConfigError(
+                f"level {self.level} is not between chance {self.chance} and any asymptote:"
+                " raise the level or use chance_corrected"
+            )
+        if not self.precision > 1:
+            raise ConfigError(f"precision {self.precision} is not allowed: use a ratio above 1")
+        if self.cost_a < 0 or self.cost_b < 0 or self.cost_a + self.cost_b <= 0:
+            raise ConfigError("cost_a and cost_b must be 0 or more, and not both 0")
+        if self.mid_weight < 0:
+            raise ConfigError(f"mid_weight {self.mid_weight} is not allowed: use 0 or more")
+        if self.n_candidates < 2:
+            raise ConfigError(f"n_candidates {self.n_candidates} is not allowed: use 2 or more")
+        if not 0 < self.widen_mass < 1 or not 0 < self.give_up_mass <= 1:
+            raise ConfigError("widen_mass must lie in (0, 1) and give_up_mass in (0, 1]")
+        if not self.widen_factor > 1:
+            raise ConfigError(f"widen_factor {self.widen_factor} is not allowed: use above 1")
+
+    @cached_property
+    def sizes(self) -> np.ndarray:
+        """Allowed d, increasing: (D,)."""
+        return np.array([d for d, _ in self.params_of_d])
+
+    @cached_property
+    def log_params(self) -> np.ndarray:
+        """x = ln(total parameters) of each allowed d: (D,)."""
+        return np.log(np.array([n for _, n in self.params_of_d], dtype=float))
+
+    @property
+    def d_min(self) -> int:
+        return int(self.sizes[0])
+
+    @property
+    def d_max(self) -> int:
+        return int(self.sizes[-1])
+
+    def x_of(self, d) -> np.ndarray:
+        """ln(parameters) of allowed sizes d (scalar or array)."""
+        d_arr = np.asarray(d)
+        idx = np.clip(np.searchsorted(self.sizes, d_arr), 0, self.sizes.size - 1)
+        if np.any(self.sizes[idx] != d_arr):
+            raise ConfigError(
+                f"d {d} is not an allowed size ({self.d_min}..{self.d_max}): use a d in params_of_d"
+            )
+        return self.log_params[idx]
+
+    def d_of(self, x) -> np.ndarray:
+        """Size d (real-valued) at ln(parameters) x: ln d interpolated linearly in x, and
+        extrapolated beyond the table along its end segments."""
+        xs, ls = self.log_params, np.log(self.sizes)
+        x = np.asarray(x, dtype=float)
+        inside = np.interp(x, xs, ls)
+        below = ls[0] + (x - xs[0]) * (ls[1] - ls[0]) / (xs[1] - xs[0])
+        above = ls[-1] + (x - xs[-1]) * (ls[-1] - ls[-2]) / (xs[-1] - xs[-2])
+        return np.exp(np.where(x < xs[0], below, np.where(x > xs[-1], above, inside)))
+
+    def nearest(self, d: float) -> int:
+        """The allowed size nearest to d in log scale."""
+        i = int(np.argmin(np.abs(np.log(self.sizes) - np.log(max(d, 1e-9)))))
+        return int(self.sizes[i])
+
+    def cost(self, d) -> np.ndarray:
+        """Expected cost of one run at d, in cost units."""
+        d = np.asarray(d, dtype=float)
+        return self.cost_a + self.cost_b * d**2

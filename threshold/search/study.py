@@ -1,0 +1,262 @@
+"""Studies and storage: the only module that opens an Optuna storage.
+
+One study per (mixture, measured op, every setting). Its settings are stored as study user
+attributes (task, train, search: one JSON each, under RDB's 2 KB value limit), with the package
+version and git commit; reusing a study name with other settings is refused. The default storage is
+``sqlite:///studies/threshold.db`` in WAL mode, so several worker processes on one machine can
+share it (readers never block the writer; writers wait up to a busy timeout instead of failing).
+PostgreSQL URLs work unchanged (psycopg). Heartbeats mark trials of a killed worker as failed, and
+a failed trial is put back as a waiting trial with the same size and seed. Checkpoints go to an
+Optuna file-system artifact store beside the database.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import sqlite3
+import subprocess
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from optuna.artifacts import FileSystemArtifactStore
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+
+import threshold
+from threshold.errors import ConfigError, ThresholdError
+from threshold.tasks import TaskConfig
+from threshold.train import TrainConfig
+
+__all__ = [
+    "DEFAULT_STORAGE",
+    "SearchConfig",
+    "StorageError",
+    "StudySettings",
+    "artifact_store",
+    "create_or_load_study",
+    "load_study",
+    "open_storage",
+    "storage_url",
+    "study_rows",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STORAGE = "sqlite:///studies/threshold.db"
+
+
+class StorageError(ThresholdError):
+    """The storage URL is malformed, or the database cannot be reached."""
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """How the transition is searched; with the task and training settings it defines a study."""
+
+    d_lo: int = 8  # initial bracket, smallest d (the range widens if the transition lies below)
+    d_hi: int = 128  # initial bracket, largest d: pins the asymptote
+    d_min: int = 2  # widening never goes below this d
+    d_max: int = 512  # nor above this one
+    precision: float = 2.0  # stop when the 90% interval of the 80% point spans <= this factor
+    budget: int = 40  # most runs (completed and running)
+    level: float = 0.8  # the transition is where the curve reaches level x asymptote
+    chance_corrected: bool = False  # True: chance + level x (asymptote - chance) instead
+    base_seed: int = 0  # run seeds derive from (base_seed, mixture, d, replicate)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.d_min <= self.d_lo < self.d_hi <= self.d_max:
+            raise ConfigError(
+                f"d range {self.d_lo}..{self.d_hi} (limits {self.d_min}..{self.d_max}) is not "
+                "allowed: use 1 <= d_min <= d_lo < d_hi <= d_max"
+            )
+        if not self.precision > 1:
+            raise ConfigError(f"precision {self.precision} is not allowed: use a factor above 1")
+        if not 0 < self.level < 1:
+            raise ConfigError(f"level {self.level} is not allowed: use a value in (0, 1)")
+        if self.budget < 3:
+            raise ConfigError(
+                f"budget {self.budget} is below the initial bracket of 3 runs: use 3 or more"
+            )
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    task: TaskConfig
+    train: TrainConfig
+    search: SearchConfig
+
+    def to_attrs(self) -> dict[str, str]:
+        return {
+            "task": json.dumps(self.task.to_dict(), sort_keys=True),
+            "train": json.dumps(self.train.to_dict(), sort_keys=True),
+            "search": json.dumps(dataclasses.asdict(self.search), sort_keys=True),
+        }
+
+    @classmethod
+    def from_attrs(cls, attrs: dict) -> StudySettings:
+        try:
+            return cls(
+                TaskConfig.from_dict(json.loads(attrs["task"])),
+                TrainConfig(**json.loads(attrs["train"])),
+                SearchConfig(**json.loads(attrs["search"])),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise ThresholdError(
+                f"study settings cannot be read ({e}): not a threshold study?"
+            ) from None
+
+    def default_name(self) -> str:
+        """``listops10-max+med+add-add-<hash of every setting>``."""
+        task = self.task
+        blob = json.dumps(self.to_attrs(), sort_keys=True).encode()
+        digest = hashlib.sha256(blob).hexdigest()[:8]
+        return f"{task.testbed}{task.n}-{'+'.join(task.ops)}-{task.measured_op}-{digest}"
+
+
+def storage_url(url: str | None) -> str:
+    """``url``, else ``$THRESHOLD_STORAGE``, else the default SQLite file."""
+    return url or os.environ.get("THRESHOLD_STORAGE") or DEFAULT_STORAGE
+
+
+def _sqlite_path(url: str) -> Path | None:
+    if not url.startswith("sqlite:///"):
+        return None
+    return Path(url[len("sqlite:///") :])
+
+
+def open_storage(url: str | None = None, heartbeat_s: int = 30, create: bool = True) -> RDBStorage:
+    """An RDB storage with heartbeats and retry of stale trials; SQLite files in WAL mode."""
+    url = storage_url(url)
+    if "://" not in url:
+        raise StorageError(
+            f"storage {url!r} is not a database URL: use sqlite:///PATH or "
+            "postgresql+psycopg://USER@HOST/DB"
+        )
+    path = _sqlite_path(url)
+    engine_kwargs: dict = {}
+    if path is not None:
+        if not path.exists():
+            if not create:
+                raise StorageError(f"storage {url!r} does not exist")
+            path.parent.mkdir(parents=True, exist_ok=True)
+        with sqlite3.connect(path) as con:  # WAL is a property of the file: set it once
+            con.execute("PRAGMA journal_mode=WAL")
+        engine_kwargs = {"connect_args": {"timeout": 60}}
+    else:
+        engine_kwargs = {"pool_pre_ping": True}
+    try:
+        with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.8
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return RDBStorage(
+                url,
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=heartbeat_s,
+                grace_period=3 * heartbeat_s,
+                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3),
+            )
+    except ImportError as e:
+        raise StorageError(f"storage {url!r} needs a driver that is not installed: {e}") from None
+    except Exception as e:  # sqlalchemy's errors for bad URLs or unreachable servers
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise StorageError(f"storage {url!r} cannot be opened: {first}") from None
+
+
+def artifact_store(url: str | None = None) -> FileSystemArtifactStore:
+    """Checkpoints beside a SQLite file (``<dir>/artifacts``), else ``$THRESHOLD_ARTIFACTS``."""
+    url = storage_url(url)
+    path = _sqlite_path(url)
+    base = os.environ.get("THRESHOLD_ARTIFACTS")
+    if base is None:
+        base = str(path.parent / "artifacts") if path is not None else "studies/artifacts"
+    Path(base).mkdir(parents=True, exist_ok=True)
+    return FileSystemArtifactStore(base)
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(threshold.__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+        return out.stdout.strip() if out.returncode == 0 else "unknown"
+    except OSError:
+        return "unknown"
+
+
+def create_or_load_study(
+    settings: StudySettings, storage: RDBStorage, name: str | None = None, sampler=None
+) -> optuna.Study:
+    """The study named ``name`` (default: derived from the settings), created if new.
+
+    An existing study must have the same settings; otherwise :class:`ConfigError` names the
+    settings that differ.
+    """
+    name = name or settings.default_name()
+    attrs = settings.to_attrs()
+    existing = {s.study_name: s for s in storage.get_all_studies()}
+    if name in existing:
+        stored = existing[name].user_attrs
+        differ = [k for k, v in attrs.items() if stored.get(k) != v]
+        if differ:
+            detail = _differences(stored, attrs, differ)
+            raise ConfigError(
+                f"study {name!r} exists with other settings ({detail}): "
+                "choose another --study name or the same settings"
+            )
+        return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+    study = optuna.create_study(
+        study_name=name, storage=storage, sampler=sampler, direction="maximize"
+    )
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+    study.set_user_attr("version", threshold.__version__)
+    study.set_user_attr("git_commit", _git_commit())
+    return study
+
+
+def _differences(stored: dict, attrs: dict, keys: list[str]) -> str:
+    parts = []
+    for key in keys:
+        try:
+            old, new = json.loads(stored.get(key, "{}")), json.loads(attrs[key])
+        except ValueError:
+            parts.append(key)
+            continue
+        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        parts.extend(f"{key}.{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:3])
+    return "; ".join(parts)
+
+
+def load_study(name: str, storage: RDBStorage, sampler=None) -> tuple[optuna.Study, StudySettings]:
+    """An existing threshold study and its settings; :class:`ThresholdError` if unknown."""
+    names = [s.study_name for s in storage.get_all_studies()]
+    if name not in names:
+        known = ", ".join(names[:5]) or "none"
+        raise ThresholdError(f"study {name!r} is not in this storage (studies: {known})")
+    study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+    return study, StudySettings.from_attrs(study.user_attrs)
+
+
+def study_rows(storage: RDBStorage) -> list[dict]:
+    """Every study: name, completed and running trials, and its stored estimate."""
+    rows = []
+    for s in storage.get_all_studies():
+        states = [t.state for t in storage.get_all_trials(s._study_id, deepcopy=False)]
+        estimate = s.user_attrs.get("estimate")
+        rows.append(
+            {
+                "study": s.study_name,
+                "n_complete": sum(st == optuna.trial.TrialState.COMPLETE for st in states),
+                "n_running": sum(st == optuna.trial.TrialState.RUNNING for st in states),
+                "estimate": json.loads(estimate) if estimate else None,
+            }
+        )
+    return rows
