@@ -46,6 +46,27 @@ def test_find_json_and_status(tmp_path):
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert len(json.loads(plain.stdout)) == 4
+    # So does optuna-dashboard (its own server code, called through WSGI).
+    status_line, body = dashboard_get(url, "/api/studies")
+    assert status_line.startswith("200")
+    (summary,) = json.loads(body)["study_summaries"]
+    assert summary["study_name"] == report["study"]
+    _, body = dashboard_get(url, f"/api/studies/{summary['study_id']}")
+    trials = json.loads(body)["trials"]
+    assert len(trials) == 4
+    assert all(any(a["key"] == "checkpoint_artifact" for a in t["user_attrs"]) for t in trials)
+
+
+def dashboard_get(url: str, path: str) -> tuple[str, bytes]:
+    from wsgiref.util import setup_testing_defaults
+
+    from optuna_dashboard import wsgi
+
+    environ = {"PATH_INFO": path}
+    setup_testing_defaults(environ)
+    status = []
+    body = b"".join(wsgi(url)(environ, lambda s, h, exc_info=None: status.append(s)))
+    return status[0], body
 
 
 def test_ctrl_c_then_resume_keeps_completed_trials(tmp_path):
