@@ -277,6 +277,8 @@ def test_bench_search_small():
     assert ours["coverage"] >= 0.75
     assert ours["median_width_ratio"] < 3.5
     assert "grid_posterior" in result["methods"]
+    assert result["compute_vs_grid"]["grid"] == 1.0
+    assert result["median_compute_vs_grid"]["policy"] < 0.3
 
 
 @pytest.mark.parametrize(

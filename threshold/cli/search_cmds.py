@@ -53,7 +53,7 @@ def find(
     precision: Annotated[
         float,
         typer.Option(help="Stop when the 90% interval of the 80% point is this narrow."),
-    ] = 2.0,
+    ] = 2.5,
     d_lo: Annotated[int, typer.Option(help="Smallest d of the initial bracket.")] = 8,
     d_hi: Annotated[int, typer.Option(help="Largest d of the initial bracket.")] = 128,
     steps: Annotated[int, typer.Option(help="Most training steps per run.")] = 20_000,
@@ -69,7 +69,7 @@ def find(
 
     def body():
         from threshold.errors import ConfigError
-        from threshold.search.find import prepare_study, snapshot, start_workers
+        from threshold.search.find import prepare_study, snapshot, start_workers, stop_workers
         from threshold.search.study import SearchConfig, StudySettings
         from threshold.train import TrainConfig
 
@@ -94,8 +94,7 @@ def find(
                     time.sleep(2)
                 view.update(snapshot(url, name))
         except KeyboardInterrupt:
-            for p in procs:
-                p.wait(timeout=60)
+            stop_workers(procs)
             typer.echo(f"interrupted: run the same command to resume study {name!r}", err=True)
             raise typer.Exit(130) from None
         failed = [p.returncode for p in procs if p.returncode != 0]
@@ -190,11 +189,20 @@ def bench_search(
 
     def body():
         from threshold.errors import ConfigError
-        from threshold.search.simulate import bench_search as run_bench
+        from threshold.search import ResponseModel
+        from threshold.search.benchmark import bench_search as run_bench
+        from threshold.search.sampler import policy_settings
+        from threshold.search.study import SearchConfig, StudySettings
+        from threshold.tasks import TaskConfig
+        from threshold.train import TrainConfig
 
         if studies < 1:
             raise ConfigError(f"--studies {studies} is not allowed: use 1 or more")
-        result = run_bench(n_studies=studies, seed=seed)
+        # The tool's own defaults on ListOps mod 10 (vocabulary 22, context 60).
+        model = ResponseModel()
+        defaults = StudySettings(TaskConfig(ops=("add",)), TrainConfig(), SearchConfig())
+        settings = policy_settings(defaults, chance=model.unlearned_mean)
+        result = run_bench(n_studies=studies, seed=seed, settings=settings, model=model)
         if as_json:
             typer.echo(json.dumps(result))
             return
@@ -280,5 +288,18 @@ def _print_summary(report: dict) -> None:
 
 def _print_bench_search(result: dict) -> None:
     from rich.console import Console
+    from rich.table import Table
 
-    Console().print_json(json.dumps(result))
+    table = Table(title=f"search on {result['n_studies']} simulated studies (known truth)")
+    for col in ("method", "median runs", "mean compute", "vs grid", "coverage", "median width"):
+        table.add_column(col, justify="right")
+    for name, m in result["methods"].items():
+        table.add_row(
+            name,
+            f"{m['median_runs']:g}",
+            f"{m['mean_compute']:.0f}",
+            f"{result['compute_vs_grid'].get(name, float('nan')):.2f}",
+            f"{m['coverage']:.2f}",
+            f"{m['median_width_ratio']:.2f}",
+        )
+    Console().print(table)

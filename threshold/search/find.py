@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from optuna.trial import TrialState
 from threshold.search.sampler import PARAM
 from threshold.search.study import StudySettings, create_or_load_study, open_storage, storage_url
 
-__all__ = ["prepare_study", "snapshot", "start_workers"]
+__all__ = ["prepare_study", "snapshot", "start_workers", "stop_workers"]
 
 
 def prepare_study(
@@ -37,6 +38,19 @@ def start_workers(
     command = [sys.executable, "-m", "threshold", "worker", "--study", name, "--storage", url]
     command += ["--heartbeat", str(heartbeat_s), "--quiet"]
     return [subprocess.Popen(command, env=env) for _ in range(workers)]
+
+
+def stop_workers(procs: list[subprocess.Popen], grace_s: float = 60) -> None:
+    """Interrupt workers (their running trials are marked failed), then kill any that hang."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def snapshot(url: str, name: str) -> dict:

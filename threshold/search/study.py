@@ -62,7 +62,7 @@ class SearchConfig:
     d_hi: int = 128  # initial bracket, largest d: pins the asymptote
     d_min: int = 2  # widening never goes below this d
     d_max: int = 512  # nor above this one
-    precision: float = 2.0  # stop when the 90% interval of the 80% point spans <= this factor
+    precision: float = 2.5  # stop when the 90% interval of the 80% point spans <= this factor
     budget: int = 40  # most runs (completed and running)
     level: float = 0.8  # the transition is where the curve reaches level x asymptote
     chance_corrected: bool = False  # True: chance + level x (asymptote - chance) instead
