@@ -13,6 +13,9 @@ import pytest
         ("threshold.model", ["optuna", "threshold.train", "threshold.cli"]),
         ("threshold.train", ["optuna", "threshold.cli", "rich", "typer"]),
         ("threshold.checkpoint", ["optuna", "threshold.cli"]),
+        ("threshold.search", ["torch", "optuna", "threshold.search.study", "rich"]),
+        ("threshold.search.study", ["threshold.cli", "rich", "typer"]),
+        ("threshold.search.worker", ["threshold.cli", "rich", "typer"]),
     ],
 )
 def test_layer_imports(module, forbidden):

@@ -1,7 +1,8 @@
-"""Transition search maths: the grid posterior, the decision policy, the fit and the benchmark.
+"""Transition search: the maths (grid posterior, policy, fit, benchmark) and the Optuna side.
 
-Everything here takes plain arrays and numbers: no torch, no Optuna storage (the Optuna baselines
-of the benchmark import Optuna inside their functions and use in-memory studies only).
+The names exported here are the maths: plain arrays and numbers, no torch and no Optuna storage
+(the benchmark's Optuna baselines use in-memory studies). The Optuna side is imported by module:
+``study`` (the only one that opens a storage), ``sampler`` (the adapter), ``worker``, ``find``.
 """
 
 from threshold.search.benchmark import METHODS, bench_search
