@@ -8,13 +8,14 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from threshold.model import RecurrentTransformer, param_count
+from threshold.model import param_count
 from threshold.tasks import TaskData
 from threshold.train import (
     TrainConfig,
     batch_tensors,
     bucket_batches,
     evaluate_greedy,
+    init_model,
     make_optimizer,
     model_config_for,
     train_step,
@@ -30,9 +31,7 @@ def bench_train_steps(
     cfg = TrainConfig(bucketing=bucketing)
     torch.set_num_threads(cfg.threads)
     model_cfg = model_config_for(data, d_model)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = RecurrentTransformer(model_cfg)
+    model = init_model(model_cfg, seed=0)
     opt = make_optimizer(model, cfg)
     batches = bucket_batches(
         data.train, cfg.batch_size, np.random.default_rng(0), cfg.bucket_chunk, bucketing
@@ -66,10 +65,7 @@ def bench_decode(data: TaskData, d_model: int, n_sequences: int) -> dict:
     An untrained model rarely writes the end token, so every sequence runs to the context cap:
     this is the worst case a search meets on its smallest models.
     """
-    model_cfg = model_config_for(data, d_model)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = RecurrentTransformer(model_cfg)
+    model = init_model(model_config_for(data, d_model), seed=0)
     op = data.config.measured_op
     seqs = data.test[op].subset(np.arange(min(n_sequences, len(data.test[op]))))
     t0 = time.perf_counter()

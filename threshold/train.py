@@ -34,6 +34,8 @@ __all__ = [
     "continue_training",
     "evaluate_greedy",
     "evaluate_teacher_forced",
+    "init_model",
+    "majority_rate",
     "make_optimizer",
     "model_config_for",
     "train",
@@ -255,9 +257,16 @@ def evaluate_greedy(
     return answer_ok, strict_ok
 
 
-def _majority_rate(seqs: SequenceSet) -> float:
-    """Accuracy of always giving the most common answer: "at chance" for the stuck rule."""
+def majority_rate(seqs: SequenceSet) -> float:
+    """Accuracy of always giving the most common answer: what "at chance" means here."""
     return float(np.bincount(seqs.answers).max() / len(seqs))
+
+
+def init_model(model_cfg: ModelConfig, seed: int) -> RecurrentTransformer:
+    """A fresh model initialised from ``seed``, leaving torch's global generator untouched."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return RecurrentTransformer(model_cfg)
 
 
 def train(
@@ -268,10 +277,7 @@ def train(
     progress_every: int = 25,
 ) -> TrainResult:
     """Train a fresh model on ``data.train``, stop early on ``data.val``, report ``data.test``."""
-    torch.set_num_threads(cfg.threads)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
-        model = RecurrentTransformer(model_cfg)
+    model = init_model(model_cfg, cfg.seed)
     if param_count(model_cfg) != model.num_params():
         raise AssertionError("parameter formula and model disagree")
     return continue_training(model, data, cfg, on_progress, progress_every)
@@ -293,7 +299,7 @@ def continue_training(
     opt = make_optimizer(model, cfg)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_factor(cfg))
     batches = bucket_batches(data.train, cfg.batch_size, rng, cfg.bucket_chunk, cfg.bucketing)
-    chance = _majority_rate(data.val[measure])
+    chance = majority_rate(data.val[measure])
 
     t0 = time.perf_counter()
     train_s, tokens, smooth = 0.0, 0, None

@@ -33,23 +33,19 @@ from threshold.search.policy import decide
 from threshold.search.sampler import CANCEL, PARAM, TransitionSampler, run_seed, split_trials
 from threshold.search.study import StudySettings, artifact_store, load_study, open_storage
 from threshold.tasks import TaskData, load_task_data
-from threshold.train import model_config_for, train
+from threshold.train import majority_rate, model_config_for, train
 
-__all__ = ["Cancelled", "refresh_estimate", "run_worker", "study_chance"]
+__all__ = [
+    "Cancelled",
+    "refresh_estimate",
+    "run_worker",
+]
 
 log = logging.getLogger(__name__)
 
 
 class Cancelled(ThresholdError):
     """The policy decided to stop after this trial began (another worker finished the study)."""
-
-
-def study_chance(data: TaskData) -> float:
-    """Accuracy of always giving the most common answer of the measured op: the curve's floor."""
-    import numpy as np
-
-    answers = data.test[data.config.measured_op].answers
-    return float(np.bincount(answers).max() / len(answers))
 
 
 def refresh_estimate(study: optuna.Study, sampler: TransitionSampler) -> dict | None:
@@ -131,7 +127,7 @@ def run_worker(
     storage = open_storage(storage_url, heartbeat_s, create=False)
     study, settings = load_study(study_name, storage)
     data = load_task_data(settings.task, cache_dir)
-    sampler = TransitionSampler(settings, study_chance(data))
+    sampler = TransitionSampler(settings, majority_rate(data.test[settings.task.measured_op]))
     study.sampler = sampler
     store = artifact_store(storage_url)
     objective = _objective(settings, data, store, sampler)
