@@ -56,6 +56,10 @@ def find(
     ] = 2.5,
     d_lo: Annotated[int, typer.Option(help="Smallest d of the initial bracket.")] = 8,
     d_hi: Annotated[int, typer.Option(help="Largest d of the initial bracket.")] = 128,
+    level: Annotated[float, typer.Option(help="Transition: the curve reaches level x A.")] = 0.8,
+    chance_corrected: Annotated[
+        bool, typer.Option(help="Use chance + level x (A - chance) instead of level x A.")
+    ] = False,
     steps: Annotated[int, typer.Option(help="Most training steps per run.")] = 20_000,
     seed: Annotated[int, typer.Option(help="Base seed; run seeds derive from it.")] = 0,
     workers: Annotated[int, typer.Option(help="Worker processes (one torch thread each).")] = 1,
@@ -82,7 +86,15 @@ def find(
                 tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
             ),
             TrainConfig(max_steps=steps),
-            SearchConfig(d_lo=d_lo, d_hi=d_hi, precision=precision, budget=budget, base_seed=seed),
+            SearchConfig(
+                d_lo=d_lo,
+                d_hi=d_hi,
+                precision=precision,
+                budget=budget,
+                level=level,
+                chance_corrected=chance_corrected,
+                base_seed=seed,
+            ),
         )
         t0 = time.perf_counter()
         name, url = prepare_study(settings, storage, study, heartbeat)
