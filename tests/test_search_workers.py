@@ -13,8 +13,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from threshold.checkpoint import load_checkpoint
-from threshold.search.study import SearchConfig, StudySettings, open_storage
+from threshold import ThresholdError
+from threshold.search.study import SearchConfig, StudySettings, open_storage, trial_checkpoint
 from threshold.tasks import TaskConfig
 from threshold.train import TrainConfig
 
@@ -73,7 +73,7 @@ def test_three_workers_share_a_postgres_study(postgres_url, tmp_path):
     assert json.loads(study.user_attrs["estimate"])["n_runs"] == budget
 
 
-def test_killed_worker_loses_no_completed_trial(tmp_path):
+def test_killed_worker_loses_no_completed_trial(tmp_path, monkeypatch):
     url, name, budget = f"sqlite:///{tmp_path}/s.db", "kill", 5
     make_study(url, name, steps=600, budget=budget)
     procs = [start_worker(url, name, tmp_path) for _ in range(2)]
@@ -100,9 +100,16 @@ def test_killed_worker_loses_no_completed_trial(tmp_path):
     assert retry[0].params == killed.params
     assert retry[0].user_attrs["seed"] == victim.user_attrs["seed"]
     done = check_recorded_once(trials, budget)
+    monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))
+    study = optuna.load_study(study_name=name, storage=url)
     for t in done:
-        path = tmp_path / "art" / t.user_attrs["checkpoint_artifact"]
-        assert load_checkpoint(path).model_config.d_model == t.params["d_model"]
+        ckpt = trial_checkpoint(study, t.number, url)
+        assert ckpt.model_config.d_model == t.params["d_model"]
+        assert ckpt.train_config["seed"] == t.user_attrs["seed"]
+    with pytest.raises(ThresholdError, match=f"trial {victim.number} .* has no checkpoint"):
+        trial_checkpoint(study, victim.number, url)
+    with pytest.raises(ThresholdError, match="trial 99 is not in study"):
+        trial_checkpoint(study, 99, url)
 
 
 @pytest.mark.parametrize("workers", [0, -1])

@@ -19,15 +19,17 @@ import logging
 import os
 import sqlite3
 import subprocess
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
-from optuna.artifacts import FileSystemArtifactStore
+from optuna.artifacts import FileSystemArtifactStore, download_artifact
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 
 import threshold
+from threshold.checkpoint import Checkpoint, load_checkpoint
 from threshold.errors import ConfigError, ThresholdError
 from threshold.tasks import TaskConfig
 from threshold.train import TrainConfig
@@ -43,6 +45,7 @@ __all__ = [
     "open_storage",
     "storage_url",
     "study_rows",
+    "trial_checkpoint",
 ]
 
 log = logging.getLogger(__name__)
@@ -243,6 +246,23 @@ def load_study(name: str, storage: RDBStorage, sampler=None) -> tuple[optuna.Stu
         raise ThresholdError(f"study {name!r} is not in this storage (studies: {known})")
     study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     return study, StudySettings.from_attrs(study.user_attrs)
+
+
+def trial_checkpoint(study: optuna.Study, number: int, url: str | None = None) -> Checkpoint:
+    """The checkpoint of trial ``number``, read from the artifact store beside ``url``."""
+    trials = study.get_trials(deepcopy=False)
+    if not 0 <= number < len(trials):
+        raise ThresholdError(
+            f"trial {number} is not in study {study.study_name!r} (trials 0..{len(trials) - 1})"
+        )
+    artifact_id = trials[number].user_attrs.get("checkpoint_artifact")
+    if artifact_id is None:
+        raise ThresholdError(f"trial {number} of {study.study_name!r} has no checkpoint")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.ckpt"
+        download_artifact(artifact_store=artifact_store(url), file_path=str(path),
+                          artifact_id=artifact_id)  # fmt: skip
+        return load_checkpoint(path)
 
 
 def study_rows(storage: RDBStorage) -> list[dict]:
