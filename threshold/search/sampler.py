@@ -99,8 +99,9 @@ class TransitionSampler(BaseSampler):
         completed, pending = split_trials(trials, exclude=trial.number)
         decision = decide(self.policy, completed, pending)
         storage, tid = study._storage, trial._trial_id
-        if decision.stop:
+        if decision.stop:  # another worker's trial began first and used the last slot
             storage.set_trial_system_attr(tid, CANCEL, decision.reason)
+            storage.set_trial_user_attr(tid, "cancelled", f"study done ({decision.reason})")
             return {PARAM: self.settings.search.d_hi}
         seed = run_seed(
             self.settings.search.base_seed, self.settings.task.ops, decision.d, decision.replicate
