@@ -74,7 +74,7 @@ def find(
     def body():
         from threshold.errors import ConfigError
         from threshold.search.find import prepare_study, snapshot, start_workers, stop_workers
-        from threshold.search.study import SearchConfig, StudySettings
+        from threshold.search.study import SearchConfig, StudySettings, open_storage
         from threshold.train import TrainConfig
 
         if workers < 1:
@@ -99,12 +99,13 @@ def find(
         t0 = time.perf_counter()
         name, url = prepare_study(settings, storage, study, heartbeat)
         procs = start_workers(name, url, workers, heartbeat, cache_dir)
+        db = open_storage(url, create=False)  # one connection pool for the whole live view
         try:
             with _LiveView(enabled=not as_json) as view:
                 while any(p.poll() is None for p in procs):
-                    view.update(snapshot(url, name))
+                    view.update(snapshot(db, name))
                     time.sleep(2)
-                view.update(snapshot(url, name))
+                view.update(snapshot(db, name))
         except KeyboardInterrupt:
             stop_workers(procs)
             typer.echo(f"interrupted: run the same command to resume study {name!r}", err=True)
@@ -112,7 +113,7 @@ def find(
         failed = [p.returncode for p in procs if p.returncode != 0]
         if failed:
             raise ConfigError(f"{len(failed)} worker(s) failed (exit {failed[0]}); see above")
-        snap = snapshot(url, name)
+        snap = snapshot(db, name)
         report = {
             "study": name,
             "storage": url,

@@ -53,9 +53,8 @@ def stop_workers(procs: list[subprocess.Popen], grace_s: float = 60) -> None:
             p.wait()
 
 
-def snapshot(url: str, name: str) -> dict:
+def snapshot(storage: optuna.storages.BaseStorage, name: str) -> dict:
     """Trials (size, parameters, seed, accuracy, time, state, progress) and the estimate."""
-    storage = open_storage(url, create=False)
     study = optuna.load_study(study_name=name, storage=storage)
     rows = []
     for t in study.get_trials(deepcopy=False):
