@@ -31,7 +31,7 @@ def add5(tmp_path_factory):
 def learned_max(max5):
     """A tiny run that must really learn MAX mod 5 (about 7 s on one core)."""
     cfg = TrainConfig(max_steps=400, eval_every=100, lr=1e-2, warmup_steps=50, learned_acc=1.01)
-    return train(model_config_for(max5, 32), max5, cfg)
+    return train(model_config_for(max5.config, 32), max5, cfg)
 
 
 def test_tiny_run_learns_max(max5, learned_max):
@@ -46,7 +46,7 @@ def test_tiny_run_learns_max(max5, learned_max):
 
 def test_untrained_model_is_near_chance(max5):
     cfg = TrainConfig(max_steps=1, eval_every=1, lr=1e-9, warmup_steps=0)
-    result = train(model_config_for(max5, 32), max5, cfg)
+    result = train(model_config_for(max5.config, 32), max5, cfg)
     assert result.accuracy["max"] < 0.6
 
 
@@ -54,7 +54,7 @@ def test_learned_rule_stops_early(max5):
     cfg = TrainConfig(
         max_steps=2000, eval_every=50, lr=1e-2, warmup_steps=50, learned_tf=0.9, learned_acc=0.9
     )
-    result = train(model_config_for(max5, 32), max5, cfg)
+    result = train(model_config_for(max5.config, 32), max5, cfg)
     assert result.stop_reason == "learned"
     assert result.steps < 2000
     assert result.history[-1]["val_greedy"]["max"] >= 0.9
@@ -62,7 +62,7 @@ def test_learned_rule_stops_early(max5):
 
 def test_stuck_rule_stops_a_run_that_cannot_move(add5):
     cfg = TrainConfig(max_steps=200, eval_every=10, lr=1e-9, warmup_steps=0)
-    result = train(model_config_for(add5, 8), add5, cfg)
+    result = train(model_config_for(add5.config, 8), add5, cfg)
     assert result.stop_reason == "stuck"
     assert cfg.stuck_after * cfg.max_steps <= result.steps < 200
 
@@ -73,14 +73,16 @@ def test_stuck_rule_does_not_fire_on_a_learning_run(learned_max):
 
 def test_same_seed_same_metrics_and_weights(max5):
     cfg = TrainConfig(max_steps=60, eval_every=30, seed=3)
-    a = train(model_config_for(max5, 8), max5, cfg)
-    b = train(model_config_for(max5, 8), max5, cfg)
+    a = train(model_config_for(max5.config, 8), max5, cfg)
+    b = train(model_config_for(max5.config, 8), max5, cfg)
     assert a.accuracy == b.accuracy and a.history == b.history
     for (name, p), q in zip(
         a.model.state_dict().items(), b.model.state_dict().values(), strict=True
     ):
         assert torch.equal(p, q), name
-    c = train(model_config_for(max5, 8), max5, TrainConfig(max_steps=60, eval_every=30, seed=4))
+    c = train(
+        model_config_for(max5.config, 8), max5, TrainConfig(max_steps=60, eval_every=30, seed=4)
+    )
     assert c.history != a.history
 
 
@@ -88,7 +90,7 @@ def test_training_does_not_touch_global_rng(max5):
     torch.manual_seed(123)
     before = torch.rand(3)
     torch.manual_seed(123)
-    train(model_config_for(max5, 8), max5, TrainConfig(max_steps=2, eval_every=2))
+    train(model_config_for(max5.config, 8), max5, TrainConfig(max_steps=2, eval_every=2))
     assert torch.equal(torch.rand(3), before)
 
 
@@ -131,7 +133,7 @@ def test_greedy_decoding_matches_decoding_without_cache(max5, learned_max, train
         torch.manual_seed(0)
         from threshold.model import RecurrentTransformer
 
-        model = RecurrentTransformer(model_config_for(max5, 16))
+        model = RecurrentTransformer(model_config_for(max5.config, 16))
     model.eval()
     subset = test.subset(np.arange(60))
     answer_ok, strict_ok = evaluate_greedy(model, subset, max5.vocab.eos_id, batch_size=7)
@@ -150,7 +152,7 @@ def test_greedy_decoding_is_capped_by_the_context(max5):
     torch.manual_seed(0)
     from threshold.model import RecurrentTransformer
 
-    model = RecurrentTransformer(model_config_for(max5, 8))
+    model = RecurrentTransformer(model_config_for(max5.config, 8))
     # A model that never writes the end token: decoding must still stop, and count it wrong.
     with torch.no_grad():
         model.head.weight.zero_()
@@ -185,7 +187,9 @@ def test_bad_train_config(kwargs, match):
 def test_progress_reaches_the_last_step(max5):
     seen = []
     cfg = TrainConfig(max_steps=70, eval_every=30)
-    result = train(model_config_for(max5, 8), max5, cfg, on_progress=seen.append, progress_every=20)
+    result = train(
+        model_config_for(max5.config, 8), max5, cfg, on_progress=seen.append, progress_every=20
+    )
     assert [p.step for p in seen] == [20, 40, 60, 70]
     assert seen[-1].step == result.steps
     assert all(p.tokens_per_s > 0 and p.loss > 0 for p in seen)

@@ -30,7 +30,7 @@ def bench_train_steps(
     """Training throughput at ``d_model``: steps/s, and non-padding and padded tokens/s."""
     cfg = TrainConfig(bucketing=bucketing)
     torch.set_num_threads(cfg.threads)
-    model_cfg = model_config_for(data, d_model)
+    model_cfg = model_config_for(data.config, d_model)
     model = init_model(model_cfg, seed=0)
     opt = make_optimizer(model, cfg)
     batches = bucket_batches(
@@ -65,7 +65,7 @@ def bench_decode(data: TaskData, d_model: int, n_sequences: int) -> dict:
     An untrained model rarely writes the end token, so every sequence runs to the context cap:
     this is the worst case a search meets on its smallest models.
     """
-    model = init_model(model_config_for(data, d_model), seed=0)
+    model = init_model(model_config_for(data.config, d_model), seed=0)
     op = data.config.measured_op
     seqs = data.test[op].subset(np.arange(min(n_sequences, len(data.test[op]))))
     t0 = time.perf_counter()

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from threshold.errors import ConfigError
 from threshold.model import KVCache, ModelConfig, RecurrentTransformer, param_count
-from threshold.tasks import SequenceSet, TaskData
+from threshold.tasks import SequenceSet, TaskConfig, TaskData
 
 __all__ = [
     "Progress",
@@ -115,10 +115,12 @@ class TrainResult:
         return self.tokens / self.train_s if self.train_s > 0 else 0.0
 
 
-def model_config_for(data: TaskData, d_model: int, **kwargs) -> ModelConfig:
-    """The model config that fits the vocabulary and longest sequence of ``data``."""
-    cfg = data.config
-    return ModelConfig(vocab_size=len(cfg.vocab), n_ctx=cfg.max_len, d_model=d_model, **kwargs)
+def model_config_for(task: TaskConfig, d_model: int, **kwargs) -> ModelConfig:
+    """The model config that fits the vocabulary and longest sequence of ``task``.
+
+    Needs no generated data, so settings can be checked before anything is written.
+    """
+    return ModelConfig(vocab_size=len(task.vocab), n_ctx=task.max_len, d_model=d_model, **kwargs)
 
 
 def bucket_batches(

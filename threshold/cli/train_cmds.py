@@ -73,13 +73,10 @@ def train(
             threads=threads,
             time_limit_s=time_limit,
         )
-        from threshold.model import ModelConfig
-
-        model_cfg = ModelConfig(len(task_cfg.vocab), task_cfg.max_len, d_model)
+        model_cfg = model_config_for(task_cfg, d_model)  # checked before data is written
         if out is not None and out.is_dir():
             raise ConfigError(f"--out {str(out)!r} is a directory: give a file path")
         data = load_task_data(task_cfg, cache_dir)
-        assert model_config_for(data, d_model) == model_cfg
         counts = param_count(model_cfg)
         with _TrainProgress(enabled=not as_json) as progress:
             result = train_model(model_cfg, data, train_cfg, on_progress=progress.update)

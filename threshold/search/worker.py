@@ -77,7 +77,7 @@ def _objective(
             ]
             seed = run_seed(settings.search.base_seed, settings.task.ops, d, len(earlier))
             trial.set_user_attr("seed", seed)
-        model_cfg = model_config_for(data, d)
+        model_cfg = model_config_for(data.config, d)
         counts = param_count(model_cfg)
         trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
         trial.set_user_attr("params_total", counts["total"])
