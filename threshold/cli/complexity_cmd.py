@@ -1,0 +1,56 @@
+"""The ``complexity`` command: compressed size of a minimal program solving a task mixture."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from threshold.cli.common import Mod, Tasks, Testbed, app, run_guarded
+
+
+@app.command()
+def complexity(
+    tasks: Tasks = "max",
+    testbed: Testbed = "listops",
+    mod: Mod = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Kolmogorov-complexity proxy of one mixture: compressed bytes of its program, per op too."""
+
+    def body():
+        from threshold.analysis.complexity import complexity as measure
+
+        ops = [op.strip() for op in tasks.split(",") if op.strip()]
+        report = measure(testbed, ops, mod)
+        if as_json:
+            typer.echo(json.dumps(report))
+        else:
+            _print_complexity(report)
+
+    run_guarded(body)
+
+
+def _print_complexity(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    size = f"mod {report['size']}" if report["testbed"] == "listops" else f"S_{report['size']}"
+    table = Table(
+        title=f"{','.join(report['ops'])} ({size}): compressed bytes",
+        caption=f"{report['primary']} is the primary measure",
+    )
+    table.add_column("program")
+    for name in ("zlib", "lzma", "chars"):
+        table.add_column(name, justify="right")
+
+    def row(name: str, sizes: dict, style: str | None = None) -> None:
+        table.add_row(name, *(str(sizes[k]) for k in ("zlib", "lzma", "chars")), style=style)
+
+    row("evaluator (shared)", report["evaluator"])
+    for op, sizes in report["per_op"].items():
+        row(f"{op}: solver alone", sizes["solver"])
+        row(f"{op}: evaluator + solver", sizes["task"])
+    row("mixture", report["mixture"], style="bold")
+    Console().print(table)
