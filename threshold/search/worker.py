@@ -55,6 +55,9 @@ def refresh_estimate(study: optuna.Study, sampler: TransitionSampler) -> dict | 
         return None
     estimate = transition_estimate(sampler.policy, completed)
     study.set_user_attr("estimate", json.dumps(estimate, sort_keys=True))
+    from threshold.search.notes import write_note
+
+    write_note(study, sampler.settings, sampler.policy, estimate)
     return estimate
 
 

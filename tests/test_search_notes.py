@@ -1,0 +1,150 @@
+"""Study notes for optuna-dashboard, on studies built from trials without training."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import optuna
+import pytest
+from optuna_dashboard import get_note
+
+from threshold.search.fit import logistic
+from threshold.search.notes import FIGURE_ID, write_all_notes
+from threshold.search.sampler import PARAM, TransitionSampler
+from threshold.search.study import SearchConfig, StudySettings, create_or_load_study, open_storage
+from threshold.search.worker import refresh_estimate
+from threshold.tasks import TaskConfig
+from threshold.train import TrainConfig
+
+CHANCE = 0.2
+SETTINGS = StudySettings(
+    TaskConfig(ops=("max",), n=5, n_train=2000, n_test=100),
+    TrainConfig(max_steps=40),
+    SearchConfig(d_lo=4, d_hi=16, budget=8),
+)
+# Runs on a known curve (in ln parameters), with a little seed noise: the fit has what it needs.
+SIZES = [16, 4, 8, 6, 11, 5, 12, 8]
+
+
+def make_study(tmp_path, sizes):
+    """A threshold study with completed trials at ``sizes``, as workers would leave them."""
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db")
+    study = create_or_load_study(SETTINGS, storage)
+    sampler = TransitionSampler(SETTINGS, CHANCE)
+    params = dict(sampler.policy.params_of_d)
+    x_mid = np.log(params[7])
+    noise = np.random.default_rng(0).normal(0, 0.02, len(sizes))
+    for i, d in enumerate(sizes):
+        acc = float(np.clip(logistic(np.log(params[d]), CHANCE, 0.97, x_mid, 4.0) + noise[i], 0, 1))
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={PARAM: d},
+                distributions={PARAM: sampler.distribution},
+                value=acc,
+                user_attrs={"params_total": params[d], "seed": i, "stop_reason": "learned"},
+            )
+        )
+    return study, sampler
+
+
+def system_attrs(study):
+    return study._storage.get_study_system_attrs(study._study_id)
+
+
+def figure_of(study) -> dict:
+    prefix = f"dashboard:plot_data:{FIGURE_ID}:"
+    attrs = system_attrs(study)
+    chunks = sorted((int(k[len(prefix) :]), v) for k, v in attrs.items() if k.startswith(prefix))
+    return json.loads("".join(v for _, v in chunks))
+
+
+def test_note_carries_the_estimate(tmp_path):
+    study, sampler = make_study(tmp_path, SIZES)
+    estimate = refresh_estimate(study, sampler)  # the worker's refresh writes the note
+    assert estimate["fit"] is not None
+    note = get_note(study)
+    lo, hi = estimate["interval_params"]
+    headline = note.splitlines()[0]
+    assert headline == (
+        f"## MAX (listops mod 5): 80% point at {estimate['params_p80']:,.0f} parameters "
+        f"(d = {estimate['d_p80']:.1f})"
+    )
+    d_lo, d_hi = estimate["interval_d"]
+    assert f"| 90% credible interval | {lo:,.0f} - {hi:,.0f} " in note
+    assert f"| {d_lo:.1f} - {d_hi:.1f} |" in note
+    assert f"| midpoint (half-way up the curve) | {estimate['midpoint_params']:,.0f}" in note
+    fit = estimate["fit"]
+    assert f"fit: 80% point | {fit['params_p80']:,.0f} | {fit['d_p80']:.1f} |" in note
+    assert f"**Asymptote**: {estimate['asymptote']:.3g} (chance {CHANCE:g})" in note
+    assert f"**Runs**: {len(SIZES)} done, 0 running" in note
+    assert "**Status**: stopped (budget): the budget of 8 runs is used" in note
+    assert "precision 2.5x, budget 8 runs, first bracket d 4-16" in note
+
+    traces = {t["name"]: t for t in figure_of(study)["data"]}
+    runs = traces["runs"]
+    params = dict(sampler.policy.params_of_d)
+    assert runs["x"] == [params[d] for d in SIZES]
+    values = [t.value for t in study.get_trials()]
+    assert runs["y"] == pytest.approx(values, abs=1e-4)
+    # The fit's 80% point is marked on its curve, where the curve is at 80% of its top.
+    (marker,) = [t for n, t in traces.items() if n.endswith("(fit)")]
+    assert marker["x"] == [fit["params_p80"]]
+    assert marker["y"][0] == pytest.approx(0.8 * fit["upper"], abs=2e-3)
+    curve = traces["logistic fit"]
+    assert np.all(np.diff(curve["y"]) >= 0) and min(curve["x"]) < min(runs["x"])
+    (posterior,) = [t for n, t in traces.items() if n.endswith("(posterior)")]
+    assert posterior["x"] == [estimate["params_p80"]] * 2
+
+
+@pytest.mark.parametrize("n_runs", [0, 2, 4])
+def test_few_runs_say_so(tmp_path, n_runs):
+    study, sampler = make_study(tmp_path, SIZES[:n_runs])
+    if n_runs:
+        estimate = refresh_estimate(study, sampler)
+        assert estimate["fit"] is None  # fewer than 5 runs
+    assert write_all_notes(study._storage) == [study.study_name]
+    note = get_note(study)
+    if n_runs < 3:
+        assert "too few runs for an estimate" in note.splitlines()[0]
+        assert f"{n_runs} completed run(s): the estimate of the 80% point starts once" in note
+        assert "80% point at" not in note
+    else:
+        assert "80% point at" in note.splitlines()[0]
+        assert "**Least-squares fit**: none (needs 5 runs at 3 sizes)" in note
+    if n_runs == 0:
+        assert "**Status**: not started: no runs yet" in note
+    else:
+        assert "**Status**: searching: the next run is at d = " in note
+    if n_runs == 2:
+        assert "initial bracket (d = 16, 4, 8) are done" in note
+        assert "next run is at d = 8 (bracket)" in note
+    assert figure_of(study)["layout"]["xaxis"]["type"] == "log"
+
+
+def test_unchanged_note_is_left_alone_and_other_studies_too(tmp_path):
+    study, sampler = make_study(tmp_path, SIZES[:5])
+    refresh_estimate(study, sampler)
+    storage = study._storage
+    other = optuna.create_study(study_name="not-ours", storage=storage)
+    assert write_all_notes(storage) == [study.study_name]
+    assert system_attrs(study)["dashboard:note_ver"] == 1  # same text: not written again
+    assert get_note(other) == "" and not system_attrs(other)
+    # A new run changes the note, and its figure gets the new point.
+    more, _ = make_study(tmp_path, [9])
+    refresh_estimate(more, sampler)
+    assert system_attrs(study)["dashboard:note_ver"] == 2
+    assert "**Runs**: 6 done" in get_note(study)
+    assert len(figure_of(study)["data"][-1]["x"]) == 6
+
+
+def test_worker_import_stays_light():
+    code = (
+        "import sys, threshold.search.worker, threshold.search.notes\n"
+        "bad = [m for m in ('optuna_dashboard', 'plotly', 'rich', 'threshold.cli')"
+        " if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
