@@ -93,8 +93,11 @@ class TransitionSampler(BaseSampler):
         return {PARAM: self.distribution}
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial, search_space) -> dict:
-        if PARAM not in search_space or PARAM in trial.params or "seed" in trial.user_attrs:
+        if PARAM not in search_space or PARAM in trial.params:
             return {}
+        if "seed" in trial.user_attrs:  # decided already: the retry of a trial whose worker died
+            # after the decision, before the size became a parameter
+            return {PARAM: trial.user_attrs[PARAM]} if PARAM in trial.user_attrs else {}
         trials = self._after_earlier_decisions(study, trial.number)
         completed, pending = split_trials(trials, exclude=trial.number)
         decision = decide(self.policy, completed, pending)

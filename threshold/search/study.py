@@ -17,16 +17,21 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import sqlite3
 import subprocess
 import tempfile
 import warnings
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import optuna
+import sqlalchemy
 from optuna.artifacts import FileSystemArtifactStore, download_artifact
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages._rdb.models import TrialHeartbeatModel  # its table; no public reader
+from optuna.trial import TrialState
 
 import threshold
 from threshold.checkpoint import Checkpoint, load_checkpoint
@@ -132,6 +137,28 @@ def _sqlite_path(url: str) -> Path | None:
     return Path(url[len("sqlite:///") :])
 
 
+class _Storage(RDBStorage):
+    """Optuna's RDB storage, where a RUNNING trial that never sent a heartbeat also goes stale.
+
+    Optuna times a trial out only from its last heartbeat, so a trial left RUNNING before its
+    first one (its worker killed between creating it and starting the heartbeat thread, or a trial
+    made by a tool without heartbeats) would stay pending forever: the study would never end.
+    """
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        stale = super()._get_stale_trial_ids(study_id)
+        cutoff = datetime.now() - timedelta(seconds=self.grace_period)  # Optuna's clock: local
+        running = self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+        old = [t._trial_id for t in running if t.datetime_start and t.datetime_start < cutoff]
+        old = [tid for tid in old if tid not in stale]
+        if not old:
+            return stale
+        beats = TrialHeartbeatModel.trial_id
+        with self.engine.connect() as con:
+            beating = set(con.execute(sqlalchemy.select(beats).where(beats.in_(old))).scalars())
+        return stale + [tid for tid in old if tid not in beating]
+
+
 def open_storage(url: str | None = None, heartbeat_s: int = 30, create: bool = True) -> RDBStorage:
     """An RDB storage with heartbeats and retry of stale trials; SQLite files in WAL mode."""
     url = storage_url(url)
@@ -169,6 +196,23 @@ def open_storage(url: str | None = None, heartbeat_s: int = 30, create: bool = T
         raise StorageError(f"storage {url!r} cannot be opened: {first}") from None
 
 
+class _AtomicArtifactStore(FileSystemArtifactStore):
+    """Optuna's file-system store, but a write goes to a temporary file renamed into place.
+
+    Optuna records an artifact's id on the trial before writing the file, so a worker killed
+    mid-write would leave half a checkpoint under an id that the trial (and its retry, which
+    inherits the attribute) points to. Here that id names no file instead.
+    """
+
+    def write(self, artifact_id: str, content_body) -> None:
+        path = self._get_filepath(artifact_id)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", delete=False) as f:
+            shutil.copyfileobj(content_body, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(f.name, path)
+
+
 def artifact_store(url: str | None = None) -> FileSystemArtifactStore:
     """Checkpoints beside a SQLite file (``<dir>/artifacts``), else ``$THRESHOLD_ARTIFACTS``."""
     url = storage_url(url)
@@ -177,7 +221,7 @@ def artifact_store(url: str | None = None) -> FileSystemArtifactStore:
     if base is None:
         base = str(path.parent / "artifacts") if path is not None else "studies/artifacts"
     Path(base).mkdir(parents=True, exist_ok=True)
-    return FileSystemArtifactStore(base)
+    return _AtomicArtifactStore(base)
 
 
 def _git_commit() -> str:
