@@ -7,6 +7,7 @@ to a temporary file that is renamed into place, so a half-written checkpoint is 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -61,14 +62,21 @@ def save_checkpoint(
     torch.save(payload, buffer)
     body = buffer.getvalue()
     digest = hashlib.sha256(body).hexdigest()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", delete=False) as f:
-        f.write(MAGIC + digest.encode() + b"\n")
-        f.write(body)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(f.name, path)
+    path, tmp = Path(path), None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", delete=False) as f:
+            tmp = f.name
+            f.write(MAGIC + digest.encode() + b"\n")
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:  # no space, no permission, a file where a directory should be
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise CheckpointError(f"checkpoint {str(path)!r} cannot be written: {e}") from None
     return digest
 
 
@@ -92,7 +100,8 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
         model_config = ModelConfig(**payload["model_config"])
         task_config = TaskConfig.from_dict(payload["task_config"])
     except Exception as e:  # a valid hash over a payload we cannot parse: wrong version
-        raise CheckpointError(f"checkpoint {str(path)!r} cannot be decoded: {e}") from None
+        first = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise CheckpointError(f"checkpoint {str(path)!r} cannot be decoded: {first}") from None
     vocab = tuple(payload["vocab"])
     if vocab != task_config.vocab.tokens:
         raise CheckpointError(

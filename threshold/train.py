@@ -81,6 +81,10 @@ class TrainConfig:
             raise ConfigError(f"loss_on {self.loss_on!r} is not allowed: use completion or all")
         if not self.lr > 0:
             raise ConfigError(f"lr {self.lr} is not allowed: use a positive learning rate")
+        if self.time_limit_s is not None and not self.time_limit_s > 0:
+            raise ConfigError(
+                f"time_limit_s {self.time_limit_s} is not allowed: use a positive number of seconds"
+            )
 
     def to_dict(self) -> dict:
         return asdict(self)

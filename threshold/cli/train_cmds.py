@@ -76,6 +76,8 @@ def train(
         model_cfg = model_config_for(task_cfg, d_model)  # checked before data is written
         if out is not None and out.is_dir():
             raise ConfigError(f"--out {str(out)!r} is a directory: give a file path")
+        if out is not None and not next(p for p in out.parents if p.exists()).is_dir():
+            raise ConfigError(f"--out {str(out)!r} cannot be written: a parent is a file")
         data = load_task_data(task_cfg, cache_dir)
         counts = param_count(model_cfg)
         with _TrainProgress(enabled=not as_json) as progress:

@@ -13,7 +13,13 @@ import optuna
 from optuna.trial import TrialState
 
 from threshold.search.sampler import PARAM
-from threshold.search.study import StudySettings, create_or_load_study, open_storage, storage_url
+from threshold.search.study import (
+    StudySettings,
+    check_study_name,
+    create_or_load_study,
+    open_storage,
+    storage_url,
+)
 
 __all__ = ["prepare_study", "snapshot", "start_workers", "stop_workers"]
 
@@ -22,6 +28,8 @@ def prepare_study(
     settings: StudySettings, url: str | None, name: str | None, heartbeat_s: int
 ) -> tuple[str, str]:
     """Create (or check and reuse) the study; returns its name and the storage URL."""
+    if name is not None:
+        check_study_name(name)  # before the storage is created
     url = storage_url(url)
     storage = open_storage(url, heartbeat_s)
     study = create_or_load_study(settings, storage, name)

@@ -29,6 +29,7 @@ from pathlib import Path
 import optuna
 import sqlalchemy
 from optuna.artifacts import FileSystemArtifactStore, download_artifact
+from optuna.artifacts.exceptions import ArtifactNotFound
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.storages._rdb.models import TrialHeartbeatModel  # its table; no public reader
 from optuna.trial import TrialState
@@ -45,6 +46,7 @@ __all__ = [
     "StorageError",
     "StudySettings",
     "artifact_store",
+    "check_study_name",
     "create_or_load_study",
     "load_study",
     "open_storage",
@@ -168,14 +170,23 @@ def open_storage(url: str | None = None, heartbeat_s: int = 30, create: bool = T
             "postgresql+psycopg://USER@HOST/DB"
         )
     path = _sqlite_path(url)
+    if (url.startswith("sqlite://") and path is None) or str(path) in (".", ":memory:"):
+        raise StorageError(
+            f"storage {url!r} is not a file (in memory), so worker processes cannot share it: "
+            "use sqlite:///PATH"
+        )
     engine_kwargs: dict = {}
     if path is not None:
-        if not path.exists():
-            if not create:
-                raise StorageError(f"storage {url!r} does not exist")
+        if path.is_dir():
+            raise StorageError(f"storage {url!r} is a directory: name a database file in it")
+        if not path.exists() and not create:
+            raise StorageError(f"storage {url!r} does not exist")
+        try:
             path.parent.mkdir(parents=True, exist_ok=True)
-        with sqlite3.connect(path) as con:  # WAL is a property of the file: set it once
-            con.execute("PRAGMA journal_mode=WAL")
+            with sqlite3.connect(path) as con:  # WAL is a property of the file: set it once
+                con.execute("PRAGMA journal_mode=WAL")
+        except (OSError, sqlite3.Error) as e:  # not a database, no permission, a file as parent
+            raise StorageError(f"storage {url!r} cannot be opened: {e}") from None
         engine_kwargs = {"connect_args": {"timeout": 60}}
     else:
         engine_kwargs = {"pool_pre_ping": True}
@@ -238,6 +249,21 @@ def _git_commit() -> str:
         return "unknown"
 
 
+def check_study_name(name: str) -> str:
+    """``name``, if Optuna can store it and a person can read it; else :class:`ConfigError`."""
+    if not name.strip():
+        raise ConfigError(
+            f"study name {name!r} is empty: give a name, or leave out --study for the derived one"
+        )
+    if len(name) > 512:  # Optuna's column width
+        raise ConfigError(
+            f"study name {name[:24] + '...'!r} is {len(name)} characters long: use at most 512"
+        )
+    if not name.isprintable():
+        raise ConfigError(f"study name {name!r} has control characters: use printable ones")
+    return name
+
+
 def create_or_load_study(
     settings: StudySettings, storage: RDBStorage, name: str | None = None, sampler=None
 ) -> optuna.Study:
@@ -246,7 +272,7 @@ def create_or_load_study(
     An existing study must have the same settings; otherwise :class:`ConfigError` names the
     settings that differ.
     """
-    name = name or settings.default_name()
+    name = check_study_name(settings.default_name() if name is None else name)
     attrs = settings.to_attrs()
     existing = {s.study_name: s for s in storage.get_all_studies()}
     if name in existing:
@@ -284,6 +310,7 @@ def _differences(stored: dict, attrs: dict, keys: list[str]) -> str:
 
 def load_study(name: str, storage: RDBStorage, sampler=None) -> tuple[optuna.Study, StudySettings]:
     """An existing threshold study and its settings; :class:`ThresholdError` if unknown."""
+    check_study_name(name)
     names = [s.study_name for s in storage.get_all_studies()]
     if name not in names:
         known = ", ".join(names[:5]) or "none"
@@ -304,8 +331,14 @@ def trial_checkpoint(study: optuna.Study, number: int, url: str | None = None) -
         raise ThresholdError(f"trial {number} of {study.study_name!r} has no checkpoint")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.ckpt"
-        download_artifact(artifact_store=artifact_store(url), file_path=str(path),
-                          artifact_id=artifact_id)  # fmt: skip
+        store = artifact_store(url)
+        try:
+            download_artifact(artifact_store=store, file_path=str(path), artifact_id=artifact_id)
+        except ArtifactNotFound:
+            raise ThresholdError(
+                f"checkpoint {artifact_id} of trial {number} is not in the artifact store "
+                f"{str(store._base_path)!r}: point $THRESHOLD_ARTIFACTS at the study's artifacts"
+            ) from None
         return load_checkpoint(path)
 
 
