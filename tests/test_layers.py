@@ -16,6 +16,12 @@ import pytest
         ("threshold.search", ["torch", "optuna", "threshold.search.study", "rich"]),
         ("threshold.search.study", ["threshold.cli", "rich", "typer"]),
         ("threshold.search.worker", ["threshold.cli", "rich", "typer"]),
+        ("threshold.pretrain", ["optuna", "threshold.search", "threshold.cli", "rich"]),
+        # analysis may load rich indirectly (scikit-learn's progress callbacks use it)
+        ("threshold.analysis", ["torch", "optuna", "threshold.search", "threshold.cli"]),
+        ("threshold.analysis.layers", ["optuna", "threshold.search", "threshold.cli"]),
+        ("threshold.analysis.transfer", ["optuna", "threshold.search", "threshold.cli"]),
+        ("threshold.analysis.figures", ["torch", "optuna", "matplotlib.pyplot"]),
     ],
 )
 def test_layer_imports(module, forbidden):

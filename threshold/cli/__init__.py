@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from threshold.cli import complexity_cmd, dashboard_cmd, search_cmds, train_cmds  # noqa: F401  (they register commands)
+from threshold.cli import (  # noqa: F401  (importing them registers their commands)
+    analysis_cmds,
+    complexity_cmd,
+    dashboard_cmd,
+    search_cmds,
+    train_cmds,
+)
 from threshold.cli.common import app
 
 __all__ = ["app", "main"]

@@ -62,6 +62,10 @@ def find(
     ] = False,
     steps: Annotated[int, typer.Option(help="Most training steps per run.")] = 20_000,
     seed: Annotated[int, typer.Option(help="Base seed; run seeds derive from it.")] = 0,
+    pretrain: Annotated[
+        str | None,
+        typer.Option(help="Pretrain every run on these ops first, e.g. max,med (transfer)."),
+    ] = None,
     workers: Annotated[int, typer.Option(help="Worker processes (one torch thread each).")] = 1,
     storage: Storage = None,
     study: Annotated[str | None, typer.Option(help="Study name [default: derived].")] = None,
@@ -81,10 +85,16 @@ def find(
             raise ConfigError(f"--workers {workers} is not allowed: use 1 or more")
         if heartbeat < 1:
             raise ConfigError(f"--heartbeat {heartbeat} is not allowed: use 1 or more seconds")
+        task = task_config(
+            tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
+        )
+        source_ops = tuple(op.strip() for op in (pretrain or "").split(",") if op.strip())
+        if pretrain is not None:
+            from threshold.pretrain import pretrain_task, transfer_model_config
+
+            transfer_model_config(pretrain_task(task, source_ops), task, d_lo)  # checks both
         settings = StudySettings(
-            task_config(
-                tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
-            ),
+            task,
             TrainConfig(max_steps=steps),
             SearchConfig(
                 d_lo=d_lo,
@@ -95,6 +105,7 @@ def find(
                 chance_corrected=chance_corrected,
                 base_seed=seed,
             ),
+            source_ops,
         )
         t0 = time.perf_counter()
         name, url = prepare_study(settings, storage, study, heartbeat)

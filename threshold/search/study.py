@@ -99,13 +99,20 @@ class StudySettings:
     task: TaskConfig
     train: TrainConfig
     search: SearchConfig
+    pretrain: tuple[str, ...] = ()  # ops every run is first trained on (transfer); () for none
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pretrain", tuple(self.pretrain))
 
     def to_attrs(self) -> dict[str, str]:
-        return {
+        attrs = {
             "task": json.dumps(self.task.to_dict(), sort_keys=True),
             "train": json.dumps(self.train.to_dict(), sort_keys=True),
             "search": json.dumps(dataclasses.asdict(self.search), sort_keys=True),
         }
+        if self.pretrain:  # only when set, so studies without pretraining keep their names
+            attrs["pretrain"] = json.dumps(list(self.pretrain))
+        return attrs
 
     @classmethod
     def from_attrs(cls, attrs: dict) -> StudySettings:
@@ -114,6 +121,7 @@ class StudySettings:
                 TaskConfig.from_dict(json.loads(attrs["task"])),
                 TrainConfig(**json.loads(attrs["train"])),
                 SearchConfig(**json.loads(attrs["search"])),
+                tuple(json.loads(attrs.get("pretrain", "[]"))),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise ThresholdError(
@@ -121,11 +129,15 @@ class StudySettings:
             ) from None
 
     def default_name(self) -> str:
-        """``listops10-max+med+add-add-<hash of every setting>``."""
+        """``listops10-max+med+add-add-<hash>``; ``...-add-from-max+med-<hash>`` with pretraining.
+
+        The hash covers every setting.
+        """
         task = self.task
         blob = json.dumps(self.to_attrs(), sort_keys=True).encode()
         digest = hashlib.sha256(blob).hexdigest()[:8]
-        return f"{task.testbed}{task.n}-{'+'.join(task.ops)}-{task.measured_op}-{digest}"
+        source = f"from-{'+'.join(self.pretrain)}-" if self.pretrain else ""
+        return f"{task.testbed}{task.n}-{'+'.join(task.ops)}-{task.measured_op}-{source}{digest}"
 
 
 def storage_url(url: str | None) -> str:
@@ -193,7 +205,7 @@ def open_storage(url: str | None = None, heartbeat_s: int = 30, create: bool = T
     try:
         with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.8
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return RDBStorage(
+            return _Storage(
                 url,
                 engine_kwargs=engine_kwargs,
                 heartbeat_interval=heartbeat_s,
@@ -277,7 +289,8 @@ def create_or_load_study(
     existing = {s.study_name: s for s in storage.get_all_studies()}
     if name in existing:
         stored = existing[name].user_attrs
-        differ = [k for k, v in attrs.items() if stored.get(k) != v]
+        keys = sorted(set(attrs) | ({"pretrain"} & set(stored)))
+        differ = [k for k in keys if stored.get(k) != attrs.get(k)]
         if differ:
             detail = _differences(stored, attrs, differ)
             raise ConfigError(
@@ -299,9 +312,12 @@ def _differences(stored: dict, attrs: dict, keys: list[str]) -> str:
     parts = []
     for key in keys:
         try:
-            old, new = json.loads(stored.get(key, "{}")), json.loads(attrs[key])
+            old, new = json.loads(stored.get(key, "{}")), json.loads(attrs.get(key, "{}"))
         except ValueError:
             parts.append(key)
+            continue
+        if not (isinstance(old, dict) and isinstance(new, dict)):  # the pretraining op list
+            parts.append(f"{key}: {old or 'none'} -> {new or 'none'}")
             continue
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
         parts.extend(f"{key}.{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:3])

@@ -28,12 +28,13 @@ from optuna.trial import TrialState
 from threshold.checkpoint import save_checkpoint
 from threshold.errors import ThresholdError
 from threshold.model import param_count
+from threshold.pretrain import pretrain_task, pretrained, transfer_model_config
 from threshold.search.fit import transition_estimate
 from threshold.search.policy import decide
 from threshold.search.sampler import CANCEL, PARAM, TransitionSampler, run_seed, split_trials
 from threshold.search.study import StudySettings, artifact_store, load_study, open_storage
 from threshold.tasks import TaskData, load_task_data
-from threshold.train import majority_rate, model_config_for, train
+from threshold.train import continue_training, majority_rate, model_config_for, train
 
 __all__ = [
     "Cancelled",
@@ -62,7 +63,7 @@ def refresh_estimate(study: optuna.Study, sampler: TransitionSampler) -> dict | 
 
 
 def _objective(
-    settings: StudySettings, data: TaskData, store, sampler: TransitionSampler
+    settings: StudySettings, data: TaskData, store, sampler: TransitionSampler, cache_dir=None
 ) -> Callable[[optuna.Trial], float]:
     measure = settings.task.measured_op
 
@@ -80,7 +81,11 @@ def _objective(
             ]
             seed = run_seed(settings.search.base_seed, settings.task.ops, d, len(earlier))
             trial.set_user_attr("seed", seed)
-        model_cfg = model_config_for(data.config, d)
+        source = pretrain_task(settings.task, settings.pretrain) if settings.pretrain else None
+        if source is None:
+            model_cfg = model_config_for(data.config, d)
+        else:
+            model_cfg = transfer_model_config(source, settings.task, d)
         counts = param_count(model_cfg)
         trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
         trial.set_user_attr("params_total", counts["total"])
@@ -92,7 +97,15 @@ def _objective(
                 trial.report(acc, progress.step)
 
         cfg = replace(settings.train, seed=seed)
-        result = train(model_cfg, data, cfg, on_progress=report, progress_every=cfg.eval_every)
+        if source is None:
+            result = train(model_cfg, data, cfg, on_progress=report, progress_every=cfg.eval_every)
+        else:  # pretrained at this size and seed (cached), then trained on the task
+            pre = pretrained(source, model_cfg, cfg, cache_dir)
+            trial.set_user_attr("pretrain_accuracy", json.dumps(pre.metrics["accuracy"]))
+            trial.set_user_attr("pretrain_steps", pre.metrics["steps"])
+            result = continue_training(
+                pre.model, data, cfg, on_progress=report, progress_every=cfg.eval_every
+            )
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / f"trial{trial.number}-d{d}-seed{seed}.ckpt"
             metrics = {
@@ -133,7 +146,7 @@ def run_worker(
     sampler = TransitionSampler(settings, majority_rate(data.test[settings.task.measured_op]))
     study.sampler = sampler
     store = artifact_store(storage_url)
-    objective = _objective(settings, data, store, sampler)
+    objective = _objective(settings, data, store, sampler, cache_dir)
     ran = 0
     while max_trials is None or ran < max_trials:
         with warnings.catch_warnings():  # "experimental" since Optuna 2.9

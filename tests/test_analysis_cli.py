@@ -1,0 +1,142 @@
+"""`threshold transfer`, `find --pretrain` and `analyze` as a person uses them, on tiny settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import optuna
+import pytest
+
+from threshold.search.results import load_analyses
+
+TINY = ["--mod", "5", "--n-train", "1500", "--n-test", "100", "--d-lo", "4", "--d-hi", "16",
+        "--budget", "3", "--steps", "60", "--heartbeat", "2"]  # fmt: skip
+
+
+def threshold(args, cwd, **kw):
+    env = dict(os.environ, THRESHOLD_CACHE=str(cwd / "cache"))
+    return subprocess.run(
+        [sys.executable, "-m", "threshold", *args], capture_output=True, text=True, env=env,
+        cwd=cwd, **kw,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def studies(tmp_path_factory):
+    """Two tiny real studies on one storage: ADD from scratch and ADD pretrained on MAX+MED."""
+    cwd = tmp_path_factory.mktemp("analysis")
+    url = f"sqlite:///{cwd}/s.db"
+    names = {}
+    for key, extra in (("scratch", []), ("pretrained", ["--pretrain", "max,med"])):
+        proc = threshold(["find", "--tasks", "add", *TINY, *extra, "--storage", url, "--json"],
+                         cwd)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        names[key] = json.loads(proc.stdout)["study"]
+    return cwd, url, names
+
+
+def test_find_with_pretraining_records_and_caches_the_source_runs(studies):
+    cwd, url, names = studies
+    assert "-from-max+med-" in names["pretrained"]
+    study = optuna.load_study(study_name=names["pretrained"], storage=url)
+    trials = study.get_trials()
+    assert len(trials) == 3
+    for t in trials:
+        source = json.loads(t.user_attrs["pretrain_accuracy"])
+        assert set(source) == {"max", "med"}
+    assert len(list((cwd / "cache" / "pretrained").glob("*.ckpt"))) == 3
+    assert json.loads(study.user_attrs["pretrain"]) == ["max", "med"]
+
+
+def test_analyze_writes_figures_and_stores_the_summary(studies):
+    cwd, url, names = studies
+    proc = threshold(["analyze", names["scratch"], "--largest", "--storage", url, "--json"], cwd)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["d_model"] == 16
+    for path in report["figures"]:
+        assert (cwd / path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert set(report["embedding"]["separation"]) == {"parity", "random"}  # 5 is prime
+    study = optuna.load_study(study_name=names["scratch"], storage=url)
+    stored = load_analyses(study)[report["trial"]]
+    assert stored["separation"] == report["summary"]["separation"]
+
+
+def test_analyze_compare_at_matched_size(studies):
+    cwd, url, names = studies
+    proc = threshold(["analyze", "--compare", names["scratch"], names["pretrained"],
+                      "--d-model", "4", "--storage", url, "--json"], cwd)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    a, b = json.loads(proc.stdout)
+    assert a["d_model"] == b["d_model"] == 4
+    assert (a["study"], b["study"]) == (names["scratch"], names["pretrained"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["analyze", "nope"], "study 'nope' is not in this storage"),
+        (["analyze", "{scratch}", "--trial", "99"], "trial 99 is not in study"),
+        (["analyze", "{scratch}", "--d-model", "7"], "has no run at d = 7"),
+        (["analyze", "{scratch}", "--largest", "--trial", "0"], "choose one of"),
+        (["analyze", "--compare", "{scratch}"], "--compare takes two"),
+        (["analyze", "--compare", "{scratch}", "{pretrained}", "--match", "x"], "--match 'x'"),
+        (
+            ["find", "--tasks", "mul", "--testbed", "perm", "--mod", "3", "--pretrain", "max"],
+            "op 'max' does not exist for testbed 'perm'",
+        ),
+        (["transfer", "--tasks", "add", "--pretrain", "", "--mod", "5"], "pretraining mixture"),
+        (["transfer", "--tasks", "add", "--seeds", "0"], "--seeds 0"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(studies, args, message):
+    cwd, url, names = studies
+    args = [a.format(**names) for a in args]
+    proc = threshold([*args, "--storage", url] if args[0] != "transfer" else args, cwd)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_study_without_checkpoints_is_refused(studies):
+    cwd, url, _ = studies
+    optuna.create_study(study_name="empty", storage=url)
+    proc = threshold(["analyze", "empty", "--storage", url], cwd)
+    assert proc.returncode == 2
+    assert "not a threshold study" in proc.stderr or "no completed run" in proc.stderr
+
+
+def test_transfer_reuses_the_pretrained_model(tmp_path):
+    args = ["transfer", "--pretrain", "max", "--tasks", "add", "--mod", "5", "--d-model", "8",
+            "--seeds", "1", "--steps", "50", "--pretrain-steps", "50", "--n-train", "1000",
+            "--n-test", "50", "--json"]  # fmt: skip
+    first = threshold(args, tmp_path)
+    assert first.returncode == 0, first.stderr
+    second = threshold(args, tmp_path)
+    one, two = json.loads(first.stdout), json.loads(second.stdout)
+    assert [r["source_reused"] for r in (*one["runs"], *two["runs"])] == [False, True]
+    assert one["transfer"] == two["transfer"]  # same pretrained weights, same seed
+    assert one["scratch"] == two["scratch"]
+    assert len(one["runs"][0]["transfer_curve"]) >= 1
+
+
+def test_analyze_checkpoint_files_without_storage(tmp_path):
+    train = threshold(["train", "--tasks", "max", "--mod", "5", "--d-model", "8", "--steps", "50",
+                       "--n-train", "500", "--n-test", "50", "--out", "m.ckpt", "--json"],
+                      tmp_path)  # fmt: skip
+    assert train.returncode == 0, train.stderr
+    proc = threshold(["analyze", "--checkpoint", "m.ckpt", "--out", "fig", "--json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["d_model"] == 8 and report["measure"] == "max"
+    assert report["summary"]["accuracy"] == json.loads(train.stdout)["accuracy"]["max"]
+    assert sorted(p.name for p in (tmp_path / "fig").iterdir()) == [
+        "ablation.png", "embedding.png", "layer_usage.png", "scores.json"]  # fmt: skip
+    assert not (tmp_path / "studies").exists()  # no storage touched
+    raw = (tmp_path / "m.ckpt").read_bytes()
+    (tmp_path / "bad.ckpt").write_bytes(raw[:-10])
+    bad = threshold(["analyze", "--checkpoint", "bad.ckpt"], tmp_path)
+    assert bad.returncode == 2 and "does not match its hash" in bad.stderr

@@ -1,0 +1,363 @@
+"""Commands that study trained models: ``transfer`` and ``analyze``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from threshold.cli.common import (
+    Arity,
+    CacheDir,
+    Depth,
+    Measure,
+    Mod,
+    NTest,
+    NTrain,
+    PNest,
+    SplitSeed,
+    Tasks,
+    Testbed,
+    app,
+    run_guarded,
+    task_config,
+)
+
+Pretrain = Annotated[str, typer.Option(help="Comma-separated ops to pretrain on, e.g. max,med.")]
+
+
+class _PhaseProgress:
+    """One rich progress bar per training phase (pretrain, transfer, scratch) of each seed."""
+
+    def __init__(self, enabled: bool) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(
+            TextColumn("{task.description:<18}"),
+            BarColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            disable=not enabled,
+        )
+        self.bars: dict[tuple[str, int], int] = {}
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.progress.__exit__(*exc)
+
+    def event(self, phase: str, seed: int, p) -> None:
+        key = (phase, seed)
+        if key not in self.bars:
+            self.bars[key] = self.progress.add_task(f"seed {seed} {phase}", total=None, info="")
+        if p is None:
+            return
+        acc = " ".join(f"{op} {a:.2f}" for op, a in p.val_accuracy.items()) or "-"
+        self.progress.update(
+            self.bars[key], total=p.max_steps, completed=p.step, info=f"val acc (tf) {acc}"
+        )
+
+
+@app.command()
+def transfer(
+    pretrain: Pretrain = "max,med",
+    tasks: Tasks = "add",
+    testbed: Testbed = "listops",
+    mod: Mod = 10,
+    depth: Depth = 2,
+    arity: Arity = "2-3",
+    p_nest: PNest = 0.25,
+    n_train: NTrain = None,
+    n_test: NTest = 2000,
+    measure: Measure = None,
+    split_seed: SplitSeed = 0,
+    d_model: Annotated[int, typer.Option(help="Embedding size d of every model.")] = 48,
+    seeds: Annotated[int, typer.Option(help="Seeds to run: seed, seed+1, ...")] = 3,
+    seed: Annotated[int, typer.Option(help="First seed.")] = 0,
+    steps: Annotated[int, typer.Option(help="Most training steps on the target.")] = 20_000,
+    pretrain_steps: Annotated[int, typer.Option(help="Most pretraining steps.")] = 20_000,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    cache_dir: CacheDir = None,
+) -> None:
+    """Target accuracy after pretraining on other ops vs from scratch, same size and seeds."""
+
+    def body():
+        from threshold.analysis.transfer import summarize, transfer_experiment
+        from threshold.errors import ConfigError
+        from threshold.model import param_count
+        from threshold.pretrain import pretrain_task, transfer_model_config
+        from threshold.train import TrainConfig
+
+        if seeds < 1:
+            raise ConfigError(f"--seeds {seeds} is not allowed: use 1 or more")
+        target = task_config(
+            tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
+        )
+        source_ops = tuple(op.strip() for op in pretrain.split(",") if op.strip())
+        source = pretrain_task(target, source_ops)  # validates the ops
+        model_cfg = transfer_model_config(source, target, d_model)  # checks the vocabularies
+        cfg = TrainConfig(max_steps=steps)
+        pretrain_cfg = TrainConfig(max_steps=pretrain_steps)
+        with _PhaseProgress(enabled=not as_json) as progress:
+            runs = transfer_experiment(
+                source_ops, target, d_model, list(range(seed, seed + seeds)), cfg, pretrain_cfg,
+                cache_dir, on_event=progress.event,
+            )  # fmt: skip
+        report = {
+            "pretrain": list(source_ops),
+            "tasks": list(target.ops),
+            "mod": target.n,
+            "testbed": target.testbed,
+            "d_model": d_model,
+            "params_total": param_count(model_cfg)["total"],
+            **summarize(runs, target.measured_op),
+        }
+        if as_json:
+            typer.echo(json.dumps(report))
+        else:
+            _print_transfer(report)
+
+    run_guarded(body)
+
+
+def _print_transfer(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    title = (
+        f"{report['measure']} at d={report['d_model']} ({report['params_total']:,} params): "
+        f"pretrained on {'+'.join(report['pretrain'])} vs from scratch"
+    )
+    table = Table(title=title)
+    for column in ("seed", "pretrained -> target", "from scratch", "gain"):
+        table.add_column(column, justify="right")
+    for s, moved, scratch in zip(
+        report["seeds"], report["transfer"], report["scratch"], strict=True
+    ):
+        table.add_row(str(s), f"{moved:.3f}", f"{scratch:.3f}", f"{moved - scratch:+.3f}")
+    table.add_row(
+        "mean",
+        f"{report['transfer_mean']:.3f}",
+        f"{report['scratch_mean']:.3f}",
+        f"{report['gain_mean']:+.3f}",
+    )
+    Console().print(table)
+
+
+Storage = Annotated[
+    str | None,
+    typer.Option(
+        help="Database URL [default: $THRESHOLD_STORAGE or sqlite:///studies/threshold.db]."
+    ),
+]
+
+
+def _analyze_checkpoint(ckpt, name: str, out_dir: Path, seed: int, cache_dir) -> dict:
+    """Scores of one checkpoint, with its figures and ``scores.json`` written under ``out_dir``."""
+    from threshold.analysis.figures import ablation_figure, embedding_figure, layer_usage_figure
+    from threshold.analysis.inspect_model import analyze_model, summary
+    from threshold.analysis.layers import number_embeddings
+    from threshold.model import param_count
+    from threshold.tasks import load_task_data
+
+    model = ckpt.build_model()
+    data = load_task_data(ckpt.task_config, cache_dir)
+    scores = analyze_model(model, data, seed=seed)
+    d = ckpt.model_config.d_model
+    title = f"{name} (d={d})"
+    vocab = data.vocab
+    labels = list(vocab.tokens[vocab.value_offset : vocab.value_offset + vocab.n_values])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figures = [
+        embedding_figure(number_embeddings(model, vocab), labels, title, out_dir / "embedding.png"),
+        layer_usage_figure(scores["layer_usage"], title, out_dir / "layer_usage.png"),
+        ablation_figure(scores["ablation"], title, out_dir / "ablation.png"),
+    ]
+    accuracy = ckpt.metrics.get("accuracy", {})
+    report = {
+        "name": name,
+        "tasks": list(ckpt.task_config.ops),
+        "d_model": d,
+        "params_total": param_count(ckpt.model_config)["total"],
+        "accuracy": accuracy,
+        **scores,
+        "figures": [str(p) for p in figures],
+    }
+    report["summary"] = summary(scores) | {
+        "d_model": d,
+        "accuracy": accuracy.get(scores["measure"]),
+    }
+    (out_dir / "scores.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+def _analyze_trial(study, number: int, url, out_dir: Path, seed: int, cache_dir) -> dict:
+    """Analyse one trial of a study; its summary is stored on the study."""
+    from threshold.search.results import save_analysis
+    from threshold.search.study import trial_checkpoint
+
+    ckpt = trial_checkpoint(study, number, url)
+    name = f"{study.study_name} trial {number}"
+    report = _analyze_checkpoint(ckpt, name, out_dir, seed, cache_dir)
+    report |= {"study": study.study_name, "trial": number}
+    save_analysis(study, number, report["summary"])
+    return report
+
+
+def _matched_pair(study_a, study_b, match: str, d_model: int | None) -> tuple[int, int]:
+    """Trials of two studies to compare: same d (``size``) or closest accuracy (``accuracy``)."""
+    from threshold.errors import ConfigError, ThresholdError
+    from threshold.search.results import pick_trial, runs
+    from threshold.search.sampler import PARAM
+
+    if match == "size":
+        if d_model is None:
+            common = {t.params[PARAM] for t in runs(study_a)} & {
+                t.params[PARAM] for t in runs(study_b)
+            }
+            if not common:
+                raise ThresholdError(
+                    f"studies {study_a.study_name!r} and {study_b.study_name!r} share no size: "
+                    "use --match accuracy"
+                )
+            d_model = max(common)
+        return pick_trial(study_a, d_model=d_model), pick_trial(study_b, d_model=d_model)
+    if match != "accuracy":
+        raise ConfigError(f"--match {match!r} is not allowed: use size or accuracy")
+    runs_a, runs_b = runs(study_a), runs(study_b)
+    if not runs_a or not runs_b:
+        raise ThresholdError("both studies need completed runs with checkpoints to compare")
+    best_a, best_b = max(t.value for t in runs_a), max(t.value for t in runs_b)
+    pairs = [
+        (a, b)
+        for a in runs_a
+        for b in runs_b
+        if a.value >= 0.8 * best_a and b.value >= 0.8 * best_b
+    ]
+    a, b = min(pairs, key=lambda p: (abs(p[0].value - p[1].value), -min(p[0].value, p[1].value)))
+    return a.number, b.number
+
+
+@app.command()
+def analyze(
+    studies: Annotated[
+        list[str] | None, typer.Argument(help="Study name (two with --compare).")
+    ] = None,
+    checkpoint: Annotated[
+        list[Path] | None,
+        typer.Option(help="Analyse this checkpoint file instead (repeat to compare)."),
+    ] = None,
+    trial: Annotated[int | None, typer.Option(help="Analyse this trial number.")] = None,
+    at_transition: Annotated[
+        bool, typer.Option("--at-transition", help="The run nearest the 80% point [default].")
+    ] = False,
+    largest: Annotated[bool, typer.Option("--largest", help="The run with the largest d.")] = False,
+    d_model: Annotated[int | None, typer.Option(help="The best run at this d.")] = None,
+    compare: Annotated[
+        bool, typer.Option("--compare", help="Compare two studies at matched size.")
+    ] = False,
+    match: Annotated[
+        str, typer.Option(help="With --compare: size (same d) or accuracy (closest accuracy).")
+    ] = "size",
+    out: Annotated[
+        Path | None, typer.Option(help="Figure folder [default: studies/analysis/STUDY-trialN].")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the permutation nulls.")] = 0,
+    threads: Annotated[int, typer.Option(help="Torch threads.")] = 1,
+    storage: Storage = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    cache_dir: CacheDir = None,
+) -> None:
+    """Embedding structure and layer usage of a study's model; scores stored on the study."""
+
+    def body():
+        import torch
+
+        from threshold.errors import ConfigError
+        from threshold.search.results import pick_trial
+        from threshold.search.study import load_study, open_storage
+
+        if threads < 1:
+            raise ConfigError(f"--threads {threads} is not allowed: use 1 or more")
+        torch.set_num_threads(threads)  # one thread: several threads spin on a busy machine
+
+        from rich.console import Console
+
+        console = Console(stderr=True, quiet=as_json)
+        base = out or Path("studies") / "analysis"
+        reports = []
+        if checkpoint:
+            if studies or compare or trial is not None or at_transition or largest:
+                raise ConfigError("--checkpoint takes no study, --compare or trial choice")
+            from threshold.checkpoint import load_checkpoint
+
+            for path in checkpoint:
+                ckpt = load_checkpoint(path)  # refused here if tampered with
+                folder = out if out is not None and len(checkpoint) == 1 else base / path.stem
+                with console.status(f"analysing {path}"):
+                    reports.append(_analyze_checkpoint(ckpt, str(path), folder, seed, cache_dir))
+        else:
+            studies_ = studies or []
+            wanted = 2 if compare else 1
+            if len(studies_) != wanted:
+                raise ConfigError(
+                    f"{len(studies_)} studies given: name {wanted} "
+                    + ("(--compare takes two)" if compare else "(or use --compare A B)")
+                )
+            picks = [trial is not None, at_transition, largest, d_model is not None and not compare]
+            if sum(picks) > 1:
+                raise ConfigError("choose one of --trial, --at-transition, --largest, --d-model")
+            if compare and (trial is not None or at_transition or largest):
+                raise ConfigError("--compare picks its trials by --match (and --d-model)")
+            storage_obj = open_storage(storage, create=False)
+            loaded = [load_study(name, storage_obj)[0] for name in studies_]
+            if compare:
+                numbers = _matched_pair(loaded[0], loaded[1], match, d_model)
+            elif trial is not None:
+                numbers = (trial,)
+            else:
+                how = "largest" if largest else "at-transition"
+                numbers = (pick_trial(loaded[0], how, d_model),)
+            for study, number in zip(loaded, numbers, strict=True):
+                folder = base / f"{study.study_name}-trial{number}"
+                if out is not None and not compare:
+                    folder = out
+                with console.status(f"analysing {study.study_name} trial {number}"):
+                    reports.append(_analyze_trial(study, number, storage, folder, seed, cache_dir))
+        if as_json:
+            typer.echo(json.dumps(reports if len(reports) > 1 else reports[0]))
+        else:
+            _print_analyses(reports)
+
+    run_guarded(body)
+
+
+def _print_analyses(reports: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="separation: score / null 95th percentile (> 1: beyond chance)")
+    table.add_column("")
+    for r in reports:
+        table.add_column(f"{r['name']}\n{'+'.join(r['tasks'])}, d={r['d_model']}", justify="right")
+    heads = [r["summary"] for r in reports]
+    table.add_row("params", *[f"{r['params_total']:,}" for r in reports])
+    accuracies = ["-" if h["accuracy"] is None else f"{h['accuracy']:.3f}" for h in heads]
+    table.add_row(f"{reports[0]['measure']} accuracy", *accuracies)
+    for name in heads[0]["separation"]:
+        table.add_row(name, *[f"{h['separation'].get(name, float('nan')):.2f}" for h in heads])
+    if heads[0]["ordering"] is not None:
+        table.add_row("ordering |rho|", *[f"{h['ordering']:.2f}" for h in heads])
+    table.add_row("attention share", *[f"{h['attn_share']:.2f}" for h in heads])
+    table.add_row("acc, attention zeroed", *[f"{h['ablation']['attn']:.2f}" for h in heads])
+    table.add_row("acc, MLP zeroed", *[f"{h['ablation']['mlp']:.2f}" for h in heads])
+    console = Console()
+    console.print(table)
+    for r in reports:
+        console.print(f"figures: {', '.join(r['figures'])}")
