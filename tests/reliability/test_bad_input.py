@@ -1,0 +1,210 @@
+"""Bad input: one line naming the value, exit status 2, and nothing written to storage.
+
+Each case runs the command in this process (Typer's runner: milliseconds instead of a fresh
+interpreter; tests/test_search_cli.py and tests/test_cli.py run bad input as real processes) against
+a storage that already holds a study with one finished trial. Afterwards the database holds exactly
+what it held (every row compared), and no data cache, artifact or checkpoint was written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import sqlite3
+
+import optuna
+import pytest
+from support import FIND_ARGS, SETTINGS
+from typer.testing import CliRunner
+
+from threshold import CheckpointError, ThresholdError
+from threshold.checkpoint import MAGIC, load_checkpoint
+from threshold.cli import app
+from threshold.search.study import create_or_load_study, open_storage, trial_checkpoint
+
+LONG_NAME = "x" * 600
+
+# (arguments, text the error line must contain). "{db}" is the existing storage's URL, "{tmp}" the
+# test's directory, which holds notes.txt (a text file) and adir/ (a directory).
+CASES = {
+    "task: op in capitals": (["find", "--tasks", "MAX"], "'MAX'"),
+    "task: unknown op": (["find", "--tasks", "max,sum"], "'sum'"),
+    "task: arity not MIN-MAX": (["find", "--arity", "2-x"], "arity '2-x'"),
+    "task: arity empty": (["find", "--arity", ""], "arity ''"),
+    "task: p_nest above 1": (["find", "--p-nest", "1.5"], "p_nest 1.5"),
+    "task: depth 0": (["find", "--depth", "0"], "depth 0"),
+    "task: modulus 0": (["find", "--mod", "0"], "modulus 0"),
+    "task: measured op not mixed": (["find", "--measure", "add"], "'add'"),
+    "task: no test sequences": (["find", "--n-test", "0"], "n_test 0"),
+    "task: S_2 is too small": (
+        ["find", "--testbed", "perm", "--tasks", "mul", "--mod", "2"],
+        "degree 2",
+    ),
+    "search: d range upside down": (["find", "--d-lo", "16", "--d-hi", "8"], "d range 16..8"),
+    "search: d_hi beyond d_max": (["find", "--d-hi", "1024"], "1024"),
+    "search: level above 1": (["find", "--level", "1.5"], "level 1.5"),
+    "search: heartbeat 0": (["find", "--heartbeat", "0"], "--heartbeat 0"),
+    "train: no steps": (["find", "--steps", "0"], "max_steps 0"),
+    "train: learning rate 0": (["train", "--lr", "0"], "lr 0.0"),
+    "train: negative time limit": (["train", "--time-limit", "-1"], "time_limit_s -1.0"),
+    "train: empty batches": (["train", "--batch-size", "0"], "batch_size 0"),
+    "storage: empty sqlite path": (["status", "--storage", "sqlite:///"], "'sqlite:///'"),
+    "storage: in memory": (["find", "--storage", "sqlite://"], "'sqlite://' is not a file"),
+    "storage: :memory:": (["find", "--storage", "sqlite:///:memory:"], "is not a file"),
+    "storage: a directory": (["find", "--storage", "sqlite:///{tmp}/adir"], "is a directory"),
+    "storage: not a database": (["find", "--storage", "sqlite:///{tmp}/notes.txt"], "notes.txt"),
+    "storage: file as parent": (["find", "--storage", "sqlite:///{tmp}/notes.txt/s.db"], "notes"),
+    "storage: driver missing": (["find", "--storage", "mysql://u@localhost/db"], "'mysql://"),
+    "storage: unknown scheme": (["status", "--storage", "nosuch://x"], "'nosuch://x'"),
+    "study: empty name": (["find", "--study", ""], "study name ''"),
+    "study: blank name": (["worker", "--study", "  "], "study name '  '"),
+    "study: 600 characters": (["find", "--study", LONG_NAME], "600 characters"),
+    "study: newline in name": (["find", "--study", "a\nb"], "'a\\nb'"),
+    "study: unknown to worker": (["worker", "--study", "other"], "'other' is not in this storage"),
+    "study: same name, other settings": (
+        ["find", "--study", "existing", "--budget", "5"],
+        "budget: 4 -> 5",
+    ),
+    "checkpoint: --out under a file": (
+        ["train", "--out", "{tmp}/notes.txt/model.ckpt"],
+        "notes.txt/model.ckpt",
+    ),
+    # Suite files (`threshold run studies/X.toml`, issue 6) add their cases here: a missing file,
+    # TOML that does not parse, an unknown key, a study of the suite with a bad setting.
+}
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """A storage holding study 'existing' (the tiny study's settings) with one finished trial."""
+    root = tmp_path_factory.mktemp("template")
+    url = f"sqlite:///{root}/s.db"
+    storage = open_storage(url)
+    study = create_or_load_study(SETTINGS, storage, "existing")
+    study.add_trial(
+        optuna.trial.create_trial(
+            value=0.5,
+            params={"d_model": 16},
+            distributions={"d_model": optuna.distributions.IntDistribution(2, 512)},
+            user_attrs={"seed": 1, "replicate": 0},
+        )
+    )
+    storage.engine.dispose()
+    with sqlite3.connect(root / "s.db") as con:  # fold the WAL into the file: one file to copy
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return (root / "s.db").read_bytes()
+
+
+def rows(path) -> list[str]:
+    with sqlite3.connect(path) as con:
+        return list(con.iterdump())
+
+
+@pytest.fixture
+def restore_signals():
+    """The commands install SIGINT/SIGTERM handlers; give the test session its own back."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_one_line_exit_2_and_nothing_written(
+    case, template, tmp_path, monkeypatch, restore_signals
+):
+    args, named = CASES[case]
+    (tmp_path / "s.db").write_bytes(template)
+    (tmp_path / "notes.txt").write_text("not a database\n")
+    (tmp_path / "adir").mkdir()
+    monkeypatch.chdir(tmp_path)
+    before = rows(tmp_path / "s.db")
+    args = [a.format(tmp=tmp_path) for a in args]
+    if args[0] != "train" and "--storage" not in args:
+        args += ["--storage", f"sqlite:///{tmp_path}/s.db"]
+    if args[0] == "find":  # the stored study's settings, then the case's own options
+        args = ["find", *FIND_ARGS, *args[1:]]
+    if args[0] == "train" and "--out" not in args:
+        args += ["--out", str(tmp_path / "model.ckpt")]
+    env = {"THRESHOLD_CACHE": str(tmp_path / "cache"), "THRESHOLD_ARTIFACTS": str(tmp_path / "art")}
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert named in lines[0], lines[0]
+    assert rows(tmp_path / "s.db") == before
+    assert (tmp_path / "notes.txt").read_text() == "not a database\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("s.db")) == [
+        "adir",
+        "notes.txt",
+    ]
+    assert not list((tmp_path / "adir").iterdir())
+
+
+def test_at_least_twenty_cases():
+    assert len(CASES) >= 20
+
+
+def write_with_valid_hash(path, body: bytes, magic: bytes = MAGIC) -> None:
+    path.write_bytes(magic + hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+
+
+BAD_CHECKPOINTS = {
+    "empty file": (lambda p: p.write_bytes(b""), "no header"),
+    "header only": (lambda p: p.write_bytes(MAGIC + b"0" * 64 + b"\n"), "does not match"),
+    "other format version": (
+        lambda p: write_with_valid_hash(p, b"x", b"threshold-checkpoint v9 "),
+        "no header",
+    ),
+    "garbage under a valid hash": (
+        lambda p: write_with_valid_hash(p, b"not a torch file"),
+        "cannot be decoded",
+    ),
+    "a directory": (lambda p: p.mkdir(), "cannot be read"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CHECKPOINTS))
+def test_bad_checkpoint_is_refused_in_one_line_naming_the_file(case, tmp_path):
+    make, named = BAD_CHECKPOINTS[case]
+    path = tmp_path / "bad.ckpt"
+    make(path)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message and named in message
+
+
+def test_trial_checkpoint_missing_from_the_artifact_store(tmp_path, monkeypatch):
+    """The artifacts directory moved: one line that says where it looked, not a traceback."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = create_or_load_study(SETTINGS, open_storage(url), "moved")
+    study.add_trial(
+        optuna.trial.create_trial(
+            value=0.5,
+            params={"d_model": 16},
+            distributions={"d_model": optuna.distributions.IntDistribution(2, 512)},
+            user_attrs={"checkpoint_artifact": "0f0e-gone"},
+        )
+    )
+    monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "elsewhere"))
+    with pytest.raises(ThresholdError, match=r"0f0e-gone of trial 0 .*elsewhere"):
+        trial_checkpoint(study, 0, url)
+
+
+@pytest.mark.parametrize(
+    ("target", "named"),
+    [
+        ("postgres@{host}/nosuchdb", '"nosuchdb" does not exist'),
+        ("nobody@{host}/threshold", '"nobody" does not exist'),
+    ],
+)
+def test_bad_postgresql_url_on_a_real_server(postgres_url, target, named, restore_signals):
+    host = postgres_url.split("@", 1)[1].split("/", 1)[0]
+    url = "postgresql+psycopg://" + target.format(host=host)
+    before = [s.study_name for s in optuna.get_all_study_summaries(postgres_url)]
+    result = CliRunner().invoke(app, ["find", *FIND_ARGS, "--storage", url])
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: storage {url!r} cannot be opened") and named in line, line
+    assert [s.study_name for s in optuna.get_all_study_summaries(postgres_url)] == before

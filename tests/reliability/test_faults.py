@@ -1,0 +1,313 @@
+"""Faults: SIGKILL a worker, the `threshold find` process (alone, or with its workers), and a
+process writing a checkpoint. Each time no completed trial is lost, the killed trial is marked
+failed and retried with its size and seed, the study ends with the runs and the estimate of the
+uninterrupted reference run (``reference`` fixture), and no half-written checkpoint is loadable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+import torch
+from optuna.trial import TrialState
+from support import (
+    BUDGET,
+    FIND_ARGS,
+    GRACE_S,
+    SETTINGS,
+    assert_same_estimate,
+    cache_with_data,
+    outcome,
+    pid_alive,
+    popen_threshold,
+    reader,
+    running_in_training,
+    trials,
+    wait_until,
+)
+from test_search_cli import threshold
+from test_search_workers import check_recorded_once, start_worker
+
+from threshold import CheckpointError
+from threshold.checkpoint import MAGIC, load_checkpoint, save_checkpoint
+from threshold.model import ModelConfig, RecurrentTransformer
+from threshold.search.sampler import run_seed
+from threshold.search.study import create_or_load_study, open_storage, trial_checkpoint
+from threshold.train import TrainConfig
+
+
+def check_resumed(db, name, victim, before: dict, reference) -> list:
+    """After the resume: the victim failed and was retried once, nothing else changed."""
+    after = trials(db, name)
+    assert after[victim.number].state == TrialState.FAIL
+    retries = [t for t in after if t.system_attrs.get("failed_trial") == victim.number]
+    assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE, retries
+    assert retries[0].params == {"d_model": victim.user_attrs["d_model"]}
+    assert retries[0].user_attrs["seed"] == victim.user_attrs["seed"]
+    for number, value in before.items():  # no completed trial lost or changed
+        assert after[number].state == TrialState.COMPLETE and after[number].value == value
+    assert not [t for t in after if t.state == TrialState.RUNNING]
+    check_recorded_once(after, BUDGET)
+    runs, estimate = outcome(db, name)
+    assert runs == reference.runs
+    assert_same_estimate(estimate, reference.estimate)
+    return after
+
+
+def completed(db, name) -> dict[int, float]:
+    return {t.number: t.value for t in trials(db, name) if t.state == TrialState.COMPLETE}
+
+
+def new_study(tmp_path) -> tuple[str, str]:
+    url = f"sqlite:///{tmp_path}/s.db"
+    return url, create_or_load_study(SETTINGS, open_storage(url, heartbeat_s=1)).study_name
+
+
+def test_sigkill_worker_mid_trial_then_resume(tmp_path, shared_cache, reference):
+    url, name = new_study(tmp_path)
+    cache = cache_with_data(tmp_path, shared_cache)
+    db = reader(url)
+    first = start_worker(url, name, cache)
+    victim = wait_until(lambda: running_in_training(db, name), 180, "a trial in training")
+    before = completed(db, name)
+    os.kill(first.pid, signal.SIGKILL)
+    first.communicate()
+    # Left behind: a trial that says RUNNING, with nobody running it.
+    assert trials(db, name)[victim.number].state == TrialState.RUNNING
+    time.sleep(GRACE_S)
+    second = start_worker(url, name, cache)
+    out = second.communicate(timeout=300)[0]
+    assert second.returncode == 0, out
+    assert "database is locked" not in out
+    check_resumed(db, name, victim, before, reference)
+
+
+def find_study(tmp_path, proc) -> tuple:
+    """The storage and study that a `threshold find` started in ``tmp_path`` creates."""
+    name = SETTINGS.default_name()  # what find derives from FIND_ARGS
+    wait_until(lambda: proc.poll() is not None or (tmp_path / "s.db").exists(), 60, "the db")
+    db = reader(f"sqlite:///{tmp_path}/s.db")
+
+    def created():
+        return name in [s.study_name for s in db.get_all_studies()]
+
+    wait_until(created, 60, f"study {name}")
+    return db, name
+
+
+def kill_group(proc) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def find_until_a_trial_trains(tmp_path, shared_cache) -> tuple:
+    """`threshold find` on the tiny study, running until its second trial is in training."""
+    cache_with_data(tmp_path, shared_cache)
+    args = ["find", *FIND_ARGS, "--storage", f"sqlite:///{tmp_path}/s.db", "--json"]
+    proc = popen_threshold(args, tmp_path, tmp_path / "first.log")
+    try:
+        db, name = find_study(tmp_path, proc)
+        victim = wait_until(lambda: running_in_training(db, name), 180, "a trial in training")
+    except BaseException:
+        kill_group(proc)
+        raise
+    return args, proc, db, name, victim
+
+
+def worker_pid(trial) -> int:
+    return int(trial.user_attrs["worker"].rsplit(":", 1)[1])  # host:pid
+
+
+def test_sigkill_find_and_its_workers_then_resume(tmp_path, shared_cache, reference):
+    """The job is killed as a whole (`kill -9 -PGID`, an OOM kill of its group, a preempted
+    machine): a stale RUNNING trial stays in the database until the same command runs again."""
+    args, proc, db, name, victim = find_until_a_trial_trains(tmp_path, shared_cache)
+    kill_group(proc)
+    before = completed(db, name)
+    wait_until(lambda: not pid_alive(worker_pid(victim)), 30, "the killed worker to go")
+    assert trials(db, name)[victim.number].state == TrialState.RUNNING
+    time.sleep(GRACE_S)
+    again = threshold(args, tmp_path, timeout=300)
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    assert report["study"] == name and report["n_trials"] == BUDGET
+    assert_same_estimate(report["transition"], reference.estimate)
+    check_resumed(db, name, victim, before, reference)
+
+
+@pytest.mark.slow  # about 40 s, and the orphans' path is the ordinary one of several workers
+def test_sigkill_find_alone_leaves_its_workers_to_finish(tmp_path, shared_cache, reference):
+    """Only the `find` process dies (its terminal's `kill -9 PID`): the workers it started are
+    ordinary study workers, finish the study, and the same command then reports it unchanged."""
+    args, proc, db, name, victim = find_until_a_trial_trains(tmp_path, shared_cache)
+    os.kill(proc.pid, signal.SIGKILL)
+    try:
+        wait_until(lambda: not pid_alive(worker_pid(victim)), 300, "the orphaned worker to end")
+    finally:
+        kill_group(proc)
+    ts = trials(db, name)
+    assert [t.state for t in ts] == [TrialState.COMPLETE] * BUDGET
+    again = threshold(args, tmp_path, timeout=300)
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    assert report["study"] == name and report["n_trials"] == BUDGET
+    assert len(trials(db, name)) == BUDGET  # the second run added nothing
+    runs, estimate = outcome(db, name)
+    assert runs == reference.runs
+    assert_same_estimate(estimate, reference.estimate)
+    assert_same_estimate(report["transition"], reference.estimate)
+
+
+# A worker whose second checkpoint upload writes half the file, says so, and hangs there.
+HALF_WRITE = """
+import os, shutil, sys, time
+from pathlib import Path
+marker, copy, seen = Path(sys.argv[1]), shutil.copyfileobj, []
+def half_then_hang(src, dst, *args):
+    if not str(getattr(src, "name", "")).endswith(".ckpt"):
+        return copy(src, dst, *args)
+    seen.append(src.name)
+    if len(seen) < 2:
+        return copy(src, dst, *args)
+    data = src.read()
+    dst.write(data[: len(data) // 2])
+    dst.flush()
+    os.fsync(dst.fileno())
+    marker.write_text(src.name)
+    time.sleep(600)
+shutil.copyfileobj = half_then_hang
+from threshold.cli import main
+sys.argv = ["threshold", "worker", "--study", sys.argv[2], "--storage", sys.argv[3],
+            "--heartbeat", "1", "--quiet"]
+main()
+"""
+
+
+def referenced_artifacts(ts) -> set[str]:
+    ids = {t.user_attrs["checkpoint_artifact"] for t in ts if "checkpoint_artifact" in t.user_attrs}
+    for t in ts:
+        ids |= {k.split(":", 1)[1] for k in t.system_attrs if k.startswith("artifacts:")}
+    return ids
+
+
+def test_sigkill_during_checkpoint_upload(tmp_path, shared_cache, reference, monkeypatch):
+    url, name = new_study(tmp_path)
+    cache = cache_with_data(tmp_path, shared_cache)
+    store = cache / "art"  # where start_worker puts the artifacts
+    marker = tmp_path / "half-written"
+    env = dict(os.environ, THRESHOLD_CACHE=str(cache), THRESHOLD_ARTIFACTS=str(store))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HALF_WRITE, str(marker), name, url], env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: marker.exists() or proc.poll() is not None, 180, "the upload")
+    finally:
+        proc.kill()
+    out = proc.communicate()[0]
+    assert marker.exists(), out
+    db = reader(url)
+    ts = trials(db, name)
+    (victim,) = [t for t in ts if t.state == TrialState.RUNNING]
+    before = completed(db, name)
+    assert len(before) == 1
+    # Half a checkpoint is on disk, and any file under a referenced artifact id is whole.
+    partial = [p for p in store.iterdir() if p.stat().st_size > 0]
+    refused = []
+    for path in partial:
+        try:
+            load_checkpoint(path)
+        except CheckpointError as e:
+            assert "does not match its hash" in str(e)
+            refused.append(path.name)
+    assert len(refused) == 1, partial
+    for artifact_id in referenced_artifacts(ts):
+        if (store / artifact_id).exists():
+            load_checkpoint(store / artifact_id)
+    time.sleep(GRACE_S)
+    resume = start_worker(url, name, cache)
+    out = resume.communicate(timeout=300)[0]
+    assert resume.returncode == 0, out
+    after = check_resumed(db, name, victim, before, reference)
+    monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(store))
+    study = optuna.load_study(study_name=name, storage=db)
+    for t in after:
+        if t.state == TrialState.COMPLETE:
+            ckpt = trial_checkpoint(study, t.number, url)
+            assert ckpt.train_config["seed"] == t.user_attrs["seed"]
+            with (store / t.user_attrs["checkpoint_artifact"]).open("rb") as f:
+                assert f.readline() == MAGIC + t.user_attrs["checkpoint_sha256"].encode() + b"\n"
+    for artifact_id in referenced_artifacts(after):
+        if (store / artifact_id).exists():
+            load_checkpoint(store / artifact_id)
+
+
+def test_sigkill_during_save_never_leaves_a_bad_checkpoint(tmp_path):
+    """A process saves two models in turn to one path and is killed at random moments: the path
+    always holds one of them, whole; a torn temporary file is refused by its hash."""
+    task = SETTINGS.task
+    models = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        models.append(RecurrentTransformer(ModelConfig(len(task.vocab), task.max_len, 384)))
+    train = TrainConfig().to_dict()
+    path = tmp_path / "model.ckpt"
+    save_checkpoint(path, models[0], task, train, {"model": 0})
+    rng, torn = random.Random(0), 0
+    for _ in range(12):
+        pid = os.fork()
+        if pid == 0:  # the child saves until killed
+            try:
+                i = 0
+                while True:
+                    save_checkpoint(path, models[i % 2], task, train, {"model": i % 2})
+                    i += 1
+            finally:
+                os._exit(1)
+        time.sleep(rng.uniform(0.05, 0.4))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        ckpt = load_checkpoint(path)
+        want = models[ckpt.metrics["model"]].state_dict()
+        assert all(torch.equal(v, want[k]) for k, v in ckpt.state_dict.items())
+        for leftover in tmp_path.glob(".tmp-*"):
+            try:
+                load_checkpoint(leftover)
+            except CheckpointError as e:
+                assert "hash" in str(e) or "no header" in str(e)
+                torn += 1
+            leftover.unlink()
+    print(f"kills during save: 12, torn temporary files refused: {torn}")
+
+
+def test_stale_trial_that_never_beat_is_retried(tmp_path, shared_cache, reference):
+    """A RUNNING trial left with its decision but without a single heartbeat (its worker died
+    between creating it and starting the heartbeat thread, or a tool without heartbeats made it):
+    after the grace period it is failed and retried like any stale trial, and the study ends."""
+    url, name = new_study(tmp_path)
+    cache = cache_with_data(tmp_path, shared_cache)
+    storage = open_storage(url, heartbeat_s=1)
+    study = optuna.load_study(study_name=name, storage=storage)
+    # What the sampler records for the first run (the bracket's d_hi), then nothing more.
+    seed = run_seed(SETTINGS.search.base_seed, SETTINGS.task.ops, SETTINGS.search.d_hi, 0)
+    tid = storage.create_new_trial(study._study_id)
+    decision = {"d_model": SETTINGS.search.d_hi, "replicate": 0, "seed": seed,
+                "decision": json.dumps({"phase": "bracket"})}  # fmt: skip
+    for key, value in decision.items():
+        storage.set_trial_user_attr(tid, key, value)
+    victim = storage.get_trial(tid)
+    time.sleep(GRACE_S)
+    worker = start_worker(url, name, cache)
+    out = worker.communicate(timeout=300)[0]
+    assert worker.returncode == 0, out
+    check_resumed(reader(url), name, victim, {}, reference)
