@@ -69,6 +69,14 @@ CASES = {
         ["train", "--out", "{tmp}/notes.txt/model.ckpt"],
         "notes.txt/model.ckpt",
     ),
+    "checkpoint: analyze a text file": (
+        ["analyze", "--checkpoint", "{tmp}/notes.txt"],
+        "notes.txt' is not a threshold checkpoint",
+    ),
+    "checkpoint: analyze a missing file": (
+        ["analyze", "--checkpoint", "{tmp}/missing.ckpt"],
+        "missing.ckpt' cannot be read",
+    ),
     # Suite files (`threshold run studies/X.toml`, issue 6) add their cases here: a missing file,
     # TOML that does not parse, an unknown key, a study of the suite with a bad setting.
 }
