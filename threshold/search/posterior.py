@@ -32,6 +32,8 @@ __all__ = [
     "Grid",
     "PosteriorSettings",
     "PosteriorSummary",
+    "curve_quantiles",
+    "difference_distribution",
     "expected_variance",
     "fantasy_update",
     "level_fraction",
@@ -39,6 +41,7 @@ __all__ = [
     "make_grid",
     "normalize",
     "summarize",
+    "weighted_quantiles",
 ]
 
 _SQRT_2PI = float(np.sqrt(2.0 * np.pi))
@@ -306,3 +309,66 @@ def summarize(grid: Grid, w: np.ndarray, x_lo: float, x_hi: float) -> PosteriorS
         mass_below=float(w[grid.x80 < x_lo].sum()),
         mass_above=float(w[grid.x80 > x_hi].sum()),
     )
+
+
+def weighted_quantiles(values, weights, qs) -> np.ndarray:
+    """Quantiles qs of a discrete distribution (values with weights), read off its
+    mid-cumulative weights as ``summarize`` does."""
+    values, weights = np.asarray(values, dtype=float), np.asarray(weights, dtype=float)
+    return _quantiles(values, weights, qs, np.argsort(values, kind="stable"))
+
+
+def curve_quantiles(grid: Grid, w: np.ndarray, x, qs=(0.05, 0.5, 0.95)) -> np.ndarray:
+    """Posterior quantiles of the expected accuracy ``c + (A - c) p(x)`` at sizes x: (Q, J).
+
+    A credible band of the mean curve: at each size, the quantiles over hypotheses weighted by
+    the posterior w (H,). x: (J,) in ln parameters.
+    """
+    x = np.atleast_1d(np.asarray(x, dtype=float))  # (J,)
+    p = _learn_prob(grid, x)  # (C, J)
+    lift = grid.asymptotes - grid.chance  # (A,)
+    acc = (grid.chance + lift[None, :, None] * p[:, None, :]).reshape(-1, x.size)  # (H, J)
+    keep = w > 0  # hypotheses the runs ruled out cost time and change nothing
+    acc, wk = acc[keep], w[keep]  # (H', J), (H',)
+    order = np.argsort(acc, axis=0, kind="stable")  # (H', J)
+    out = np.empty((len(qs), x.size))  # (Q, J)
+    for j in range(x.size):
+        out[:, j] = _quantiles(acc[:, j], wk, qs, order[:, j])
+    return out
+
+
+def _on_lattice(values: np.ndarray, weights: np.ndarray, step: float, origin: float):
+    """Weights moved onto the lattice origin + k step, each split between its two neighbours in
+    proportion to nearness (so the mean is kept exactly): (K,) masses."""
+    t = (values - origin) / step  # (N,)
+    k = np.floor(t).astype(int)  # (N,)
+    frac = t - k  # (N,)
+    size = int(k.max()) + 2
+    return np.bincount(k, weights * (1.0 - frac), size) + np.bincount(k + 1, weights * frac, size)
+
+
+def difference_distribution(
+    a, wa, b, wb, step: float = 0.01, max_bins: int = 20_000
+) -> tuple[np.ndarray, np.ndarray]:
+    """Distribution of A - B for independent A ~ (values a, weights wa) and B ~ (b, wb).
+
+    Both are put on a common lattice of spacing ``step`` (widened if either would need more than
+    ``max_bins`` points) and convolved: P(A - B = v) = sum_u P(A = u) P(B = u - v). Returns the
+    lattice values (K,) and probabilities (K,). With A and B two posteriors of ln x80, A - B is
+    the posterior of the log of their ratio.
+    """
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    wa, wb = np.asarray(wa, dtype=float), np.asarray(wb, dtype=float)
+    if a.shape != wa.shape or b.shape != wb.shape or a.size == 0 or b.size == 0:
+        raise ConfigError("values and weights must be non-empty and of the same length")
+    if min(wa.min(), wb.min()) < 0 or not (wa.sum() > 0 and wb.sum() > 0):
+        raise ConfigError("weights must be 0 or more, with a positive sum")
+    if not step > 0:
+        raise ConfigError(f"step {step} is not allowed: use a value > 0")
+    span = max(np.ptp(a), np.ptp(b))
+    step = max(step, span / max_bins)
+    pa = _on_lattice(a, wa / wa.sum(), step, float(a.min()))  # (Ka,)
+    pb = _on_lattice(b, wb / wb.sum(), step, float(b.min()))  # (Kb,)
+    probs = np.convolve(pa, pb[::-1])  # (Ka + Kb - 1,)
+    start = float(a.min()) - (float(b.min()) + (pb.size - 1) * step)
+    return start + step * np.arange(probs.size), probs
