@@ -36,6 +36,8 @@ __all__ = [
     "FIGURE_ID",
     "Run",
     "completed_runs",
+    "curve_sizes",
+    "fit_accuracy",
     "note_markdown",
     "stop_status",
     "transition_figure",
@@ -290,17 +292,15 @@ def transition_figure(estimate: dict | None, runs: Sequence[Run], level: float =
     params = np.array([r.params for r in runs], dtype=float)  # (N,)
     fit = est.get("fit")
     if fit and params.size:
-        ends = [params.min(), params.max(), fit["params_p80"]]
-        xs = np.geomspace(min(ends) / 1.5, max(ends) * 1.5, CURVE_POINTS)  # (P,)
-        curve = (fit["lower"], fit["upper"], np.log(fit["midpoint_params"]), fit["slope"])
-        ys = logistic(np.log(xs), *curve)  # (P,)
+        xs = curve_sizes(params, fit["params_p80"])  # (P,)
+        ys = fit_accuracy(fit, xs)  # (P,)
         fig.add_trace(
             go.Scatter(
                 x=_round(xs), y=_round(ys), mode="lines", name="logistic fit",
                 line={"color": "rgb(239, 85, 59)"},
             )
         )  # fmt: skip
-        y80 = float(logistic(np.log(fit["params_p80"]), *curve))
+        y80 = float(fit_accuracy(fit, fit["params_p80"]))
         fig.add_trace(
             go.Scatter(
                 x=[fit["params_p80"]], y=[round(y80, 4)], mode="markers",
@@ -333,6 +333,19 @@ def transition_figure(estimate: dict | None, runs: Sequence[Run], level: float =
         margin={"l": 60, "r": 20, "t": 50, "b": 90},
     )
     return fig
+
+
+def curve_sizes(params, *marks: float, n: int = CURVE_POINTS) -> np.ndarray:
+    """Log-spaced total parameters covering the runs' sizes and the marked ones, 1.5x beyond
+    each end: where a fitted curve is drawn. (n,)"""
+    ends = [*np.asarray(params, dtype=float).ravel(), *marks]
+    return np.geomspace(min(ends) / 1.5, max(ends) * 1.5, n)
+
+
+def fit_accuracy(fit: dict, params) -> np.ndarray:
+    """The least-squares logistic stored in an estimate (its ``fit``) at total parameters."""
+    curve = (fit["lower"], fit["upper"], np.log(fit["midpoint_params"]), fit["slope"])
+    return logistic(np.log(np.asarray(params, dtype=float)), *curve)
 
 
 def _round(values: np.ndarray) -> list[float]:
