@@ -1,4 +1,5 @@
-"""Shared fixtures: a real PostgreSQL server, started for the test session when a test asks."""
+"""Shared fixtures: a real PostgreSQL server, started for the test session when a test asks, and
+headless Chromium for the browser tests."""
 
 from __future__ import annotations
 
@@ -67,3 +68,180 @@ def postgres_url():
             capture_output=True,
         )
         shutil.rmtree(root, ignore_errors=True)
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+# Flags this machine's closed network needs (no sign-in, update or field-trial traffic).
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--window-size=1400,1000",
+]  # fmt: skip
+BROWSER_WAIT_S = 90  # page loads on a shared 2-core machine
+
+
+@pytest.fixture
+def browser(tmp_path):
+    """Headless Chromium under Selenium, with a fresh profile.
+
+    The browser is Debian's chromium driven through Debian's chromedriver (`.ci/run` installs
+    both): skipped when missing, except in CI (CI=true), where that is a failure.
+    """
+    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(path)]
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        missing.append("the selenium package (pip install -e '.[dev]')")
+    if missing:
+        reason = f"no {', '.join(missing)}: apt-get install -y chromium chromium-driver"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason} (.ci/run should have installed it)")
+        pytest.skip(reason)
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in [*CHROMIUM_ARGS, f"--user-data-dir={tmp_path / 'profile'}"]:
+        options.add_argument(arg)
+    service = Service(CHROMEDRIVER, log_output=str(tmp_path / "chromedriver.log"))
+    driver = webdriver.Chrome(service=service, options=options)
+    driver.set_page_load_timeout(BROWSER_WAIT_S)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+# Small real studies for the report tests (tests/test_report*.py), built once per session.
+REPORT_TINY = ["--mod", "5", "--n-train", "2000", "--n-test", "100", "--d-lo", "4", "--d-hi",
+               "16", "--heartbeat", "2", "--steps", "40"]  # fmt: skip
+
+
+def _tiny_analysis(study, number: int, folder) -> None:
+    """What `threshold analyze` leaves for trial ``number`` (figures, scores.json, the summary on
+    the study), from made-up scores: analysing a real model takes minutes here."""
+    import json
+
+    import numpy as np
+
+    from threshold.analysis.figures import ablation_figure, embedding_figure, layer_usage_figure
+    from threshold.analysis.inspect_model import summary
+    from threshold.search.results import save_analysis
+
+    rng = np.random.default_rng(0)
+    scores = {
+        "measure": "max",
+        "embedding": {
+            "separation": {"parity": {"vs_p95": 0.5}, "random": {"vs_p95": 0.3}},
+            "ordering": {"value": 0.91, "vs_p95": 1.6},
+        },
+        "layer_usage": {"attn": [0.1, 0.2, 0.2, 0.3], "mlp": [0.3, 0.2, 0.2, 0.1],
+                        "residual": [0.4, 0.5, 0.6, 0.7], "attn_share_all": 0.45},
+        "ablation": {"intact": 0.9, "attn": {"all": 0.2, "0": 0.5, "1": 0.6, "2": 0.7, "3": 0.8},
+                     "mlp": {"all": 0.1, "0": 0.4, "1": 0.5, "2": 0.6, "3": 0.7}},
+    }  # fmt: skip
+    folder.mkdir(parents=True)
+    title = f"{study.study_name} trial {number}"
+    embedding_figure(rng.normal(size=(5, 4)), list("01234"), title, folder / "embedding.png")
+    layer_usage_figure(scores["layer_usage"], title, folder / "layer_usage.png")
+    ablation_figure(scores["ablation"], title, folder / "ablation.png")
+    (folder / "scores.json").write_text(json.dumps(scores))
+    save_analysis(study, number, summary(scores) | {"d_model": 16, "accuracy": 0.3})
+
+
+def _tiny_transfer(path) -> None:
+    """A `threshold transfer --json` output, made from TransferRun records (no training)."""
+    import json
+    from dataclasses import replace
+
+    from threshold.analysis.transfer import TransferRun, summarize
+
+    base = TransferRun(
+        seed=0, source_accuracy={"max": 0.9, "med": 0.8}, source_reused=False,
+        transfer_accuracy={"add": 0.6}, scratch_accuracy={"add": 0.2}, transfer_steps=500,
+        scratch_steps=500, transfer_curve=[(250, 0.3), (500, 0.55)],
+        scratch_curve=[(250, 0.15), (500, 0.2)],
+    )  # fmt: skip
+    runs = [base, replace(base, seed=1, transfer_accuracy={"add": 0.5})]
+    report = {"pretrain": ["max", "med"], "tasks": ["add"], "mod": 5, "testbed": "listops",
+              "d_model": 8, "params_total": 1234, **summarize(runs, "add")}  # fmt: skip
+    path.write_text(json.dumps(report))
+
+
+@pytest.fixture(scope="session")
+def report_studies(tmp_path_factory):
+    """Three studies in one SQLite storage: ``a`` (MAX, 5 runs), ``b`` (MAX in MAX+MIN, 3 runs)
+    and ``few`` (MAX in MAX+MED with 1 run: too few to fit); an analysis of a's trial 0 under
+    ``cwd/studies/analysis``; a transfer file. Returns a dict of url, cwd, names, transfer."""
+    import json
+    import sys
+
+    import optuna
+
+    from threshold.search.fit import transition_estimate
+    from threshold.search.sampler import PARAM, policy_settings
+    from threshold.search.study import (
+        SearchConfig,
+        StudySettings,
+        create_or_load_study,
+        open_storage,
+    )
+    from threshold.tasks import TaskConfig
+    from threshold.train import TrainConfig
+
+    tmp = tmp_path_factory.mktemp("report-studies")
+    url = f"sqlite:///{tmp}/s.db"
+    env = dict(os.environ, THRESHOLD_CACHE=str(tmp / "cache"))
+    finds = [
+        ["--tasks", "max", "--budget", "5"],
+        ["--tasks", "max,min", "--measure", "max", "--budget", "3"],
+    ]
+    storage = open_storage(url)  # the tables first: two processes creating them would collide
+    procs = []
+    for args in finds:  # both at once: each worker uses one core
+        command = [sys.executable, "-m", "threshold", "find", *REPORT_TINY, *args]
+        proc = subprocess.Popen(
+            [*command, "--storage", url, "--json"], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env=env, cwd=tmp,
+        )  # fmt: skip
+        procs.append(proc)
+    names = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+        names.append(json.loads(out)["study"])
+    task = TaskConfig(ops=("max", "med"), n=5, measure="max", n_train=2000, n_test=100)
+    settings = StudySettings(task, TrainConfig(max_steps=40), SearchConfig(d_lo=4, d_hi=16))
+    few = create_or_load_study(settings, storage)
+    policy = policy_settings(settings, 0.58)
+    few.add_trial(
+        optuna.trial.create_trial(
+            params={PARAM: 16}, distributions={PARAM: optuna.distributions.IntDistribution(2, 512)},
+            value=0.6, user_attrs={"params_total": dict(policy.params_of_d)[16], "seed": 1,
+                                   "steps": 40, "train_s": 1.5, "stop_reason": "max_steps",
+                                   "accuracy": json.dumps({"max": 0.6, "med": 0.5})},
+        )
+    )  # fmt: skip
+    few.set_user_attr("estimate", json.dumps(transition_estimate(policy, [(16, 0.6)])))
+    study_a = optuna.load_study(study_name=names[0], storage=storage)
+    _tiny_analysis(study_a, 0, tmp / "studies" / "analysis" / f"{names[0]}-trial0")
+    _tiny_transfer(tmp / "transfer.json")
+    return {"url": url, "cwd": tmp, "a": names[0], "b": names[1], "few": few.study_name,
+            "transfer": tmp / "transfer.json"}  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def built_report(report_studies):
+    """`threshold report` of every study, baseline a, with the transfer file: (folder, results,
+    the --json output)."""
+    import json
+    import sys
+
+    s = report_studies
+    out = s["cwd"] / "reports" / "all"
+    args = ["report", "--storage", s["url"], "-o", str(out), "--baseline", s["a"], "--transfer",
+            str(s["transfer"]), "--json"]  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "threshold", *args], capture_output=True,
+                          text=True, cwd=s["cwd"])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return out, json.loads((out / "results.json").read_text()), json.loads(proc.stdout)

@@ -4,7 +4,8 @@ in headless Chromium.
 The browser is Debian's chromium driven by Selenium through Debian's chromedriver: driver and
 browser come from the same Debian source package, so their versions always match, and nothing is
 downloaded (Playwright expects a browser build of its own and supports a system Chromium only
-loosely). Screenshots go to the test's tmp dir, and to $THRESHOLD_SCREENSHOTS when that is set.
+loosely). The `browser` fixture is in conftest.py. Screenshots go to the test's tmp dir, and to
+$THRESHOLD_SCREENSHOTS when that is set.
 """
 
 from __future__ import annotations
@@ -22,14 +23,6 @@ from urllib.request import urlopen
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-# Flags this machine's closed network needs (no sign-in, update or field-trial traffic).
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--window-size=1400,1000",
-]  # fmt: skip
 TINY = ["--tasks", "max", "--mod", "5", "--n-train", "2000", "--n-test", "100",
         "--d-lo", "4", "--d-hi", "16", "--heartbeat", "2"]  # fmt: skip
 WAIT_S = 90  # page loads on a shared 2-core machine
@@ -110,33 +103,6 @@ def test_server_shows_notes_plots_and_checkpoints(study, dashboard):
         f"{dashboard}artifacts/{summary['study_id']}/{trial['trial_id']}/{artifact['artifact_id']}"
     )
     assert body.split(b"\n", 1)[0] == b"threshold-checkpoint v1 " + digest.encode()
-
-
-@pytest.fixture
-def browser(tmp_path):
-    """Headless Chromium under Selenium, with a fresh profile."""
-    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(path)]
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        missing.append("the selenium package (pip install -e '.[dev]')")
-    if missing:
-        reason = f"no {', '.join(missing)}: apt-get install -y chromium chromium-driver"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{reason} (.ci/run should have installed it)")
-        pytest.skip(reason)
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in [*CHROMIUM_ARGS, f"--user-data-dir={tmp_path / 'profile'}"]:
-        options.add_argument(arg)
-    service = Service(CHROMEDRIVER, log_output=str(tmp_path / "chromedriver.log"))
-    driver = webdriver.Chrome(service=service, options=options)
-    driver.set_page_load_timeout(WAIT_S)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def test_pages_in_a_browser(study, dashboard, browser, tmp_path):

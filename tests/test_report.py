@@ -1,0 +1,202 @@
+"""`threshold report` on real (tiny) studies: its numbers, its files, and bad input.
+
+The studies and the report are built once per session (``report_studies`` and ``built_report``
+in conftest.py, shared with the browser test).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import optuna
+import pytest
+
+from threshold.report import dense_grid, step_cost
+
+
+def invoke(args, cwd, monkeypatch):
+    """`threshold ARGS` in this process (as the console script runs it; no new interpreter)."""
+    from typer.testing import CliRunner
+
+    from threshold.cli import app
+
+    monkeypatch.chdir(cwd)
+    return CliRunner().invoke(app, args)
+
+
+def stored(report_studies, name: str) -> tuple[dict, optuna.Study]:
+    study = optuna.load_study(study_name=name, storage=report_studies["url"])
+    return json.loads(study.user_attrs["estimate"]), study
+
+
+def test_numbers_are_the_stored_estimates(report_studies, built_report):
+    out, results, printed = built_report
+    by_name = {s["name"]: s for s in results["studies"]}
+    # No study named: every study of the storage, the baseline first.
+    assert results["studies"][0]["name"] == report_studies["a"]
+    assert set(by_name) == {report_studies[k] for k in ("a", "b", "few")}
+    for key in ("a", "b"):
+        estimate, study = stored(report_studies, report_studies[key])
+        s = by_name[report_studies[key]]
+        assert s["status"] == "ok" and s["estimate_source"] == "stored"
+        assert s["estimate"] == estimate
+        row = next(r for r in results["comparison"] if r["name"] == s["name"])
+        for field in ("params_p80", "interval_params", "d_p80", "interval_d", "midpoint_params"):
+            assert row[field] == estimate[field]
+        done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+        assert s["n_runs"] == len(done) == len(s["runs"])
+        assert s["efficiency"]["runs"] == len(done)
+        assert s["efficiency"]["train_s"] == pytest.approx(
+            sum(t.user_attrs["train_s"] for t in done), abs=0.1
+        )
+        assert s["efficiency"]["steps"] == sum(t.user_attrs["steps"] for t in done)
+        lo, mid, hi = (s["band"][k] for k in ("lo", "median", "hi"))
+        assert all(a <= b <= c for a, b, c in zip(lo, mid, hi, strict=True))
+    assert printed["comparison"] == results["comparison"]
+    assert set(results["files"]) == {p.name for p in out.iterdir()}
+    html = (out / "index.html").read_text()
+    assert 'id="transitions"' in html and "https://" not in html.split("<body>")[0]
+    summary = (out / "summary.md").read_text()
+    a = by_name[report_studies["a"]]
+    assert f"{a['estimate']['params_p80']:,.0f}" in summary
+
+
+def test_reduction_factor_and_its_interval(report_studies, built_report):
+    _, results, _ = built_report
+    by_name = {s["name"]: s for s in results["studies"]}
+    base, b = by_name[report_studies["a"]], by_name[report_studies["b"]]
+    assert results["baseline"] == report_studies["a"] and base["reduction"] is None
+    r = b["reduction"]
+    lo, hi = r["interval"]
+    assert lo <= r["factor"] <= hi and lo <= r["median"] <= hi
+    expected = base["estimate"]["params_p80"] / b["estimate"]["params_p80"]
+    assert r["factor"] == pytest.approx(expected, rel=2e-3)  # stored p80s have 4 digits
+    assert (r["p_above_1"] > 0.5) == (r["factor"] > 1)
+    # The ratio of two uncertain numbers is less certain than either.
+    assert hi / lo > max(base["estimate"]["interval_ratio"], b["estimate"]["interval_ratio"])
+
+
+def test_a_study_with_too_few_runs_is_reported(report_studies, built_report):
+    out, results, _ = built_report
+    few = next(s for s in results["studies"] if s["name"] == report_studies["few"])
+    assert few["status"] == "too_few_runs" and few["n_runs"] == 1
+    assert few["status_text"].startswith("too few runs to fit")
+    assert few["band"] is None and few["reduction"] is None
+    assert "too few runs" in few["reduction_note"]
+    row = next(r for r in results["comparison"] if r["name"] == report_studies["few"])
+    assert row["params_p80"] is None
+    assert few["figure"] and (out / few["figure"]).is_file()  # its one run is still drawn
+    for page in ("index.html", "summary.md"):
+        assert "too few runs to fit: 1 completed" in (out / page).read_text()
+
+
+def test_analyses_transfer_and_efficiency_are_in_the_report(report_studies, built_report):
+    out, results, _ = built_report
+    a = next(s for s in results["studies"] if s["name"] == report_studies["a"])
+    (analysis,) = a["analyses"]
+    assert analysis["trial"] == 0 and analysis["summary"]["attn_share"] == 0.45
+    assert set(analysis["report_figures"]) == {"embedding", "layer_usage", "ablation"}
+    (transfer,) = results["transfer"]
+    assert transfer["seeds"] == [0, 1] and transfer["transfer"] == [0.6, 0.5]
+    assert (out / transfer["figure"]).is_file()
+    html = (out / "index.html").read_text()
+    for name in (*analysis["report_figures"].values(), transfer["figure"]):
+        assert f'src="{name}"' in html
+    grid = a["efficiency"]["grid"]
+    assert grid["runs"] == len(grid["sizes"]) * 3 and grid["steps"] == grid["runs"] * 40
+    assert "Dense grid (the papers" in html
+
+
+def test_refuses_a_used_folder_unless_forced(report_studies, tmp_path, monkeypatch):
+    s = report_studies
+    out = tmp_path / "rep"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me")
+    args = ["report", s["a"], "--storage", s["url"], "-o", str(out)]
+    refused = invoke(args, s["cwd"], monkeypatch)
+    assert refused.exit_code == 2
+    assert refused.stderr.strip().count("\n") == 0 and "--force" in refused.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["mine.txt"]
+    first = invoke([*args, "--force", "--json"], s["cwd"], monkeypatch)
+    assert first.exit_code == 0, first.output
+    files = json.loads(first.stdout)["files"]
+    assert (out / "mine.txt").read_text() == "keep me"
+    # Again with --force over its own earlier report, for another study: the earlier report's
+    # study figure goes, other files stay.
+    again = invoke(
+        ["report", s["b"], "--storage", s["url"], "-o", str(out), "--force", "--json"],
+        s["cwd"],
+        monkeypatch,
+    )
+    assert again.exit_code == 0, again.output
+    now = {p.name for p in out.iterdir()}
+    gone = {f for f in files if f.startswith("study-")}
+    assert gone and not gone & now and "mine.txt" in now
+    results = json.loads((out / "results.json").read_text())
+    assert [st["name"] for st in results["studies"]] == [s["b"]]
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["no-such-study"], "'no-such-study' is not in this storage"),
+        (["--baseline", "nope"], "baseline study 'nope' is not in this storage"),
+        (["--transfer", "missing.json"], "transfer file 'missing.json' cannot be read"),
+        (["--transfer", "s.db"], "is not `threshold transfer --json` output"),
+        (["--storage", "sqlite:///nowhere/x.db"], "does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(report_studies, tmp_path, monkeypatch, extra, words):
+    s = report_studies
+    args = ["report", "-o", str(tmp_path / "rep")]
+    if "--storage" not in extra:
+        args += ["--storage", s["url"]]
+    result = invoke([*args, *extra], s["cwd"], monkeypatch)
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], lines
+    assert not (tmp_path / "rep").exists()
+
+
+def test_report_never_writes_to_the_storage(report_studies, built_report, monkeypatch):
+    """The studies' attributes (notes included) and trials are as they were."""
+    s = report_studies
+    storage = optuna.storages.RDBStorage(s["url"])
+
+    def state(name):
+        study = optuna.load_study(study_name=name, storage=storage)
+        system = storage.get_study_system_attrs(study._study_id)
+        return study.user_attrs, system, [t.user_attrs for t in study.trials]
+
+    before = {name: state(name) for name in (s["a"], s["b"], s["few"])}
+    result = invoke(["report", "--storage", s["url"], "-o", str(s["cwd"] / "again")], s["cwd"],
+                    monkeypatch)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    for name, was in before.items():
+        assert state(name) == was
+
+
+def test_dense_grid_cost():
+    # Runs timed at 2 ms + 1e-4 ms d^2 per step are read back exactly.
+    ds = [4, 8, 16, 32]
+    a, b = 2e-3, 1e-7
+    seconds = [100 * (a + b * d * d) for d in ds]
+    fitted = step_cost(ds, seconds, [100] * 4)
+    assert fitted == pytest.approx((a, b), rel=1e-6)
+    assert step_cost([8, 8], [1.0, 1.1], [100, 100]) is None  # one size: no slope
+    grid = dense_grid([4, 64], 1000, (a, b))
+    assert grid["sizes"][0] == 4 and grid["sizes"][-1] == 64 and len(grid["sizes"]) == 16
+    assert grid["runs"] == 48 and grid["steps"] == 48_000
+    assert grid["train_s"] == pytest.approx(3 * sum(1000 * (a + b * d * d) for d in grid["sizes"]))
+
+
+def test_report_layer_stays_apart():
+    code = (
+        "import sys, threshold.report\n"
+        "bad = [m for m in ('threshold.cli', 'typer', 'matplotlib', 'plotly', 'rich.progress')"
+        " if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

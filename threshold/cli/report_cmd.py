@@ -1,0 +1,136 @@
+"""``threshold report``: the studies of a storage as an HTML page, a Markdown summary and JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from threshold.cli.common import app, run_guarded
+
+
+class _Steps:
+    """One rich progress bar per report step (reading studies, drawing figures), on stderr.
+
+    The bars appear with the first step, so an error before it is the only line printed.
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.progress = Progress(
+            TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=Console(stderr=True), disable=not enabled,
+            transient=False,
+        )  # fmt: skip
+        self.bars: dict[str, int] = {}
+        self.started = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.started:
+            self.progress.stop()
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if not self.started:
+            self.progress.start()
+            self.started = True
+        if stage not in self.bars:
+            self.bars[stage] = self.progress.add_task(stage, total=total)
+        self.progress.update(self.bars[stage], completed=done, total=total)
+
+
+@app.command()
+def report(
+    out: Annotated[Path, typer.Option("-o", "--out", help="Report folder, e.g. reports/NAME.")],
+    studies: Annotated[
+        list[str] | None,
+        typer.Argument(help="Studies to report (default: every study in the storage)."),
+    ] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(help="Study whose 80% point the others' reduction factors divide."),
+    ] = None,
+    transfer: Annotated[
+        list[Path] | None,
+        typer.Option("--transfer", help="Output of `threshold transfer --json` (repeatable)."),
+    ] = None,
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            help="Database URL (default: $THRESHOLD_STORAGE or sqlite:///studies/threshold.db)."
+        ),
+    ] = None,
+    analysis_dir: Annotated[
+        Path, typer.Option(help="Where `threshold analyze` wrote its figures.")
+    ] = Path("studies/analysis"),
+    force: Annotated[
+        bool, typer.Option("--force", help="Write over an existing report folder.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Transitions, curves, reduction factors, analyses, transfer and search cost as a report."""
+
+    def body():
+        from threshold.report import check_output, collect, write_report
+
+        check_output(out, force)  # before the slow part
+        with _Steps(enabled=not as_json) as steps:
+            collected = collect(storage, studies or (), baseline, transfer or (), analysis_dir,
+                                on_progress=steps)  # fmt: skip
+            results = write_report(collected, out, force, on_progress=steps)
+        if as_json:
+            summary = {
+                "out": str(out),
+                "index": str(out / "index.html"),
+                "baseline": results["baseline"],
+                "comparison": results["comparison"],
+                "files": results["files"],
+            }
+            typer.echo(json.dumps(summary))
+        else:
+            _print(results, out)
+
+    run_guarded(body)
+
+
+def _print(results: dict, out: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from threshold.report.text import factor, interval, number
+
+    table = Table(title="learning transitions (posterior median, 90% interval)")
+    for column in ("study", "runs", "80% point", "90% interval", "d"):
+        table.add_column(column, justify="left" if column == "study" else "right")
+    if results["baseline"] is not None:
+        table.add_column("reduction (90%)", justify="right")
+    for row in results["comparison"]:
+        if row["status"] == "ok":
+            cells = [number(row["params_p80"]), interval(row["interval_params"]),
+                     number(row["d_p80"], 1)]  # fmt: skip
+        else:
+            cells = [row["status"].replace("_", " "), "", ""]
+        if results["baseline"] is not None:
+            if row["name"] == results["baseline"]:
+                cells.append("baseline")
+            elif row["reduction"] is not None:
+                value, span, _ = factor(row["reduction"])
+                cells.append(f"{value} ({span})")
+            else:
+                cells.append("-")
+        table.add_row(row["label"], str(row["n_runs"]), *cells)
+    console = Console()
+    console.print(table)
+    console.print(f"report: {out / 'index.html'} (also summary.md, results.json)")

@@ -1,0 +1,500 @@
+"""What a report shows, collected from the studies: runs, estimates, bands, factors, costs.
+
+Everything is read through :mod:`threshold.search` (the only layer that opens a storage), and
+nothing is written to it. A study's headline numbers are its stored estimate, as the search wrote
+it after its last run; when that estimate is older than the completed runs (a run finished after
+the last refresh) it is recomputed from them with the same maths. The posterior behind the
+estimate is rebuilt from the runs to draw the curve's credible band and to derive reduction
+factors against a baseline study (:func:`threshold.search.fit.reduction_factor`).
+
+Search efficiency compares the compute a study used (its runs' steps and training seconds) with a
+dense grid, the papers' method: ``GRID_SIZES`` log-spaced sizes over the d range the study
+explored, ``GRID_SEEDS`` seeds each, every run trained for the full step budget. A grid run's
+seconds come from a per-step cost ``a + b d^2`` fitted to the study's own runs (training seconds
+over steps, which includes their evaluations), or, with runs at fewer than 2 sizes, from the
+sampler's bench-measured cost model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from optuna.trial import TrialState
+from scipy.optimize import nnls
+
+from threshold.errors import ConfigError, ThresholdError
+from threshold.search.fit import reduction_factor, transition_estimate, transition_posterior
+from threshold.search.notes import MIN_RUNS, curve_sizes, stop_status
+from threshold.search.posterior import curve_quantiles
+from threshold.search.results import load_analyses
+from threshold.search.sampler import PARAM, policy_settings, split_trials
+from threshold.search.settings import SearchSettings
+from threshold.search.study import StudySettings, load_study, open_storage, storage_url
+
+__all__ = [
+    "GRID_SEEDS",
+    "GRID_SIZES",
+    "Collected",
+    "StudyData",
+    "collect",
+    "dense_grid",
+    "read_transfer",
+    "step_cost",
+    "study_title",
+]
+
+log = logging.getLogger(__name__)
+
+GRID_SIZES = 16  # the dense grid of `threshold bench search`: 16 log-spaced sizes...
+GRID_SEEDS = 3  # ...times 3 seeds, each at the full step budget
+# The sampler's cost model (threshold.search.sampler.policy_settings): seconds per training step
+# measured by `threshold bench train` on this machine, 8.7 ms + 0.004 ms d^2.
+BENCH_STEP_S = (8.7e-3, 8.7e-3 / 2200)
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+@dataclass
+class StudyData:
+    """One study as the report shows it."""
+
+    name: str
+    settings: StudySettings
+    attrs: dict  # the study's user attributes other than analyses (version, git commit, ...)
+    status: str  # "ok", "too_few_runs" or "no_runs"
+    status_text: str  # one sentence: why a study has no estimate, or how precise it is
+    search_status: str  # where the search stands (stopped, searching, finishing)
+    runs: list[dict]  # completed runs, trial order
+    n_running: int
+    n_failed: int
+    estimate: dict | None  # the stored estimate (or one recomputed from the runs)
+    estimate_source: str | None  # "stored" or "recomputed"
+    policy: SearchSettings | None = None
+    posterior: tuple | None = None  # (grid, weights) behind the estimate
+    band: dict | None = None  # credible band of the mean curve: params, lo, median, hi
+    efficiency: dict = field(default_factory=dict)
+    analyses: list[dict] = field(default_factory=list)
+    reduction: dict | None = None  # against the baseline; None without one
+    reduction_note: str = ""  # why there is no factor, when there is a baseline
+    label: str = ""  # short and unique among the report's studies, for legends and tables
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_json(self) -> dict:
+        s = self.settings
+        return {
+            "name": self.name,
+            "label": self.label,
+            "title": study_title(s),
+            "status": self.status,
+            "status_text": self.status_text,
+            "search_status": self.search_status,
+            "settings": {
+                "task": s.task.to_dict(),
+                "train": s.train.to_dict(),
+                "search": json.loads(s.to_attrs()["search"]),
+                "pretrain": list(s.pretrain),
+                "measured_op": s.task.measured_op,
+            },
+            "version": self.attrs.get("version"),
+            "git_commit": self.attrs.get("git_commit"),
+            "n_runs": len(self.runs),
+            "n_running": self.n_running,
+            "n_failed": self.n_failed,
+            "estimate": self.estimate,
+            "estimate_source": self.estimate_source,
+            "band": self.band,
+            "reduction": self.reduction,
+            "reduction_note": self.reduction_note or None,
+            "efficiency": self.efficiency,
+            "analyses": self.analyses,
+            "runs": self.runs,
+        }
+
+
+@dataclass
+class Collected:
+    storage: str  # the URL, password hidden
+    studies: list[StudyData]
+    baseline: str | None
+    transfer: list[dict]
+    analysis_dir: str
+
+
+def study_title(settings: StudySettings) -> str:
+    """``ADD in MAX+MED+ADD, mod 10``; ``ADD after MAX+MED, mod 10`` with pretraining."""
+    task = settings.task
+    measured = task.measured_op.upper()
+    where = f"mod {task.n}" if task.testbed == "listops" else f"{task.testbed} S_{task.n}"
+    mix = "" if tuple(task.ops) == (task.measured_op,) else f" in {'+'.join(task.ops).upper()}"
+    before = f" after {'+'.join(settings.pretrain).upper()}" if settings.pretrain else ""
+    return f"{measured}{mix}{before}, {where}"
+
+
+def _label(studies: list[StudyData]) -> None:
+    """Titles, with the name's hash where two studies share a title."""
+    titles = [study_title(s.settings) for s in studies]
+    for s, title in zip(studies, titles, strict=True):
+        shared = titles.count(title) > 1
+        s.label = f"{title} [{s.name.rsplit('-', 1)[-1]}]" if shared else title
+
+
+def _public_url(url: str) -> str:
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL sqlalchemy parses: show it as given
+        return url
+
+
+def _json_attr(trial, key: str) -> dict:
+    raw = trial.user_attrs.get(key)
+    try:
+        return json.loads(raw) if raw else {}
+    except (TypeError, ValueError):
+        return {}
+
+
+def _run_rows(trials, measure: str) -> list[dict]:
+    """Completed trials with a size and a value: the runs the estimate is made from."""
+    rows = []
+    for t in trials:
+        d = t.params.get(PARAM, t.user_attrs.get(PARAM))
+        if t.state != TrialState.COMPLETE or t.value is None or d is None:
+            continue
+        accuracy = _json_attr(t, "accuracy")
+        strict = _json_attr(t, "strict_accuracy")
+        rows.append(
+            {
+                "trial": t.number,
+                "d": int(d),
+                "params": t.user_attrs.get("params_total"),
+                "accuracy": float(t.value),
+                "accuracy_ops": accuracy,
+                "strict": strict.get(measure),
+                "seed": t.user_attrs.get("seed"),
+                "steps": t.user_attrs.get("steps"),
+                "train_s": t.user_attrs.get("train_s"),
+                "stop_reason": t.user_attrs.get("stop_reason"),
+            }
+        )
+    return rows
+
+
+def step_cost(ds, seconds, steps) -> tuple[float, float] | None:
+    """(a, b) of seconds per step = a + b d^2, fitted to runs by least squares on relative
+    error with a, b >= 0; None with runs at fewer than 2 sizes."""
+    ds, seconds, steps = (np.asarray(v, dtype=float) for v in (ds, seconds, steps))
+    ok = (steps > 0) & (seconds > 0)
+    ds, per_step = ds[ok], seconds[ok] / steps[ok]  # (N,) each
+    if np.unique(ds).size < 2:
+        return None
+    design = np.stack([np.ones_like(ds), ds**2], axis=1) / per_step[:, None]  # (N, 2)
+    (a, b), _ = nnls(design, np.ones_like(ds))
+    return float(a), float(b)
+
+
+def dense_grid(d_range: Sequence[int], max_steps: int, cost: tuple[float, float]) -> dict:
+    """The dense grid over d_range: its sizes, runs, steps and predicted training seconds."""
+    lo, hi = d_range
+    sizes = sorted({round(float(v)) for v in np.geomspace(lo, hi, GRID_SIZES)})
+    a, b = cost
+    per_run = [max_steps * (a + b * d * d) for d in sizes]
+    return {
+        "sizes": sizes,
+        "seeds": GRID_SEEDS,
+        "runs": len(sizes) * GRID_SEEDS,
+        "steps_per_run": max_steps,
+        "steps": len(sizes) * GRID_SEEDS * max_steps,
+        "train_s": GRID_SEEDS * float(sum(per_run)),
+    }
+
+
+def _efficiency(runs: list[dict], settings: StudySettings, d_range, n_failed: int) -> dict:
+    timed = [r for r in runs if r["train_s"] is not None and r["steps"]]
+    used_s = float(sum(r["train_s"] for r in timed))
+    used_steps = int(sum(r["steps"] for r in timed))
+    fitted = step_cost([r["d"] for r in timed], [r["train_s"] for r in timed],
+                       [r["steps"] for r in timed])  # fmt: skip
+    if fitted is not None:
+        cost, source = fitted, "fitted to this study's runs"
+    else:
+        cost, source = BENCH_STEP_S, "the sampler's bench-measured cost model"
+    grid = dense_grid(d_range, settings.train.max_steps, cost)
+    return {
+        "runs": len(runs),
+        "failed": n_failed,
+        "steps": used_steps,
+        "train_s": round(used_s, 1),
+        "d_range": [int(d_range[0]), int(d_range[1])],
+        "grid": grid,
+        "cost_model": {"a_s": cost[0], "b_s": cost[1], "source": source},
+        "share_runs": len(runs) / grid["runs"],
+        "share_steps": used_steps / grid["steps"] if grid["steps"] else None,
+        "share_s": used_s / grid["train_s"] if grid["train_s"] else None,
+        "pretraining_excluded": bool(settings.pretrain),
+    }
+
+
+def _analyses(study, name: str, runs: list[dict], analysis_dir: Path) -> list[dict]:
+    """Stored analysis summaries, with the figures and scores `threshold analyze` left in
+    ``analysis_dir/<study>-trial<N>/`` when they are there."""
+    stored = load_analyses(study)
+    folders = {}
+    if analysis_dir.is_dir():
+        pattern = re.compile(re.escape(name) + r"-trial(\d+)$")
+        for folder in analysis_dir.iterdir():
+            match = pattern.match(folder.name)
+            if match and folder.is_dir():
+                folders[int(match.group(1))] = folder
+    by_trial = {r["trial"]: r for r in runs}
+    out = []
+    for number in sorted(set(stored) | set(folders)):
+        folder = folders.get(number)
+        summary = stored.get(number)
+        scores = None
+        if folder is not None and (folder / "scores.json").is_file():
+            try:
+                scores = json.loads((folder / "scores.json").read_text())
+            except ValueError:
+                log.warning("%s: unreadable scores.json, left out", folder)
+        if summary is None and scores is not None:
+            from threshold.analysis.inspect_model import summary as summarize_scores
+
+            try:
+                summary = summarize_scores(scores) | {"d_model": scores.get("d_model")}
+            except (KeyError, TypeError):
+                log.warning("%s: scores.json lacks the analysis scores, left out", folder)
+                continue
+        if summary is None:
+            continue
+        figures = {}
+        if folder is not None:
+            for kind in ("embedding", "layer_usage", "ablation"):
+                if (folder / f"{kind}.png").is_file():
+                    figures[kind] = str(folder / f"{kind}.png")
+        run = by_trial.get(number, {})
+        out.append(
+            {
+                "trial": number,
+                "d_model": summary.get("d_model", run.get("d")),
+                "params": run.get("params"),
+                "accuracy": summary.get("accuracy", run.get("accuracy")),
+                "summary": summary,
+                "embedding": (scores or {}).get("embedding"),
+                "layer_usage": (scores or {}).get("layer_usage"),
+                "folder": str(folder) if folder is not None else None,
+                "figures": figures,
+            }
+        )
+    return out
+
+
+def _study_data(study, settings: StudySettings, analysis_dir: Path) -> StudyData:
+    name = study.study_name
+    trials = study.get_trials(deepcopy=False)
+    completed, pending = split_trials(trials)
+    runs = _run_rows(trials, settings.task.measured_op)
+    n_running = sum(t.state == TrialState.RUNNING for t in trials)
+    n_failed = sum(t.state == TrialState.FAIL and "cancelled" not in t.user_attrs for t in trials)
+    attrs = {k: v for k, v in study.user_attrs.items() if not k.startswith("analysis:")}
+    raw = attrs.pop("estimate", None)
+    estimate = json.loads(raw) if raw else None
+    policy = None
+    if estimate is not None and estimate.get("chance") is not None:
+        policy = policy_settings(settings, float(estimate["chance"]))
+    source = "stored" if estimate is not None else None
+    if policy is not None and completed and estimate.get("n_runs") != len(completed):
+        estimate, source = transition_estimate(policy, completed), "recomputed"
+    _, search_status = stop_status(policy, completed, pending)
+    data = StudyData(
+        name=name,
+        settings=settings,
+        attrs=attrs,
+        status="ok",
+        status_text="",
+        search_status=search_status,
+        runs=runs,
+        n_running=n_running,
+        n_failed=n_failed,
+        estimate=estimate,
+        estimate_source=source,
+        policy=policy,
+    )
+    if not runs:
+        data.status, data.status_text = "no_runs", "no completed runs yet: nothing to fit"
+    elif len(completed) < MIN_RUNS or policy is None or not estimate.get("params_p80"):
+        data.status = "too_few_runs"
+        data.status_text = (
+            f"too few runs to fit: {len(completed)} completed, the estimate needs the "
+            f"{MIN_RUNS} runs of the initial bracket"
+        )
+    if data.ok:
+        ratio, precision = estimate["interval_ratio"], settings.search.precision
+        data.status_text = f"90% interval {ratio:.2f}x wide" + (
+            f", within the study's precision of {precision:g}x"
+            if ratio <= precision
+            else f", wider than the study's precision of {precision:g}x"
+        )
+        data.posterior = transition_posterior(policy, completed)
+        params = np.array([r["params"] for r in runs if r["params"]], dtype=float)
+        xs = curve_sizes(params, *estimate["interval_params"])  # (P,)
+        lo, median, hi = curve_quantiles(*data.posterior, np.log(xs))  # (P,) each
+        data.band = {
+            "params": [round(float(v), 1) for v in xs],
+            "lo": [round(float(v), 4) for v in lo],
+            "median": [round(float(v), 4) for v in median],
+            "hi": [round(float(v), 4) for v in hi],
+            "mass": 0.9,
+        }
+    d_range = (estimate or {}).get("range_d") or [
+        min([settings.search.d_lo, *[r["d"] for r in runs]]),
+        max([settings.search.d_hi, *[r["d"] for r in runs]]),
+    ]
+    data.efficiency = _efficiency(runs, settings, d_range, n_failed)
+    data.analyses = _analyses(study, name, runs, analysis_dir)
+    return data
+
+
+def read_transfer(path: Path) -> dict:
+    """One ``threshold transfer --json`` output, checked; ThresholdError when unreadable."""
+    path = Path(path)
+    try:
+        report = json.loads(path.read_text())
+        curves = [
+            {
+                "seed": int(run["seed"]),
+                "transfer": [[int(s), float(a)] for s, a in run["transfer_curve"]],
+                "scratch": [[int(s), float(a)] for s, a in run["scratch_curve"]],
+            }
+            for run in report["runs"]
+        ]
+        out = {
+            "file": str(path),
+            "pretrain": list(report["pretrain"]),
+            "tasks": list(report["tasks"]),
+            "mod": report.get("mod"),
+            "testbed": report.get("testbed", "listops"),
+            "d_model": int(report["d_model"]),
+            "params_total": report.get("params_total"),
+            "measure": report["measure"],
+            "seeds": [int(s) for s in report["seeds"]],
+            "transfer": [float(v) for v in report["transfer"]],
+            "scratch": [float(v) for v in report["scratch"]],
+            "transfer_mean": float(report["transfer_mean"]),
+            "scratch_mean": float(report["scratch_mean"]),
+            "gain_mean": float(report["gain_mean"]),
+            "curves": curves,
+        }
+    except OSError as e:
+        raise ConfigError(
+            f"transfer file {str(path)!r} cannot be read ({e.strerror or e}): "
+            "give a file that `threshold transfer --json` wrote"
+        ) from None
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        what = f"no {e}" if isinstance(e, KeyError) else str(e).splitlines()[0]
+        raise ConfigError(
+            f"transfer file {str(path)!r} is not `threshold transfer --json` output ({what}): "
+            "give the JSON that command prints"
+        ) from None
+    if len(out["seeds"]) != len(out["transfer"]) or len(out["seeds"]) != len(out["scratch"]):
+        raise ConfigError(
+            f"transfer file {str(path)!r} has {len(out['seeds'])} seeds but "
+            f"{len(out['transfer'])} and {len(out['scratch'])} accuracies: give an unedited file"
+        )
+    return out
+
+
+def collect(
+    url: str | None = None,
+    names: Sequence[str] = (),
+    baseline: str | None = None,
+    transfer_files: Sequence[Path] = (),
+    analysis_dir: Path = Path("studies/analysis"),
+    on_progress: Progress | None = None,
+) -> Collected:
+    """Everything the report shows. ``names`` empty: every threshold study in the storage.
+
+    The baseline is added to the studies when not named; every other study with a fit gets its
+    reduction factor against it. Unknown studies, an unknown baseline and unreadable transfer files
+    raise :class:`ThresholdError`.
+    """
+    transfer = [read_transfer(p) for p in transfer_files]  # bad files fail before slow work
+    storage = open_storage(url, create=False)
+    summaries = storage.get_all_studies()
+    known = [s.study_name for s in summaries]
+    if baseline is not None and baseline not in known:
+        listed = ", ".join(known[:5]) or "none"
+        raise ThresholdError(
+            f"baseline study {baseline!r} is not in this storage (studies: {listed}): "
+            "name one of them with --baseline"
+        )
+    if names:
+        wanted = list(dict.fromkeys(names))
+    else:
+        wanted = []
+        for s in summaries:
+            try:
+                StudySettings.from_attrs(s.user_attrs)
+            except ThresholdError:
+                log.info("study %s has no threshold settings: left out", s.study_name)
+                continue
+            wanted.append(s.study_name)
+        if not wanted:
+            raise ThresholdError(
+                f"storage {_public_url(storage_url(url))!r} has no threshold study: "
+                "run `threshold find` first, or give --storage"
+            )
+    if baseline is not None:  # first: the row the others are compared with
+        wanted = [baseline, *(name for name in wanted if name != baseline)]
+    loaded = [load_study(name, storage) for name in wanted]  # unknown names fail here, fast
+    studies = []
+    for i, (study, settings) in enumerate(loaded):
+        if on_progress is not None:
+            on_progress("reading studies", i, len(loaded))
+        studies.append(_study_data(study, settings, Path(analysis_dir)))
+    if on_progress is not None:
+        on_progress("reading studies", len(loaded), len(loaded))
+    if baseline is not None:
+        _reductions(studies, baseline)
+    _label(studies)
+    return Collected(
+        storage=_public_url(storage_url(url)),
+        studies=studies,
+        baseline=baseline,
+        transfer=transfer,
+        analysis_dir=str(analysis_dir),
+    )
+
+
+def _reductions(studies: list[StudyData], baseline: str) -> None:
+    base = next(s for s in studies if s.name == baseline)
+    for s in studies:
+        if s.name == baseline:
+            continue
+        if not base.ok:
+            s.reduction_note = f"none: the baseline has {base.status.replace('_', ' ')}"
+        elif not s.ok:
+            s.reduction_note = f"none: {s.status.replace('_', ' ')}"
+        elif _measured(s) != _measured(base):
+            s.reduction_note = f"none: it measures {_measured(s)}, the baseline {_measured(base)}"
+        elif s.settings.search.level != base.settings.search.level or (
+            s.settings.search.chance_corrected != base.settings.search.chance_corrected
+        ):
+            s.reduction_note = "none: the two studies define the transition differently"
+        else:
+            s.reduction = reduction_factor(base.posterior, s.posterior)
+
+
+def _measured(s: StudyData) -> str:
+    task = s.settings.task
+    return f"{task.measured_op.upper()} ({task.testbed} {task.n})"
