@@ -57,7 +57,7 @@ def render_markdown(results: dict) -> str:
         lines.append("")
         lines.append(
             f"`{s['name']}`: {s['n_runs']} completed runs, {s['n_running']} running; "
-            f"search {s['search_status']}."
+            f"search: {s['search_status']}."
         )
         est = s["estimate"]
         if s["status"] != "ok":
