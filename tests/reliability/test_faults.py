@@ -11,6 +11,7 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -94,14 +95,19 @@ def test_sigkill_worker_mid_trial_then_resume(tmp_path, shared_cache, reference)
 def find_study(tmp_path, proc) -> tuple:
     """The storage and study that a `threshold find` started in ``tmp_path`` creates."""
     name = SETTINGS.default_name()  # what find derives from FIND_ARGS
-    wait_until(lambda: proc.poll() is not None or (tmp_path / "s.db").exists(), 60, "the db")
-    db = reader(f"sqlite:///{tmp_path}/s.db")
 
-    def created():
-        return name in [s.study_name for s in db.get_all_studies()]
+    def created():  # read-only, so the test never races find to create the tables
+        if proc.poll() is not None:
+            raise AssertionError(f"find exited with {proc.returncode}")
+        uri = f"file:{tmp_path}/s.db?mode=ro"
+        try:
+            with contextlib.closing(sqlite3.connect(uri, uri=True)) as c:
+                return c.execute("SELECT 1 FROM studies WHERE study_name = ?", (name,)).fetchall()
+        except sqlite3.Error:
+            return False
 
     wait_until(created, 60, f"study {name}")
-    return db, name
+    return reader(f"sqlite:///{tmp_path}/s.db"), name
 
 
 def kill_group(proc) -> None:
