@@ -114,7 +114,9 @@ def level_fraction(asymptote, chance: float, level: float, chance_corrected: boo
     asymptote = np.asarray(asymptote, dtype=float)
     if chance_corrected:
         return np.full_like(asymptote, level)
-    return (level * asymptote - chance) / (asymptote - chance)
+    lift = asymptote - chance
+    safe = np.where(lift > 0, lift, 1.0)  # no level is reached when A <= chance: NaN, no warning
+    return np.where(lift > 0, (level * asymptote - chance) / safe, np.nan)
 
 
 def _bin_probs(center: np.ndarray, sd: float, n_bins: int) -> np.ndarray:
