@@ -10,6 +10,7 @@ from threshold.cli import (  # noqa: F401  (importing them registers their comma
     dashboard_cmd,
     report_cmd,
     search_cmds,
+    suite_cmd,
     train_cmds,
 )
 from threshold.cli.common import app

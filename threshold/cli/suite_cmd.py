@@ -1,0 +1,242 @@
+"""``threshold run``: a suite file's studies, transfer experiments, analyses and reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from threshold.cli.common import CacheDir, app, run_guarded
+
+
+@app.command("run")
+def run_suite_cmd(
+    suite_file: Annotated[
+        Path, typer.Argument(metavar="SUITE.toml", help="Suite file, e.g. studies/cpu.toml.")
+    ],
+    workers: Annotated[
+        int | None, typer.Option(help="Worker processes per study (default: the suite's workers).")
+    ] = None,
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            help="Database URL (default: the suite's storage, else $THRESHOLD_STORAGE, else "
+            "sqlite:///studies/threshold.db)."
+        ),
+    ] = None,
+    only: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated labels: run only these studies and transfers."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Check the suite and print the plan; run nothing.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    cache_dir: CacheDir = None,
+) -> None:
+    """Run a suite: every study (resuming where it stopped), then analyses and reports."""
+
+    def body():
+        from threshold.errors import ConfigError
+        from threshold.suite import load_suite
+
+        suite = load_suite(suite_file)
+        labels = None if only is None else [x.strip() for x in only.split(",") if x.strip()]
+        suite.select(labels)  # an unknown label fails here, before anything is opened
+        if workers is not None and workers < 1:
+            raise ConfigError(f"--workers {workers} is not allowed: use 1 or more")
+        if dry_run:
+            from threshold.suite.run import plan
+
+            planned = plan(suite, storage, labels)
+            if as_json:
+                typer.echo(json.dumps(planned))
+            else:
+                _print_plan(planned, suite, workers)
+            return
+        import optuna
+        import torch
+
+        from threshold.cli.analysis_cmds import _analyze_trial, _matched_pair
+        from threshold.suite.run import Analyst, run_suite
+
+        torch.set_num_threads(1)  # analyses run here; several threads spin on a busy machine
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # progress is the lines below
+
+        def analyze_trial(study, number, url, folder):
+            return _analyze_trial(study, number, url, folder, 0, cache_dir)  # seed 0: analyze's
+
+        analyst = Analyst(analyze_trial=analyze_trial, matched_pair=_matched_pair)
+        try:
+            record = run_suite(
+                suite, storage, workers, labels, analyst, _Printer(enabled=not as_json), cache_dir
+            )
+        except KeyboardInterrupt:
+            typer.echo(f"interrupted: run `threshold run {suite_file}` again to resume", err=True)
+            raise typer.Exit(130) from None
+        if as_json:
+            typer.echo(json.dumps(record))
+        else:
+            _print_record(record)
+
+    run_guarded(body)
+
+
+def _estimate_text(est: dict | None) -> str:
+    if not est or not est.get("params_p80"):
+        return "no estimate yet"
+    lo, hi = est["interval_params"]
+    return (
+        f"80% point {est['params_p80']:,.0f} params (d {est['d_p80']:.1f}), "
+        f"90% interval {lo:,.0f} - {hi:,.0f}"
+    )
+
+
+class _Printer:
+    """One line per event on stderr: readable in a terminal and in a log file alike."""
+
+    def __init__(self, enabled: bool) -> None:
+        from rich.console import Console
+
+        self.console = Console(stderr=True, highlight=False)
+        self.enabled = enabled
+
+    def say(self, text: str) -> None:
+        if self.enabled:
+            self.console.print(text, markup=False, soft_wrap=True)
+
+    def __call__(self, event) -> None:
+        kind, label, info = event.kind, event.label, event.info
+        if kind in ("study_start", "study_skip"):
+            head = f"[{info['index']}/{info['total']}] {label} ({info['study']})"
+            if kind == "study_skip":
+                self.say(
+                    f"{head}: done ({info['reason']}) after {info['n_runs']} runs: "
+                    f"{_estimate_text(info['estimate'])}"
+                )
+            else:
+                self.say(f"{head}: {info['n_runs']} runs so far; {info['workers']} worker(s)")
+        elif kind == "trial":
+            row = info["trial"]
+            if row["state"] == "COMPLETE":
+                what = (
+                    f"d = {row['d_model']} ({row['params_total'] or 0:,} params) accuracy "
+                    f"{row['accuracy']:.3f} ({row['stop_reason']}, {row['seconds'] or 0:.0f} s)"
+                )
+            else:
+                what = f"d = {row['d_model']} failed (retried if its worker died)"
+            self.say(f"  {label} trial {row['number']}: {what}; {_estimate_text(info['estimate'])}")
+        elif kind == "study_end":
+            from threshold.report.text import duration
+
+            self.say(
+                f"  {label}: {'done (' + info['reason'] + ')' if info['reason'] else 'stopped'}"
+                f" after {info['n_runs']} runs in {duration(info['wall_s'])}: "
+                f"{_estimate_text(info['estimate'])}"
+            )
+        elif kind == "transfer_skip":
+            self.say(f"transfer {label}: done ({info['file']})")
+        elif kind == "transfer_start":
+            self.say(f"transfer {label}: d = {info['d']}, seeds {info['seeds']}")
+        elif kind == "transfer_phase":
+            self.say(f"  transfer {label}: seed {info['seed']} {info['phase']}")
+        elif kind == "transfer_end":
+            self.say(
+                f"  transfer {label}: pretrained {info['transfer_mean']:.3f} vs from scratch "
+                f"{info['scratch_mean']:.3f} ({info['file']})"
+            )
+        elif kind == "analysis_start":
+            self.say(f"analysis {label} trial {info['trial']} ({info['how']})")
+        elif kind == "analysis_skip":
+            self.say(f"analysis {label} trial {info['trial']}: done")
+        elif kind == "analysis_failed":
+            self.say(f"analysis {label} ({info['how']}): not done: {info['error']}")
+        elif kind == "report":
+            self.say(f"report {label}: {info['folder']}/index.html")
+
+
+def _print_plan(planned: dict, suite, workers: int | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    where = "" if planned["storage_exists"] else " (does not exist yet)"
+    console.print(
+        f"suite {planned['name']} ({planned['suite']}): storage {planned['storage']}{where}, "
+        f"{workers or suite.workers} worker(s) per study",
+        markup=False,
+    )
+    table = Table(title="studies, in the order they run")
+    table.add_column("label")
+    table.add_column("study", overflow="fold")
+    table.add_column("status")
+    table.add_column("runs", justify="right")
+    for s in planned["studies"]:
+        table.add_row(s["label"], s["study"], s["status"], str(s["n_runs"]))
+    console.print(table)
+    for t in planned["transfers"]:
+        console.print(
+            f"transfer {t['label']}: {'done' if t['done'] else 'to run'} ({t['file']})",
+            markup=False,
+        )
+    for a in planned["analyses"]:
+        how = a["pick"] if a["d"] is None else f"d = {a['d']}"
+        console.print(f"analysis {a['study']} ({how})", markup=False)
+    for c in planned["comparisons"]:
+        console.print(
+            f"comparison {' vs '.join(c['studies'])} (matched by {c['match']})", markup=False
+        )
+    for r in planned["reports"]:
+        base = f", baseline {r['baseline']}" if r["baseline"] else ""
+        console.print(
+            f"report {r['name']}: {r['folder']} ({len(r['studies'])} studies{base})", markup=False
+        )
+
+
+def _print_record(record: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from threshold.report.text import factor, interval, number
+
+    console = Console()
+    for r in record["reports"]:
+        if r["status"] != "written":
+            console.print(f"report {r['name']}: {r['status']}", markup=False)
+            continue
+        title = f"report {r['name']}" + (
+            f" (baseline {r['baseline_label']})" if r["baseline"] else ""
+        )
+        table = Table(title=title)
+        for column in ("study", "runs", "80% point", "90% interval", "d", "reduction (90%)"):
+            table.add_column(column, justify="left" if column == "study" else "right")
+        for row in r["comparison"]:
+            if row["status"] == "ok":
+                cells = [
+                    number(row["params_p80"]),
+                    interval(row["interval_params"]),
+                    number(row["d_p80"], 1),
+                ]
+            else:
+                cells = [row["status"].replace("_", " "), "", ""]
+            if row["name"] == r["baseline"]:
+                cells.append("baseline")
+            elif row["reduction"] is not None:
+                value, span, _ = factor(row["reduction"])
+                cells.append(f"{value} ({span})")
+            else:
+                cells.append("-")
+            table.add_row(row["suite_label"] or row["label"], str(row["n_runs"]), *cells)
+        console.print(table)
+        console.print(f"{r['folder']}/index.html", markup=False)
+    failed = [a for a in record["analyses"] if a["status"] != "done"]
+    for a in failed:
+        console.print(
+            f"analysis of {', '.join(a['studies'])} ({a['how']}) not done: {a['error']}",
+            markup=False,
+        )
+    console.print(
+        f"suite record: {Path(record['reports'][0]['folder']).parent / 'suite.json'}", markup=False
+    )

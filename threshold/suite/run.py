@@ -1,0 +1,567 @@
+"""Running a suite: its studies in order, then transfer experiments, analyses and reports.
+
+Each study is created (or found again: its name is derived from its settings) and searched by
+worker processes exactly as ``threshold find`` does it. A study whose policy has stopped is
+skipped without starting a worker, so running a suite again continues where it was interrupted:
+finished studies are skipped, a half-done study gets its remaining runs, and interrupted runs
+(marked failed when their worker was stopped, or found stale by heartbeat) are retried by the
+workers. Transfer experiments write one JSON file each, named by a hash of their settings, and
+are skipped when it exists; an analysis is skipped when its trial's summary is stored on the
+study and its folder has ``scores.json``. The reports are written again on every run, from the
+storage, into ``<reports>/<name>/``; ``<reports>/suite.json`` records the suite file (its path,
+text hash and a copy beside it), the git commit and what each step did.
+
+Progress goes to a callback as :class:`Event` records; nothing here prints. Interrupting
+(KeyboardInterrupt, which ``threshold run`` also raises on SIGTERM) stops the workers the way
+``find`` does: their running trials are marked failed, never left running.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+import threshold
+from threshold.errors import ThresholdError
+from threshold.search.find import snapshot, start_workers, stop_workers
+from threshold.search.study import create_or_load_study, open_storage, storage_url
+from threshold.suite.spec import Analysis, Suite, SuiteError, SuiteStudy, TransferSpec
+
+__all__ = [
+    "ANALYSIS_DIR",
+    "SUITE_JSON",
+    "TRANSFER_DIR",
+    "Analyst",
+    "Event",
+    "StudyState",
+    "SuiteRunError",
+    "check_reports_folder",
+    "plan",
+    "run_suite",
+    "study_states",
+    "transfer_file",
+]
+
+ANALYSIS_DIR = Path("studies/analysis")  # where `threshold analyze` writes and the report reads
+TRANSFER_DIR = Path("studies/transfer")  # one JSON per transfer experiment (its settings' hash)
+SUITE_JSON = "suite.json"  # the record of a suite's last run, in its reports folder
+FORMAT = "threshold-suite/1"
+
+
+class SuiteRunError(ThresholdError):
+    """A step of a suite failed (a study's workers exited with an error)."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """Progress of a suite run.
+
+    ``kind``: ``study_start`` / ``study_skip`` / ``trial`` / ``study_end``, ``transfer_start`` /
+    ``transfer_phase`` / ``transfer_skip`` / ``transfer_end``, ``analysis_start`` /
+    ``analysis_skip`` / ``analysis_end`` / ``analysis_failed``, ``report``; ``label``: the study,
+    transfer or report it is about; ``info``: the details (the study name, a trial row of
+    :func:`threshold.search.find.snapshot`, the estimate, ...).
+    """
+
+    kind: str
+    label: str = ""
+    info: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StudyState:
+    """Where a suite study stands in the storage."""
+
+    label: str
+    name: str
+    exists: bool
+    n_complete: int = 0
+    n_pending: int = 0  # running or waiting trials
+    done: bool = False  # the policy stops: nothing left to run
+    reason: str | None = None  # why it stopped (precision, budget, ...)
+    estimate: dict | None = None
+
+    @property
+    def status(self) -> str:
+        if not self.exists:
+            return "new"
+        if self.done:
+            return f"done ({self.reason})"
+        return "to continue"
+
+    def to_json(self) -> dict:
+        return {
+            "label": self.label,
+            "study": self.name,
+            "status": self.status,
+            "exists": self.exists,
+            "done": self.done,
+            "stop_reason": self.reason,
+            "n_runs": self.n_complete,
+            "n_pending": self.n_pending,
+            "estimate": self.estimate,
+        }
+
+
+@dataclass(frozen=True)
+class Analyst:
+    """How to analyse a trial and pick matched trials: the functions ``threshold analyze`` uses.
+
+    ``analyze_trial(study, number, storage_url, folder)`` writes the figures and ``scores.json``
+    into ``folder`` and stores the summary on the study;
+    ``matched_pair(study_a, study_b, match, d_model)`` returns the two trial numbers to compare.
+    """
+
+    analyze_trial: Callable[[optuna.Study, int, str, Path], dict]
+    matched_pair: Callable[[optuna.Study, optuna.Study, str, int | None], tuple[int, int]]
+
+
+def _resolve(suite: Suite, storage: str | None) -> str:
+    """--storage, else the suite's ``storage``, else $THRESHOLD_STORAGE, else the default."""
+    return storage_url(storage or suite.storage)
+
+
+def _sqlite_missing(url: str) -> bool:
+    return url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists()
+
+
+def transfer_file(suite: Suite, spec: TransferSpec) -> Path:
+    """Where a transfer experiment's result goes: named by the suite, its label and settings."""
+    return TRANSFER_DIR / f"{suite.name}-{spec.label}-{spec.key()}.json"
+
+
+def check_reports_folder(suite: Suite) -> None:
+    """Refuse a reports folder that holds something other than this suite's reports."""
+    out = suite.reports_dir
+    where = f"{suite.path}:{suite.line_of('reports')}"
+    if out.exists() and not out.is_dir():
+        raise SuiteError(f"{where}: reports folder {str(out)!r} is a file: set reports to a folder")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    record = out / SUITE_JSON
+    try:
+        owner = json.loads(record.read_text()).get("name") if record.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        owner = None
+    if owner != suite.name:
+        raise SuiteError(
+            f"{where}: reports folder {str(out)!r} is not empty and holds no report of suite "
+            f"{suite.name!r}: set reports to a new folder, or empty that one"
+        )
+
+
+def _state(db: optuna.storages.BaseStorage, study: SuiteStudy, known: set[str]) -> StudyState:
+    """The study's runs and whether its policy stops, read from the storage (no writes).
+
+    The policy's chance rate comes from the study's stored estimate (the worker's majority rate,
+    to 4 digits); a study without an estimate, or with running or waiting trials, is not done.
+    """
+    from threshold.search.policy import decide
+    from threshold.search.sampler import policy_settings, split_trials
+
+    name = study.name
+    if name not in known:
+        return StudyState(study.label, name, exists=False)
+    loaded = optuna.load_study(study_name=name, storage=db)
+    completed, pending = split_trials(loaded.get_trials(deepcopy=False))
+    raw = loaded.user_attrs.get("estimate")
+    estimate = json.loads(raw) if raw else None
+    done, reason = False, None
+    if not pending and estimate is not None and estimate.get("chance") is not None:
+        policy = policy_settings(study.settings, float(estimate["chance"]))
+        decision = decide(policy, completed, [])
+        done, reason = decision.stop, decision.reason if decision.stop else None
+    return StudyState(study.label, name, True, len(completed), len(pending), done, reason, estimate)
+
+
+def study_states(suite: Suite, storage: str | None = None) -> list[StudyState]:
+    """Every study of the suite with its state; a storage that does not exist is not created."""
+    url = _resolve(suite, storage)
+    if _sqlite_missing(url):
+        return [StudyState(s.label, s.name, exists=False) for s in suite.studies]
+    db = open_storage(url, create=False)
+    known = {s.study_name for s in db.get_all_studies()}
+    return [_state(db, s, known) for s in suite.studies]
+
+
+def plan(suite: Suite, storage: str | None = None, only: list[str] | None = None) -> dict:
+    """What ``run_suite`` would do, read without writing anything: the dry run."""
+    selected = suite.select(only)
+    url = _resolve(suite, storage)
+    check_reports_folder(suite)
+    return {
+        "suite": str(suite.path),
+        "name": suite.name,
+        "storage": _public(url),
+        "storage_exists": not _sqlite_missing(url),
+        "studies": [s.to_json() for s in study_states(selected, storage)],
+        "transfers": [
+            {
+                "label": t.label,
+                "file": str(transfer_file(suite, t)),
+                "done": transfer_file(suite, t).is_file(),
+            }
+            for t in selected.transfers
+        ],
+        "analyses": [{"study": a.study, "pick": a.pick, "d": a.d} for a in selected.analyses],
+        "comparisons": [
+            {"studies": list(c.studies), "match": c.match, "d": c.d} for c in selected.comparisons
+        ],
+        "reports": [
+            {
+                "name": r.name,
+                "folder": str(suite.reports_dir / r.name),
+                "baseline": r.baseline,
+                "studies": list(r.studies),
+                "transfers": list(r.transfers),
+            }
+            for r in suite.reports
+        ],
+    }
+
+
+def run_suite(
+    suite: Suite,
+    storage: str | None = None,
+    workers: int | None = None,
+    only: list[str] | None = None,
+    analyst: Analyst | None = None,
+    on_event: Callable[[Event], None] | None = None,
+    cache_dir: Path | None = None,
+    poll_s: float = 2.0,
+) -> dict:
+    """Run the suite (or the studies and transfers labelled ``only``); returns its record.
+
+    ``analyst`` None skips the analyses (they are recorded as skipped).
+    """
+    selected = suite.select(only)
+    workers = suite.workers if workers is None else workers
+    if workers < 1:
+        raise SuiteError(f"--workers {workers} is not allowed: use 1 or more")
+    check_reports_folder(suite)  # before hours of training, not after
+    url = _resolve(suite, storage)
+    emit = on_event or (lambda event: None)
+    started, t0 = datetime.now(UTC), time.perf_counter()
+    db = open_storage(url, suite.heartbeat)
+    record: dict = {"studies": [], "transfers": [], "analyses": []}
+    for i, study in enumerate(selected.studies):
+        info = {"index": i + 1, "total": len(selected.studies)}
+        record["studies"].append(
+            _run_study(study, db, url, workers, suite.heartbeat, cache_dir, emit, poll_s, info)
+        )
+    for spec in selected.transfers:
+        record["transfers"].append(_run_transfer(suite, spec, cache_dir, emit))
+    record["analyses"] = _run_analyses(selected, db, url, analyst, emit)
+    record["reports"] = _write_reports(suite, db, url, emit)
+    record |= {
+        "only": list(only) if only is not None else None,
+        "started": started.strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+    return _write_record(suite, url, record)
+
+
+# Studies -------------------------------------------------------------------------------------
+
+
+def _run_study(study, db, url, workers, heartbeat, cache_dir, emit, poll_s, info) -> dict:
+    create_or_load_study(study.settings, db)  # a study found again must have the same settings
+    known = {s.study_name for s in db.get_all_studies()}
+    state = _state(db, study, known)
+    info = info | {"study": study.name, "n_runs": state.n_complete}
+    if state.done:
+        emit(
+            Event(
+                "study_skip",
+                study.label,
+                info | {"reason": state.reason, "estimate": state.estimate},
+            )
+        )
+        return state.to_json() | {"ran": False}
+    emit(Event("study_start", study.label, info | {"workers": workers}))
+    t0 = time.perf_counter()
+    seen = {r["number"] for r in snapshot(db, study.name)["trials"] if _finished(r)}
+    procs = []
+    try:
+        procs = start_workers(study.name, url, workers, heartbeat, cache_dir)
+        while any(p.poll() is None for p in procs):
+            _new_trials(db, study, seen, emit)
+            time.sleep(poll_s)
+    except KeyboardInterrupt:
+        stop_workers(procs)
+        raise
+    _new_trials(db, study, seen, emit)
+    failed = [p.returncode for p in procs if p.returncode != 0]
+    if failed:
+        raise SuiteRunError(
+            f"study {study.label!r} ({study.name}): {len(failed)} worker(s) failed (exit "
+            f"{failed[0]}); see their output above, then run the suite again to resume"
+        )
+    state = _state(db, study, known | {study.name})
+    emit(
+        Event(
+            "study_end",
+            study.label,
+            info
+            | {
+                "n_runs": state.n_complete,
+                "reason": state.reason,
+                "estimate": state.estimate,
+                "wall_s": round(time.perf_counter() - t0, 1),
+            },
+        )
+    )
+    return state.to_json() | {"ran": True}
+
+
+def _finished(row: dict) -> bool:
+    return row["state"] in (TrialState.COMPLETE.name, TrialState.FAIL.name)
+
+
+def _new_trials(db, study: SuiteStudy, seen: set[int], emit) -> None:
+    snap = snapshot(db, study.name)
+    for row in snap["trials"]:
+        if _finished(row) and row["number"] not in seen:
+            seen.add(row["number"])
+            emit(
+                Event(
+                    "trial",
+                    study.label,
+                    {"study": study.name, "trial": row, "estimate": snap["estimate"]},
+                )
+            )
+
+
+# Transfer experiments ------------------------------------------------------------------------
+
+
+def _run_transfer(suite: Suite, spec: TransferSpec, cache_dir, emit) -> dict:
+    path = transfer_file(suite, spec)
+    row = {"label": spec.label, "file": str(path)}
+    if path.is_file():
+        emit(Event("transfer_skip", spec.label, {"file": str(path)}))
+        return row | {"ran": False}
+    from threshold.analysis.transfer import summarize, transfer_experiment
+    from threshold.model import param_count
+    from threshold.pretrain import pretrain_task, transfer_model_config
+    from threshold.train import TrainConfig
+
+    emit(Event("transfer_start", spec.label, {"d": spec.d, "seeds": list(spec.seeds)}))
+    t0 = time.perf_counter()
+
+    def phase(name: str, seed: int, progress) -> None:
+        if progress is None:  # a phase begins
+            emit(Event("transfer_phase", spec.label, {"phase": name, "seed": seed}))
+
+    runs = transfer_experiment(
+        spec.pretrain,
+        spec.task,
+        spec.d,
+        list(spec.seeds),
+        TrainConfig(max_steps=spec.steps),
+        TrainConfig(max_steps=spec.pretrain_steps),
+        cache_dir,
+        on_event=phase,
+    )
+    model_cfg = transfer_model_config(pretrain_task(spec.task, spec.pretrain), spec.task, spec.d)
+    result = {  # what `threshold transfer --json` prints, plus the suite's settings
+        "pretrain": list(spec.pretrain),
+        "tasks": list(spec.task.ops),
+        "mod": spec.task.n,
+        "testbed": spec.task.testbed,
+        "d_model": spec.d,
+        "params_total": param_count(model_cfg)["total"],
+        **summarize(runs, spec.task.measured_op),
+        "settings": {
+            "task": spec.task.to_dict(),
+            "steps": spec.steps,
+            "pretrain_steps": spec.pretrain_steps,
+            "suite": suite.name,
+        },
+    }
+    _write_atomic(path, json.dumps(result, indent=1))
+    emit(
+        Event(
+            "transfer_end",
+            spec.label,
+            {
+                "file": str(path),
+                "transfer_mean": result["transfer_mean"],
+                "scratch_mean": result["scratch_mean"],
+                "wall_s": round(time.perf_counter() - t0, 1),
+            },
+        )
+    )
+    return row | {"ran": True}
+
+
+# Analyses ------------------------------------------------------------------------------------
+
+
+def _run_analyses(suite: Suite, db, url: str, analyst: Analyst | None, emit) -> list[dict]:
+    from threshold.search.results import load_analyses, pick_trial
+
+    known = {s.study_name for s in db.get_all_studies()}
+    jobs: list = [(a.study, a.pick if a.d is None else f"d = {a.d}", a) for a in suite.analyses]
+    jobs += [(" vs ".join(c.studies), f"matched by {c.match}", c) for c in suite.comparisons]
+    out = []
+    for label, how, job in jobs:
+        labels = [job.study] if isinstance(job, Analysis) else list(job.studies)
+        row = {"studies": labels, "how": how}
+        missing = [lb for lb in labels if suite.study(lb).name not in known]
+        if analyst is None or missing:
+            why = "no analyst given" if analyst is None else f"no study yet for {missing[0]!r}"
+            emit(Event("analysis_failed", label, {"how": how, "error": why}))
+            out.append(row | {"status": "skipped", "error": why})
+            continue
+        try:
+            studies = [
+                optuna.load_study(study_name=suite.study(lb).name, storage=db) for lb in labels
+            ]
+            if isinstance(job, Analysis):
+                numbers = [pick_trial(studies[0], job.pick, job.d)]
+            else:
+                numbers = list(analyst.matched_pair(studies[0], studies[1], job.match, job.d))
+            trials = []
+            for lb, study, number in zip(labels, studies, numbers, strict=True):
+                folder = ANALYSIS_DIR / f"{study.study_name}-trial{number}"
+                done = number in load_analyses(study) and (folder / "scores.json").is_file()
+                trials.append(
+                    {"study": lb, "trial": number, "folder": str(folder), "ran": not done}
+                )
+                if done:
+                    emit(Event("analysis_skip", lb, {"trial": number, "how": how}))
+                    continue
+                emit(Event("analysis_start", lb, {"trial": number, "how": how}))
+                analyst.analyze_trial(study, number, url, folder)
+                emit(Event("analysis_end", lb, {"trial": number, "folder": str(folder)}))
+            out.append(row | {"status": "done", "trials": trials})
+        except ThresholdError as e:  # e.g. a study with no fitted transition yet
+            emit(Event("analysis_failed", label, {"how": how, "error": str(e)}))
+            out.append(row | {"status": "failed", "error": str(e)})
+    return out
+
+
+# Reports -------------------------------------------------------------------------------------
+
+
+def _write_reports(suite: Suite, db, url: str, emit) -> list[dict]:
+    """Every report of the suite, by :mod:`threshold.report` (the one call site of it here)."""
+    from threshold.report import collect, write_report
+
+    known = {s.study_name for s in db.get_all_studies()}
+    transfers = {t.label: transfer_file(suite, t) for t in suite.transfers}
+    out = []
+    for spec in suite.reports:
+        names = [suite.study(lb).name for lb in spec.studies if suite.study(lb).name in known]
+        folder = suite.reports_dir / spec.name
+        row = {"name": spec.name, "folder": str(folder), "studies": names}
+        if not names:
+            out.append(row | {"status": "skipped: none of its studies exists yet"})
+            continue
+        baseline = suite.study(spec.baseline).name if spec.baseline else None
+        baseline = baseline if baseline in known else None
+        files = [transfers[lb] for lb in spec.transfers if transfers[lb].is_file()]
+        collected = collect(url, names, baseline, files, ANALYSIS_DIR)
+        results = write_report(collected, folder, force=True)  # the folder is this suite's
+        labels = {suite.study(lb).name: lb for lb in spec.studies}
+        rows = [r | {"suite_label": labels.get(r["name"])} for r in results["comparison"]]
+        out.append(
+            row
+            | {
+                "status": "written",
+                "baseline": baseline,
+                "baseline_label": spec.baseline if baseline else None,
+                "comparison": rows,
+                "transfers": [str(f) for f in files],
+            }
+        )
+        emit(Event("report", spec.name, {"folder": str(folder), "baseline": baseline}))
+    return out
+
+
+def _write_record(suite: Suite, url: str, record: dict) -> dict:
+    """``suite.json`` (what ran, from which file and commit), ``suite.toml`` and a README."""
+    commit, dirty = _git_state()
+    record = {
+        "format": FORMAT,
+        "name": suite.name,
+        "suite": str(suite.path),
+        "suite_sha256": hashlib.sha256(suite.source.encode()).hexdigest(),
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "version": threshold.__version__,
+        "storage": _public(url),
+        "finished": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        **record,
+    }
+    out = suite.reports_dir
+    out.mkdir(parents=True, exist_ok=True)
+    _write_atomic(out / "suite.toml", suite.source)
+    lines = [
+        f"# Suite {suite.name}",
+        "",
+        f"From `{suite.path}` (a copy: `suite.toml`, sha256 {record['suite_sha256'][:12]}), "
+        f"git commit {commit}{' with uncommitted changes' if dirty else ''}, storage "
+        f"`{record['storage']}`, finished {record['finished']}. What each step did: `suite.json`.",
+        "",
+    ]
+    for r in record["reports"]:
+        if r["status"] == "written":
+            base = f", baseline {r['baseline_label']} (`{r['baseline']}`)" if r["baseline"] else ""
+            lines.append(
+                f"- [{r['name']}]({r['name']}/index.html) ([summary]({r['name']}/"
+                f"summary.md)): {len(r['studies'])} studies{base}"
+            )
+        else:
+            lines.append(f"- {r['name']}: {r['status']}")
+    _write_atomic(out / "README.md", "\n".join(lines) + "\n")
+    _write_atomic(out / SUITE_JSON, json.dumps(record, indent=1))
+    return record
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(
+        "w", dir=path.parent, prefix=".tmp-", delete=False, encoding="utf-8"
+    ) as f:
+        f.write(text)
+    os.replace(f.name, path)
+
+
+def _git_state() -> tuple[str, bool]:
+    """The package's git commit and whether tracked files differ from it."""
+    where = Path(threshold.__file__).parent
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, timeout=10)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return "unknown", False
+        changed = git("status", "--porcelain", "--untracked-files=no")
+        return head.stdout.strip(), bool(changed.stdout.strip())
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown", False
+
+
+def _public(url: str) -> str:
+    """The storage URL with any password hidden."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL sqlalchemy reads: nothing to hide
+        return url
