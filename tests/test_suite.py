@@ -144,21 +144,22 @@ def test_every_non_default_value_in_the_real_suites_says_why(path):
     assert checked >= 15
 
 
-def test_cpu_suite_reuses_the_studies_find_runs_with_its_defaults():
-    """`threshold find --tasks add --mod 10`, `--tasks max` and `--tasks max,med,add --measure
-    add` derive the same study names as cpu.toml's studies: the suite continues those studies."""
+def test_cpu_suite_names_match_the_find_commands():
+    """`threshold find --tasks max` (defaults) and `find --tasks add --budget 16 --precision 3
+    --d-hi 64` (cpu.toml's [defaults]) derive cpu.toml's study names: each continues the other."""
     from threshold.cli.common import task_config
     from threshold.search.study import SearchConfig, StudySettings
     from threshold.train import TrainConfig
 
     suite = load_suite(REAL[0])
-    for label, tasks, measure in (
-        ("add", "add", None),
-        ("max", "max", None),
-        ("max-med-add", "max,med,add", "add"),
+    small = {"budget": 16, "precision": 3.0, "d_hi": 64}
+    for label, tasks, measure, search in (
+        ("add", "add", None, small),
+        ("max", "max", None, {}),
+        ("max-med-add", "max,med,add", "add", small),
     ):
         task = task_config(tasks, "listops", 10, 2, "2-3", 0.25, None, 2000, measure, 0)
-        find = StudySettings(task, TrainConfig(max_steps=20_000), SearchConfig())
+        find = StudySettings(task, TrainConfig(max_steps=20_000), SearchConfig(**search))
         assert suite.study(label).name == find.default_name(), label
 
 

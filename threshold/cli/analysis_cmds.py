@@ -158,92 +158,6 @@ Storage = Annotated[
 ]
 
 
-def _analyze_checkpoint(ckpt, name: str, out_dir: Path, seed: int, cache_dir) -> dict:
-    """Scores of one checkpoint, with its figures and ``scores.json`` written under ``out_dir``."""
-    from threshold.analysis.figures import ablation_figure, embedding_figure, layer_usage_figure
-    from threshold.analysis.inspect_model import analyze_model, summary
-    from threshold.analysis.layers import number_embeddings
-    from threshold.model import param_count
-    from threshold.tasks import load_task_data
-
-    model = ckpt.build_model()
-    data = load_task_data(ckpt.task_config, cache_dir)
-    scores = analyze_model(model, data, seed=seed)
-    d = ckpt.model_config.d_model
-    title = f"{name} (d={d})"
-    vocab = data.vocab
-    labels = list(vocab.tokens[vocab.value_offset : vocab.value_offset + vocab.n_values])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    figures = [
-        embedding_figure(number_embeddings(model, vocab), labels, title, out_dir / "embedding.png"),
-        layer_usage_figure(scores["layer_usage"], title, out_dir / "layer_usage.png"),
-        ablation_figure(scores["ablation"], title, out_dir / "ablation.png"),
-    ]
-    accuracy = ckpt.metrics.get("accuracy", {})
-    report = {
-        "name": name,
-        "tasks": list(ckpt.task_config.ops),
-        "d_model": d,
-        "params_total": param_count(ckpt.model_config)["total"],
-        "accuracy": accuracy,
-        **scores,
-        "figures": [str(p) for p in figures],
-    }
-    report["summary"] = summary(scores) | {
-        "d_model": d,
-        "accuracy": accuracy.get(scores["measure"]),
-    }
-    (out_dir / "scores.json").write_text(json.dumps(report, indent=1))
-    return report
-
-
-def _analyze_trial(study, number: int, url, out_dir: Path, seed: int, cache_dir) -> dict:
-    """Analyse one trial of a study; its summary is stored on the study."""
-    from threshold.search.results import save_analysis
-    from threshold.search.study import trial_checkpoint
-
-    ckpt = trial_checkpoint(study, number, url)
-    name = f"{study.study_name} trial {number}"
-    report = _analyze_checkpoint(ckpt, name, out_dir, seed, cache_dir)
-    report |= {"study": study.study_name, "trial": number}
-    save_analysis(study, number, report["summary"])
-    return report
-
-
-def _matched_pair(study_a, study_b, match: str, d_model: int | None) -> tuple[int, int]:
-    """Trials of two studies to compare: same d (``size``) or closest accuracy (``accuracy``)."""
-    from threshold.errors import ConfigError, ThresholdError
-    from threshold.search.results import pick_trial, runs
-    from threshold.search.sampler import PARAM
-
-    if match == "size":
-        if d_model is None:
-            common = {t.params[PARAM] for t in runs(study_a)} & {
-                t.params[PARAM] for t in runs(study_b)
-            }
-            if not common:
-                raise ThresholdError(
-                    f"studies {study_a.study_name!r} and {study_b.study_name!r} share no size: "
-                    "use --match accuracy"
-                )
-            d_model = max(common)
-        return pick_trial(study_a, d_model=d_model), pick_trial(study_b, d_model=d_model)
-    if match != "accuracy":
-        raise ConfigError(f"--match {match!r} is not allowed: use size or accuracy")
-    runs_a, runs_b = runs(study_a), runs(study_b)
-    if not runs_a or not runs_b:
-        raise ThresholdError("both studies need completed runs with checkpoints to compare")
-    best_a, best_b = max(t.value for t in runs_a), max(t.value for t in runs_b)
-    pairs = [
-        (a, b)
-        for a in runs_a
-        for b in runs_b
-        if a.value >= 0.8 * best_a and b.value >= 0.8 * best_b
-    ]
-    a, b = min(pairs, key=lambda p: (abs(p[0].value - p[1].value), -min(p[0].value, p[1].value)))
-    return a.number, b.number
-
-
 @app.command()
 def analyze(
     studies: Annotated[
@@ -279,6 +193,7 @@ def analyze(
     def body():
         import torch
 
+        from threshold.analysis.studies import analyze_checkpoint, analyze_trial, matched_pair
         from threshold.errors import ConfigError
         from threshold.search.results import pick_trial
         from threshold.search.study import load_study, open_storage
@@ -301,7 +216,7 @@ def analyze(
                 ckpt = load_checkpoint(path)  # refused here if tampered with
                 folder = out if out is not None and len(checkpoint) == 1 else base / path.stem
                 with console.status(f"analysing {path}"):
-                    reports.append(_analyze_checkpoint(ckpt, str(path), folder, seed, cache_dir))
+                    reports.append(analyze_checkpoint(ckpt, str(path), folder, seed, cache_dir))
         else:
             studies_ = studies or []
             wanted = 2 if compare else 1
@@ -318,7 +233,7 @@ def analyze(
             storage_obj = open_storage(storage, create=False)
             loaded = [load_study(name, storage_obj)[0] for name in studies_]
             if compare:
-                numbers = _matched_pair(loaded[0], loaded[1], match, d_model)
+                numbers = matched_pair(loaded[0], loaded[1], match, d_model)
             elif trial is not None:
                 numbers = (trial,)
             else:
@@ -329,7 +244,7 @@ def analyze(
                 if out is not None and not compare:
                     folder = out
                 with console.status(f"analysing {study.study_name} trial {number}"):
-                    reports.append(_analyze_trial(study, number, storage, folder, seed, cache_dir))
+                    reports.append(analyze_trial(study, number, storage, folder, seed, cache_dir))
         if as_json:
             typer.echo(json.dumps(reports if len(reports) > 1 else reports[0]))
         else:

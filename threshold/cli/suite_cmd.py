@@ -59,19 +59,13 @@ def run_suite_cmd(
         import optuna
         import torch
 
-        from threshold.cli.analysis_cmds import _analyze_trial, _matched_pair
-        from threshold.suite.run import Analyst, run_suite
+        from threshold.suite.run import run_suite
 
         torch.set_num_threads(1)  # analyses run here; several threads spin on a busy machine
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # progress is the lines below
-
-        def analyze_trial(study, number, url, folder):
-            return _analyze_trial(study, number, url, folder, 0, cache_dir)  # seed 0: analyze's
-
-        analyst = Analyst(analyze_trial=analyze_trial, matched_pair=_matched_pair)
         try:
             record = run_suite(
-                suite, storage, workers, labels, analyst, _Printer(enabled=not as_json), cache_dir
+                suite, storage, workers, labels, True, _Printer(enabled=not as_json), cache_dir
             )
         except KeyboardInterrupt:
             typer.echo(f"interrupted: run `threshold run {suite_file}` again to resume", err=True)

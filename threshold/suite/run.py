@@ -42,7 +42,6 @@ __all__ = [
     "ANALYSIS_DIR",
     "SUITE_JSON",
     "TRANSFER_DIR",
-    "Analyst",
     "Event",
     "StudyState",
     "SuiteRunError",
@@ -112,19 +111,6 @@ class StudyState:
             "n_pending": self.n_pending,
             "estimate": self.estimate,
         }
-
-
-@dataclass(frozen=True)
-class Analyst:
-    """How to analyse a trial and pick matched trials: the functions ``threshold analyze`` uses.
-
-    ``analyze_trial(study, number, storage_url, folder)`` writes the figures and ``scores.json``
-    into ``folder`` and stores the summary on the study;
-    ``matched_pair(study_a, study_b, match, d_model)`` returns the two trial numbers to compare.
-    """
-
-    analyze_trial: Callable[[optuna.Study, int, str, Path], dict]
-    matched_pair: Callable[[optuna.Study, optuna.Study, str, int | None], tuple[int, int]]
 
 
 def _resolve(suite: Suite, storage: str | None) -> str:
@@ -236,14 +222,14 @@ def run_suite(
     storage: str | None = None,
     workers: int | None = None,
     only: list[str] | None = None,
-    analyst: Analyst | None = None,
+    analyze: bool = True,
     on_event: Callable[[Event], None] | None = None,
     cache_dir: Path | None = None,
     poll_s: float = 2.0,
 ) -> dict:
     """Run the suite (or the studies and transfers labelled ``only``); returns its record.
 
-    ``analyst`` None skips the analyses (they are recorded as skipped).
+    ``analyze`` False skips the analyses (they are recorded as skipped).
     """
     selected = suite.select(only)
     workers = suite.workers if workers is None else workers
@@ -262,7 +248,7 @@ def run_suite(
         )
     for spec in selected.transfers:
         record["transfers"].append(_run_transfer(suite, spec, cache_dir, emit))
-    record["analyses"] = _run_analyses(selected, db, url, analyst, emit)
+    record["analyses"] = _run_analyses(selected, db, url, analyze, emit, cache_dir)
     record["reports"] = _write_reports(suite, db, url, emit)
     record |= {
         "only": list(only) if only is not None else None,
@@ -409,7 +395,10 @@ def _run_transfer(suite: Suite, spec: TransferSpec, cache_dir, emit) -> dict:
 # Analyses ------------------------------------------------------------------------------------
 
 
-def _run_analyses(suite: Suite, db, url: str, analyst: Analyst | None, emit) -> list[dict]:
+def _run_analyses(
+    suite: Suite, db, url: str, analyze: bool, emit, cache_dir: Path | None
+) -> list[dict]:
+    from threshold.analysis.studies import analyze_trial, matched_pair
     from threshold.search.results import load_analyses, pick_trial
 
     known = {s.study_name for s in db.get_all_studies()}
@@ -420,8 +409,8 @@ def _run_analyses(suite: Suite, db, url: str, analyst: Analyst | None, emit) -> 
         labels = [job.study] if isinstance(job, Analysis) else list(job.studies)
         row = {"studies": labels, "how": how}
         missing = [lb for lb in labels if suite.study(lb).name not in known]
-        if analyst is None or missing:
-            why = "no analyst given" if analyst is None else f"no study yet for {missing[0]!r}"
+        if not analyze or missing:
+            why = "analyses not asked for" if not analyze else f"no study yet for {missing[0]!r}"
             emit(Event("analysis_failed", label, {"how": how, "error": why}))
             out.append(row | {"status": "skipped", "error": why})
             continue
@@ -432,7 +421,7 @@ def _run_analyses(suite: Suite, db, url: str, analyst: Analyst | None, emit) -> 
             if isinstance(job, Analysis):
                 numbers = [pick_trial(studies[0], job.pick, job.d)]
             else:
-                numbers = list(analyst.matched_pair(studies[0], studies[1], job.match, job.d))
+                numbers = list(matched_pair(studies[0], studies[1], job.match, job.d))
             trials = []
             for lb, study, number in zip(labels, studies, numbers, strict=True):
                 folder = ANALYSIS_DIR / f"{study.study_name}-trial{number}"
@@ -444,7 +433,7 @@ def _run_analyses(suite: Suite, db, url: str, analyst: Analyst | None, emit) -> 
                     emit(Event("analysis_skip", lb, {"trial": number, "how": how}))
                     continue
                 emit(Event("analysis_start", lb, {"trial": number, "how": how}))
-                analyst.analyze_trial(study, number, url, folder)
+                analyze_trial(study, number, url, folder, cache_dir=cache_dir)
                 emit(Event("analysis_end", lb, {"trial": number, "folder": str(folder)}))
             out.append(row | {"status": "done", "trials": trials})
         except ThresholdError as e:  # e.g. a study with no fitted transition yet
