@@ -153,7 +153,7 @@ def _print_transfer(report: dict) -> None:
 Storage = Annotated[
     str | None,
     typer.Option(
-        help="Database URL [default: $THRESHOLD_STORAGE or sqlite:///studies/threshold.db]."
+        help="Database URL \\[default: $THRESHOLD_STORAGE or sqlite:///studies/threshold.db]."
     ),
 ]
 
@@ -180,7 +180,7 @@ def analyze(
         str, typer.Option(help="With --compare: size (same d) or accuracy (closest accuracy).")
     ] = "size",
     out: Annotated[
-        Path | None, typer.Option(help="Figure folder [default: studies/analysis/STUDY-trialN].")
+        Path | None, typer.Option(help="Figure folder \\[default: studies/analysis/STUDY-trialN].")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the permutation nulls.")] = 0,
     threads: Annotated[int, typer.Option(help="Torch threads.")] = 1,

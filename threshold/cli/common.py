@@ -47,12 +47,13 @@ Mod = Annotated[int, typer.Option("--mod", help="Modulus n (listops) or degree k
 Depth = Annotated[int, typer.Option(help="Expression depth; 2 is one nesting level.")]
 Arity = Annotated[str, typer.Option(help="Operands per op, as MIN-MAX.")]
 PNest = Annotated[float, typer.Option(help="Chance an operand is a nested op.")]
-NTrain = Annotated[int | None, typer.Option(help="Training sequences [default: 5000 x mod].")]
+NTrain = Annotated[int | None, typer.Option(help="Training sequences \\[default: 5000 x mod].")]
 NTest = Annotated[int, typer.Option(help="Test sequences per op.")]
 Measure = Annotated[str | None, typer.Option(help="Op whose accuracy is the run's number.")]
 SplitSeed = Annotated[int, typer.Option(help="Seed of the held-out split and test sets.")]
 CacheDir = Annotated[
-    Path | None, typer.Option(help="Data cache [default: $THRESHOLD_CACHE or ~/.cache/threshold].")
+    Path | None,
+    typer.Option(help="Data cache \\[default: $THRESHOLD_CACHE or ~/.cache/threshold]."),
 ]
 
 

@@ -29,7 +29,7 @@ from threshold.cli.common import (
 Storage = Annotated[
     str | None,
     typer.Option(
-        help="Database URL [default: $THRESHOLD_STORAGE or sqlite:///studies/threshold.db]."
+        help="Database URL \\[default: $THRESHOLD_STORAGE or sqlite:///studies/threshold.db]."
     ),
 ]
 Heartbeat = Annotated[
@@ -68,7 +68,7 @@ def find(
     ] = None,
     workers: Annotated[int, typer.Option(help="Worker processes (one torch thread each).")] = 1,
     storage: Storage = None,
-    study: Annotated[str | None, typer.Option(help="Study name [default: derived].")] = None,
+    study: Annotated[str | None, typer.Option(help="Study name \\[default: derived].")] = None,
     heartbeat: Heartbeat = 30,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     cache_dir: CacheDir = None,
