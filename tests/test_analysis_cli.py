@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import optuna
 import pytest
+from test_search_cli import threshold  # runs `python -m threshold` in a folder
 
 from threshold.search.results import load_analyses
 
 TINY = ["--mod", "5", "--n-train", "1500", "--n-test", "100", "--d-lo", "4", "--d-hi", "16",
         "--budget", "3", "--steps", "60", "--heartbeat", "2"]  # fmt: skip
-
-
-def threshold(args, cwd, **kw):
-    env = dict(os.environ, THRESHOLD_CACHE=str(cwd / "cache"))
-    return subprocess.run(
-        [sys.executable, "-m", "threshold", *args], capture_output=True, text=True, env=env,
-        cwd=cwd, **kw,
-    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")

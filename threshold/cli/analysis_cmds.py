@@ -18,6 +18,7 @@ from threshold.cli.common import (
     NTrain,
     PNest,
     SplitSeed,
+    Storage,
     Tasks,
     Testbed,
     app,
@@ -148,14 +149,6 @@ def _print_transfer(report: dict) -> None:
         f"{report['gain_mean']:+.3f}",
     )
     Console().print(table)
-
-
-Storage = Annotated[
-    str | None,
-    typer.Option(
-        help="Database URL \\[default: $THRESHOLD_STORAGE or sqlite:///studies/threshold.db]."
-    ),
-]
 
 
 @app.command()

@@ -51,6 +51,15 @@ NTrain = Annotated[int | None, typer.Option(help="Training sequences \\[default:
 NTest = Annotated[int, typer.Option(help="Test sequences per op.")]
 Measure = Annotated[str | None, typer.Option(help="Op whose accuracy is the run's number.")]
 SplitSeed = Annotated[int, typer.Option(help="Seed of the held-out split and test sets.")]
+Storage = Annotated[
+    str | None,
+    typer.Option(
+        help="Database URL \\[default: $THRESHOLD_STORAGE or sqlite:///studies/threshold.db]."
+    ),
+]
+Heartbeat = Annotated[
+    int, typer.Option(help="Seconds between heartbeats; a trial silent for 3 of them is retried.")
+]
 CacheDir = Annotated[
     Path | None,
     typer.Option(help="Data cache \\[default: $THRESHOLD_CACHE or ~/.cache/threshold]."),

@@ -6,8 +6,7 @@ from typing import Annotated
 
 import typer
 
-from threshold.cli.common import app, run_guarded
-from threshold.cli.search_cmds import Storage
+from threshold.cli.common import Storage, app, run_guarded
 
 
 @app.command()

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from threshold.cli.common import app, run_guarded
+from threshold.cli.common import Storage, app, run_guarded
 
 
 class _Steps:
@@ -66,12 +66,7 @@ def report(
         list[Path] | None,
         typer.Option("--transfer", help="Output of `threshold transfer --json` (repeatable)."),
     ] = None,
-    storage: Annotated[
-        str | None,
-        typer.Option(
-            help="Database URL (default: $THRESHOLD_STORAGE or sqlite:///studies/threshold.db)."
-        ),
-    ] = None,
+    storage: Storage = None,
     analysis_dir: Annotated[
         Path, typer.Option(help="Where `threshold analyze` wrote its figures.")
     ] = Path("studies/analysis"),

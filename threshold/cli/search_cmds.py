@@ -12,12 +12,14 @@ from threshold.cli.common import (
     Arity,
     CacheDir,
     Depth,
+    Heartbeat,
     Measure,
     Mod,
     NTest,
     NTrain,
     PNest,
     SplitSeed,
+    Storage,
     Tasks,
     Testbed,
     app,
@@ -25,16 +27,6 @@ from threshold.cli.common import (
     run_guarded,
     task_config,
 )
-
-Storage = Annotated[
-    str | None,
-    typer.Option(
-        help="Database URL \\[default: $THRESHOLD_STORAGE or sqlite:///studies/threshold.db]."
-    ),
-]
-Heartbeat = Annotated[
-    int, typer.Option(help="Seconds between heartbeats; a trial silent for 3 of them is retried.")
-]
 
 
 @app.command()
