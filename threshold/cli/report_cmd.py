@@ -104,7 +104,7 @@ def _print(results: dict, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from threshold.report.text import factor, interval, number
+    from threshold.report.text import terminal_cells
 
     table = Table(title="learning transitions (posterior median, 90% interval)")
     for column in ("study", "runs", "80% point", "90% interval", "d"):
@@ -112,19 +112,7 @@ def _print(results: dict, out: Path) -> None:
     if results["baseline"] is not None:
         table.add_column("reduction (90%)", justify="right")
     for row in results["comparison"]:
-        if row["status"] == "ok":
-            cells = [number(row["params_p80"]), interval(row["interval_params"]),
-                     number(row["d_p80"], 1)]  # fmt: skip
-        else:
-            cells = [row["status"].replace("_", " "), "", ""]
-        if results["baseline"] is not None:
-            if row["name"] == results["baseline"]:
-                cells.append("baseline")
-            elif row["reduction"] is not None:
-                value, span, _ = factor(row["reduction"])
-                cells.append(f"{value} ({span})")
-            else:
-                cells.append("-")
+        cells = terminal_cells(row, results["baseline"])
         table.add_row(row["label"], str(row["n_runs"]), *cells)
     console = Console()
     console.print(table)

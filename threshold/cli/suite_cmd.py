@@ -193,7 +193,7 @@ def _print_record(record: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from threshold.report.text import factor, interval, number
+    from threshold.report.text import terminal_cells
 
     console = Console()
     for r in record["reports"]:
@@ -204,24 +204,12 @@ def _print_record(record: dict) -> None:
             f" (baseline {r['baseline_label']})" if r["baseline"] else ""
         )
         table = Table(title=title)
-        for column in ("study", "runs", "80% point", "90% interval", "d", "reduction (90%)"):
+        for column in ("study", "runs", "80% point", "90% interval", "d"):
             table.add_column(column, justify="left" if column == "study" else "right")
+        if r["baseline"] is not None:
+            table.add_column("reduction (90%)", justify="right")
         for row in r["comparison"]:
-            if row["status"] == "ok":
-                cells = [
-                    number(row["params_p80"]),
-                    interval(row["interval_params"]),
-                    number(row["d_p80"], 1),
-                ]
-            else:
-                cells = [row["status"].replace("_", " "), "", ""]
-            if row["name"] == r["baseline"]:
-                cells.append("baseline")
-            elif row["reduction"] is not None:
-                value, span, _ = factor(row["reduction"])
-                cells.append(f"{value} ({span})")
-            else:
-                cells.append("-")
+            cells = terminal_cells(row, r["baseline"])
             table.add_row(row["suite_label"] or row["label"], str(row["n_runs"]), *cells)
         console.print(table)
         console.print(f"{r['folder']}/index.html", markup=False)

@@ -54,6 +54,24 @@ def factor(r: dict | None) -> tuple[str, str, str]:
     return f"{r['factor']:.2f}x", f"{lo:.2f} - {hi:.2f}", f"{r['p_above_1']:.3f}"
 
 
+def terminal_cells(row: dict, baseline: str | None) -> list[str]:
+    """A study's cells in the terminal summary: 80% point, interval, d and, with a baseline, the
+    reduction factor (90%)."""
+    if row["status"] == "ok":
+        cells = [number(row["params_p80"]), interval(row["interval_params"]),
+                 number(row["d_p80"], 1)]  # fmt: skip
+    else:
+        cells = [row["status"].replace("_", " "), "", ""]
+    if baseline is None:
+        return cells
+    if row["name"] == baseline:
+        return [*cells, "baseline"]
+    if row["reduction"] is None:
+        return [*cells, "-"]
+    value, span, _ = factor(row["reduction"])
+    return [*cells, f"{value} ({span})"]
+
+
 def comparison_rows(results: dict) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the transitions table."""
     header = ["study", "runs", "80% point (params)", "90% interval", "d at 80%",
