@@ -21,48 +21,14 @@ from threshold.cli.common import (
     Storage,
     Tasks,
     Testbed,
+    TrainingBars,
     app,
     run_guarded,
     task_config,
+    val_accuracy_words,
 )
 
 Pretrain = Annotated[str, typer.Option(help="Comma-separated ops to pretrain on, e.g. max,med.")]
-
-
-class _PhaseProgress:
-    """One rich progress bar per training phase (pretrain, transfer, scratch) of each seed."""
-
-    def __init__(self, enabled: bool) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.progress = Progress(
-            TextColumn("{task.description:<18}"),
-            BarColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            disable=not enabled,
-        )
-        self.bars: dict[tuple[str, int], int] = {}
-
-    def __enter__(self):
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.progress.__exit__(*exc)
-
-    def event(self, phase: str, seed: int, p) -> None:
-        key = (phase, seed)
-        if key not in self.bars:
-            self.bars[key] = self.progress.add_task(f"seed {seed} {phase}", total=None, info="")
-        if p is None:
-            return
-        acc = " ".join(f"{op} {a:.2f}" for op, a in p.val_accuracy.items()) or "-"
-        self.progress.update(
-            self.bars[key], total=p.max_steps, completed=p.step, info=f"val acc (tf) {acc}"
-        )
 
 
 @app.command()
@@ -105,10 +71,15 @@ def transfer(
         model_cfg = transfer_model_config(source, target, d_model)  # checks the vocabularies
         cfg = TrainConfig(max_steps=steps)
         pretrain_cfg = TrainConfig(max_steps=pretrain_steps)
-        with _PhaseProgress(enabled=not as_json) as progress:
+
+        def show(phase: str, run_seed: int, p) -> None:
+            info = "" if p is None else f"val acc (tf) {val_accuracy_words(p)}"
+            bars.update((phase, run_seed), f"seed {run_seed} {phase}", p, info)
+
+        with TrainingBars(enabled=not as_json, first_column="{task.description:<18}") as bars:
             runs = transfer_experiment(
                 source_ops, target, d_model, list(range(seed, seed + seeds)), cfg, pretrain_cfg,
-                cache_dir, on_event=progress.event,
+                cache_dir, on_event=show,
             )  # fmt: skip
         report = {
             "pretrain": list(source_ops),

@@ -66,6 +66,48 @@ CacheDir = Annotated[
 ]
 
 
+class TrainingBars:
+    """Rich progress bars on stderr (stdout stays clean), fed by training callbacks, one per key.
+
+    ``first_column`` is the bar's leading text column, a rich format over ``task`` (e.g. its
+    description, or the step count).
+    """
+
+    def __init__(self, enabled: bool, first_column: str = "{task.description}") -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(
+            TextColumn(first_column),
+            BarColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            disable=not enabled,
+        )
+        self.bars: dict = {}
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.progress.__exit__(*exc)
+
+    def update(self, key, description: str, p=None, info: str = "") -> None:
+        """Start the bar ``key`` if new; with a training ``Progress`` ``p``, move it on."""
+        if key not in self.bars:
+            total = None if p is None else p.max_steps
+            self.bars[key] = self.progress.add_task(description, total=total, info=info)
+        if p is not None:
+            self.progress.update(self.bars[key], total=p.max_steps, completed=p.step, info=info)
+
+
+def val_accuracy_words(p) -> str:
+    """``max 0.93 add 0.41``: the latest teacher-forced validation accuracy per op."""
+    return " ".join(f"{op} {a:.2f}" for op, a in p.val_accuracy.items()) or "-"
+
+
 def task_config(tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed):
     from threshold.errors import ConfigError
     from threshold.tasks import TaskConfig

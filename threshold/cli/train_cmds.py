@@ -20,10 +20,12 @@ from threshold.cli.common import (
     SplitSeed,
     Tasks,
     Testbed,
+    TrainingBars,
     app,
     bench_app,
     run_guarded,
     task_config,
+    val_accuracy_words,
 )
 
 
@@ -80,8 +82,17 @@ def train(
             raise ConfigError(f"--out {str(out)!r} cannot be written: a parent is a file")
         data = load_task_data(task_cfg, cache_dir)
         counts = param_count(model_cfg)
-        with _TrainProgress(enabled=not as_json) as progress:
-            result = train_model(model_cfg, data, train_cfg, on_progress=progress.update)
+
+        def show(p) -> None:
+            info = (
+                f"loss {p.loss:.3f}  val acc (tf) {val_accuracy_words(p)}  "
+                f"{p.tokens_per_s / 1000:.0f}k tok/s"
+            )
+            bars.update("train", "train", p, info)
+
+        step_column = "step {task.completed:>6.0f}/{task.total:.0f}"
+        with TrainingBars(enabled=not as_json, first_column=step_column) as bars:
+            result = train_model(model_cfg, data, train_cfg, on_progress=show)
         report = {
             "tasks": list(task_cfg.ops),
             "measure": task_cfg.measured_op,
@@ -111,39 +122,6 @@ def train(
             _print_train_report(report)
 
     run_guarded(body)
-
-
-class _TrainProgress:
-    """A rich progress bar fed by the training callback (on stderr, so stdout stays clean)."""
-
-    def __init__(self, enabled: bool) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.progress = Progress(
-            TextColumn("step {task.completed:>6.0f}/{task.total:.0f}"),
-            BarColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            disable=not enabled,
-            transient=False,
-        )
-        self.task = None
-
-    def __enter__(self):
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.progress.__exit__(*exc)
-
-    def update(self, p) -> None:
-        acc = " ".join(f"{op} {a:.2f}" for op, a in p.val_accuracy.items()) or "-"
-        info = f"loss {p.loss:.3f}  val acc (tf) {acc}  {p.tokens_per_s / 1000:.0f}k tok/s"
-        if self.task is None:
-            self.task = self.progress.add_task("train", total=p.max_steps, info=info)
-        self.progress.update(self.task, completed=p.step, info=info)
 
 
 def _print_train_report(report: dict) -> None:
