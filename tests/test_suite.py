@@ -400,6 +400,10 @@ def test_tiny_suite_runs_every_step(tiny_runs):
     out = cwd / "reports" / "tiny"
     for name in ("all", "b-vs-a"):
         assert (out / name / "index.html").is_file() and (out / name / "results.json").is_file()
+        # One copy of plotly's script for all the suite's reports, linked from each page.
+        assert not (out / name / "plotly.min.js").exists()
+        assert '<script src="../plotly.min.js">' in (out / name / "index.html").read_text()
+    assert (out / "plotly.min.js").stat().st_size > 1_000_000
     results = json.loads((out / "all" / "results.json").read_text())
     (entry,) = [s for s in results["studies"] if s["name"] == first["studies"][0]["study"]]
     assert [a["trial"] for a in entry["analyses"]] == [trial["trial"]]  # the analysis is in it

@@ -199,9 +199,10 @@ def _transfer_section(results: dict) -> str:
     return "\n".join(parts)
 
 
-def render_html(results: dict, plotly_div: str | None) -> str:
+def render_html(results: dict, plotly_div: str | None, plotly_src: str | None = None) -> str:
     """The page. ``plotly_div``: the interactive figure's HTML (plotly's ``to_html`` without
-    its script), or None when no study has a fit."""
+    its script), or None when no study has a fit; ``plotly_src``: where the script is, relative
+    to the page (default: beside it)."""
     header, rows = comparison_rows(results)
     baseline = results["baseline"]
     base_words = (
@@ -220,7 +221,7 @@ def render_html(results: dict, plotly_div: str | None) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         "<title>threshold report: learning transitions</title>",
         f"<style>{_CSS}</style>",
-        f'<script src="{PLOTLY_JS}"></script>' if plotly_div else "",
+        f'<script src="{escape(plotly_src or PLOTLY_JS)}"></script>' if plotly_div else "",
         "</head><body>",
         "<h1>Learning transitions</h1>",
         f'<p class="meta">threshold report, {escape(results["created"])}; storage '

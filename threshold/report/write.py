@@ -7,6 +7,7 @@ the earlier report listed in its ``results.json`` are removed first, anything el
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -62,10 +63,42 @@ def _commit() -> str:
         return "unknown"
 
 
+def _plotly_script(out: Path, shared: Path | None) -> tuple[str, str | None]:
+    """Write plotly's script; returns its ``src`` for the page and the file written in ``out``.
+
+    ``shared``: one copy for several reports (a suite's), written when missing or out of date
+    and linked by a relative path, so each report does not carry its own 4.5 MB.
+    """
+    from plotly.offline import get_plotlyjs
+
+    script = get_plotlyjs()
+    if shared is None:
+        (out / PLOTLY_JS).write_text(script, encoding="utf-8")
+        return PLOTLY_JS, PLOTLY_JS
+    shared = Path(shared)
+    try:
+        current = shared.read_text(encoding="utf-8")
+    except OSError:
+        current = None
+    if current != script:
+        shared.parent.mkdir(parents=True, exist_ok=True)
+        tmp = shared.with_name(shared.name + ".tmp")
+        tmp.write_text(script, encoding="utf-8")
+        tmp.replace(shared)
+    return Path(os.path.relpath(shared, out)).as_posix(), None
+
+
 def write_report(
-    collected: Collected, out: Path, force: bool = False, on_progress: Progress | None = None
+    collected: Collected,
+    out: Path,
+    force: bool = False,
+    on_progress: Progress | None = None,
+    shared_plotly: Path | None = None,
 ) -> dict:
-    """Draw the figures and write the report into ``out``; returns the results dict."""
+    """Draw the figures and write the report into ``out``; returns the results dict.
+
+    ``shared_plotly``: link this copy of plotly's script instead of writing one into ``out``.
+    """
     from threshold.report import figures
 
     out = Path(out)
@@ -143,17 +176,15 @@ def write_report(
                 "reduction_note": s["reduction_note"],
             }
         )
-    plotly_div = None
+    plotly_div, plotly_src = None, None
     if fitted:
         fig = figures.comparison_plotly(studies)
         plotly_div = fig.to_html(
             full_html=False, include_plotlyjs=False, div_id="comparison-plot",
             config={"displaylogo": False, "responsive": True},
         )  # fmt: skip
-        from plotly.offline import get_plotlyjs
-
-        (out / PLOTLY_JS).write_text(get_plotlyjs(), encoding="utf-8")
-        written.append(PLOTLY_JS)
+        plotly_src, local = _plotly_script(out, shared_plotly)
+        written += [local] if local else []
     results = {
         "format": FORMAT,
         "created": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -168,7 +199,7 @@ def write_report(
         "transfer": transfer_json,
         "figures": names,
     }
-    (out / "index.html").write_text(render_html(results, plotly_div), encoding="utf-8")
+    (out / "index.html").write_text(render_html(results, plotly_div, plotly_src), encoding="utf-8")
     (out / "summary.md").write_text(render_markdown(results), encoding="utf-8")
     written += ["index.html", "summary.md", RESULTS]
     results["files"] = written

@@ -448,6 +448,7 @@ def _run_analyses(
 def _write_reports(suite: Suite, db, url: str, emit) -> list[dict]:
     """Every report of the suite, by :mod:`threshold.report` (the one call site of it here)."""
     from threshold.report import collect, write_report
+    from threshold.report.html import PLOTLY_JS
 
     known = {s.study_name for s in db.get_all_studies()}
     transfers = {t.label: transfer_file(suite, t) for t in suite.transfers}
@@ -463,7 +464,8 @@ def _write_reports(suite: Suite, db, url: str, emit) -> list[dict]:
         baseline = baseline if baseline in known else None
         files = [transfers[lb] for lb in spec.transfers if transfers[lb].is_file()]
         collected = collect(url, names, baseline, files, ANALYSIS_DIR)
-        results = write_report(collected, folder, force=True)  # the folder is this suite's
+        shared = suite.reports_dir / PLOTLY_JS  # one copy of plotly's script for all reports
+        results = write_report(collected, folder, force=True, shared_plotly=shared)
         labels = {suite.study(lb).name: lb for lb in spec.studies}
         rows = [r | {"suite_label": labels.get(r["name"])} for r in results["comparison"]]
         out.append(
