@@ -506,7 +506,7 @@ def test_vocabulary_encodes_and_decodes() -> None:
         ("listops", 10, np.uint8),
         ("listops", 244, np.uint8),  # 256 tokens: the largest id is 255
         ("listops", 245, np.uint16),
-        ("listops", 300, np.uint16),
+        ("listops", 256, np.uint16),  # the largest modulus allowed
         ("perm", 5, np.uint8),
         ("perm", 6, np.uint16),
     ],

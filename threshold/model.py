@@ -18,7 +18,10 @@ from torch import nn
 
 from threshold.errors import ConfigError
 
-__all__ = ["KVCache", "ModelConfig", "RecurrentTransformer", "param_count"]
+__all__ = ["MAX_D_MODEL", "KVCache", "ModelConfig", "RecurrentTransformer", "param_count"]
+
+
+MAX_D_MODEL = 4096
 
 
 @dataclass(frozen=True)
@@ -32,8 +35,11 @@ class ModelConfig:
     tie_embeddings: bool = False  # untied head: the output map is free to differ from the input
 
     def __post_init__(self) -> None:
-        if self.d_model < 1:
-            raise ConfigError(f"d_model {self.d_model} is not allowed: use 1 or more")
+        if not 1 <= self.d_model <= MAX_D_MODEL:
+            raise ConfigError(
+                f"d_model {self.d_model} is not allowed: use 1 to {MAX_D_MODEL} (this tool looks"
+                " for small models; d = 4096 is already about 200M parameters)"
+            )
         if self.d_model % self.n_head:
             raise ConfigError(
                 f"d_model {self.d_model} is not divisible by n_head {self.n_head}: "

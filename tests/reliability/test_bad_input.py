@@ -34,6 +34,7 @@ CASES = {
     "task: p_nest above 1": (["find", "--p-nest", "1.5"], "p_nest 1.5"),
     "task: depth 0": (["find", "--depth", "0"], "depth 0"),
     "task: modulus 0": (["find", "--mod", "0"], "modulus 0"),
+    "task: modulus 1000": (["find", "--mod", "1000"], "modulus 1000"),
     "task: measured op not mixed": (["find", "--measure", "add"], "'add'"),
     "task: no test sequences": (["find", "--n-test", "0"], "n_test 0"),
     "task: S_2 is too small": (
@@ -47,6 +48,7 @@ CASES = {
     "train: no steps": (["find", "--steps", "0"], "max_steps 0"),
     "train: learning rate 0": (["train", "--lr", "0"], "lr 0.0"),
     "train: negative time limit": (["train", "--time-limit", "-1"], "time_limit_s -1.0"),
+    "train: d_model 100000": (["train", "--d-model", "100000"], "d_model 100000"),
     "train: empty batches": (["train", "--batch-size", "0"], "batch_size 0"),
     "storage: empty sqlite path": (["status", "--storage", "sqlite:///"], "'sqlite:///'"),
     "storage: in memory": (["find", "--storage", "sqlite://"], "'sqlite://' is not a file"),

@@ -21,7 +21,7 @@ import numpy as np
 
 from threshold.errors import ConfigError
 
-__all__ = ["TESTBEDS", "Testbed", "get_testbed"]
+__all__ = ["MAX_MODULUS", "TESTBEDS", "Testbed", "get_testbed"]
 
 OpFn = Callable[[Sequence[int]], int]
 
@@ -45,9 +45,15 @@ class Testbed:
         return max(ops, key=lambda op: self.difficulty[op])
 
 
+MAX_MODULUS = 256
+
+
 def _listops(n: int, sadd_seed: int) -> Testbed:
-    if n < 2:
-        raise ConfigError(f"modulus {n} is not allowed: ListOps needs a modulus of at least 2")
+    if not 2 <= n <= MAX_MODULUS:
+        raise ConfigError(
+            f"modulus {n} is not allowed: ListOps supports 2..{MAX_MODULUS} (the default training"
+            f" set is 5,000 x n sequences; the paper's largest modulus is 45)"
+        )
     # sadd: ADD seen through a fixed random relabelling of the digits, pi(sum(pi^-1(x)) mod n).
     pi = np.random.default_rng(sadd_seed).permutation(n).tolist()
     pi_inv = [0] * n
