@@ -419,7 +419,15 @@ def test_the_report_records_the_suite_file_and_commit(tiny_runs):
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     assert record["git_commit"] == head.stdout.strip()
     assert (out / "suite.toml").read_text() == TINY
-    assert "tiny.toml" in (out / "README.md").read_text()
+    readme = (out / "README.md").read_text()
+    assert "tiny.toml" in readme
+    # Each report's transitions, as the report's own comparison rows have them.
+    for report in record["reports"]:
+        assert f"### {report['name']} (baseline " in readme
+        for row in report["comparison"]:
+            line = next(x for x in readme.splitlines() if x.startswith(f"| {row['suite_label']} |"))
+            if row["status"] == "ok":
+                assert f"{row['params_p80']:,.0f}" in line
 
 
 def test_second_run_trains_nothing_and_is_fast(tiny_runs):

@@ -18,6 +18,7 @@ from threshold.report.text import (
     number,
     settings_rows,
 )
+from threshold.search.notes import near_transition_words
 
 __all__ = ["PLOTLY_JS", "render_html"]
 
@@ -89,15 +90,11 @@ def _study_section(s: dict, results: dict) -> str:
             if fit
             else "<b>least-squares logistic</b>: none (too few runs or sizes, or no fit)"
         )
-        spread = est.get("seed_spread") or {}
-        if spread.get("n_near"):
-            sd = spread.get("acc_sd")
-            share = spread.get("learned_share")
+        near = near_transition_words(est)
+        if near:
             items.append(
-                f"<b>near the transition</b> (within 1.5x in d): {spread['n_near']} runs"
-                + (f", accuracy sd {sd:.3f}" if sd is not None else "")
-                + (f", {share:.0%} learned" if share is not None else "")
-                + f"; about {spread['runs_for_precision']:.0f} runs for the study's precision"
+                f"<b>near the transition</b> (within 1.5x in d): {near}; about "
+                f"{est['seed_spread']['runs_for_precision']:.0f} runs for the study's precision"
             )
         if s["reduction"] is not None:
             r = s["reduction"]

@@ -38,6 +38,7 @@ __all__ = [
     "completed_runs",
     "curve_sizes",
     "fit_accuracy",
+    "near_transition_words",
     "note_markdown",
     "stop_status",
     "transition_figure",
@@ -157,6 +158,19 @@ def _settings_lines(settings: StudySettings, attrs: dict) -> list[str]:
     return lines
 
 
+def near_transition_words(estimate: dict) -> str | None:
+    """The runs near the 80% point in words ("N runs, accuracy sd S, P% learned"), or None."""
+    spread = estimate.get("seed_spread") or {}
+    if not spread.get("n_near"):
+        return None
+    sd, share = spread.get("acc_sd"), spread.get("learned_share")
+    return (
+        f"{spread['n_near']} runs"
+        + (f", accuracy sd {sd:.3f}" if sd is not None else "")
+        + (f", {share:.0%} learned" if share is not None else "")
+    )
+
+
 def note_markdown(
     settings: StudySettings,
     estimate: dict | None,
@@ -227,15 +241,9 @@ def note_markdown(
         chance = est.get("chance")
         chance_words = f" (chance {chance:.3g})" if chance is not None else ""
         lines.append(f"- **Asymptote**: {est['asymptote']:.3g}{chance_words}")
-        spread = est.get("seed_spread") or {}
-        if spread.get("n_near"):
-            sd = spread.get("acc_sd")
-            share = spread.get("learned_share")
-            lines.append(
-                f"- **Near the transition** (within 1.5x in d): {spread['n_near']} runs"
-                + (f", accuracy sd {sd:.3f}" if sd is not None else "")
-                + (f", {share:.0%} learned" if share is not None else "")
-            )
+        near = near_transition_words(est)
+        if near:
+            lines.append(f"- **Near the transition** (within 1.5x in d): {near}")
     done = f"- **Runs**: {n_runs} done, {n_running} running"
     if estimate is not None and estimate.get("n_runs") not in (None, n_runs):
         done += f" (the estimate is from {estimate['n_runs']})"

@@ -466,7 +466,7 @@ def _write_reports(suite: Suite, db, url: str, emit) -> list[dict]:
         collected = collect(url, names, baseline, files, ANALYSIS_DIR)
         shared = suite.reports_dir / PLOTLY_JS  # one copy of plotly's script for all reports
         results = write_report(collected, folder, force=True, shared_plotly=shared)
-        labels = {suite.study(lb).name: lb for lb in spec.studies}
+        labels = {suite.study(lb).name: lb for lb in (*spec.studies, spec.baseline) if lb}
         rows = [r | {"suite_label": labels.get(r["name"])} for r in results["comparison"]]
         out.append(
             row
@@ -480,6 +480,27 @@ def _write_reports(suite: Suite, db, url: str, emit) -> list[dict]:
         )
         emit(Event("report", spec.name, {"folder": str(folder), "baseline": baseline}))
     return out
+
+
+def _headline(report: dict) -> list[str]:
+    """A report's transitions as a Markdown table: posterior median 80% point, 90% intervals."""
+    from threshold.report.text import terminal_cells
+
+    base = report["baseline"]
+    header = ["study", "measured op", "runs", "80% point (params)", "90% interval", "d at 80%"]
+    header += ["reduction vs baseline (90%)"] if base else []
+    lines = [
+        f"### {report['name']}" + (f" (baseline {report['baseline_label']})" if base else ""),
+        "",
+        "| " + " | ".join(header) + " | status |",
+        "|---|---|" + "---:|" * (len(header) - 2) + "---|",
+    ]
+    for row in report["comparison"]:
+        label = row["suite_label"] or row["name"]
+        cells = [label, row["measured_op"].upper(), str(row["n_runs"])]
+        cells += terminal_cells(row, base)
+        lines.append("| " + " | ".join([*cells, row["status_text"]]) + " |")
+    return lines
 
 
 def _write_record(suite: Suite, url: str, record: dict) -> dict:
@@ -517,6 +538,9 @@ def _write_record(suite: Suite, url: str, record: dict) -> dict:
             )
         else:
             lines.append(f"- {r['name']}: {r['status']}")
+    for r in record["reports"]:
+        if r["status"] == "written":
+            lines += ["", *_headline(r)]
     _write_atomic(out / "README.md", "\n".join(lines) + "\n")
     _write_atomic(out / SUITE_JSON, json.dumps(record, indent=1))
     return record
