@@ -1,4 +1,6 @@
 import json
+import subprocess
+import sys
 
 import optuna
 import pytest
@@ -92,3 +94,14 @@ def test_status_rows(tmp_path):
 def test_bad_search_config(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         SearchConfig(**kwargs)
+
+
+def test_storage_side_loads_no_torch():
+    """Storage commands (status, dashboard, report) read settings and runs without torch."""
+    code = (
+        "import sys, threshold.search.study, threshold.search.notes, threshold.search.sampler\n"
+        "assert 'torch' not in sys.modules\n"
+        "from threshold.train import TrainConfig; from threshold.config import TrainConfig as T\n"
+        "assert TrainConfig is T\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -10,71 +10,14 @@ V vocabulary, R recurrence steps.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from threshold.errors import ConfigError
+from threshold.config import MAX_D_MODEL, ModelConfig, param_count
 
 __all__ = ["MAX_D_MODEL", "KVCache", "ModelConfig", "RecurrentTransformer", "param_count"]
-
-
-MAX_D_MODEL = 4096
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    vocab_size: int  # fixed by the testbed and its size, whatever the mixture
-    n_ctx: int  # longest sequence the grammar makes: one learned position each
-    d_model: int = 32  # the size being searched; also the Optuna parameter name
-    n_recur: int = 4  # times the one block is applied (domain.md: R = 4)
-    n_head: int = 1  # domain.md: one head
-    mlp_ratio: int = 4  # MLP hidden width = mlp_ratio * d_model (domain.md: 4x)
-    tie_embeddings: bool = False  # untied head: the output map is free to differ from the input
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.d_model <= MAX_D_MODEL:
-            raise ConfigError(
-                f"d_model {self.d_model} is not allowed: use 1 to {MAX_D_MODEL} (this tool looks"
-                " for small models; d = 4096 is already about 200M parameters)"
-            )
-        if self.d_model % self.n_head:
-            raise ConfigError(
-                f"d_model {self.d_model} is not divisible by n_head {self.n_head}: "
-                "choose a d_model that is a multiple of the head count"
-            )
-        for name in ("vocab_size", "n_ctx", "n_recur", "n_head", "mlp_ratio"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} {getattr(self, name)} is not allowed: use 1 or more")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def param_count(cfg: ModelConfig) -> dict[str, int]:
-    """Closed-form parameter count: ``total`` and ``non_embedding``.
-
-    ``non_embedding`` leaves out the token and position embeddings and the output head (the maps
-    that scale with vocabulary or context, not with the computation).
-    """
-    d, v, c, m = cfg.d_model, cfg.vocab_size, cfg.n_ctx, cfg.mlp_ratio
-    block = (
-        2 * d  # ln_1
-        + 3 * d * d
-        + 3 * d  # qkv
-        + d * d
-        + d  # attention output
-        + 2 * d  # ln_2
-        + m * d * d
-        + m * d  # mlp in
-        + m * d * d
-        + d  # mlp out
-    )
-    head = 0 if cfg.tie_embeddings else v * d
-    non_embedding = block + 2 * d  # + ln_f
-    return {"total": v * d + c * d + head + non_embedding, "non_embedding": non_embedding}
 
 
 class KVCache:

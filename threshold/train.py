@@ -15,13 +15,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from threshold.errors import ConfigError
+from threshold.config import TrainConfig
 from threshold.model import KVCache, ModelConfig, RecurrentTransformer, param_count
 from threshold.tasks import SequenceSet, TaskConfig, TaskData
 
@@ -43,51 +43,6 @@ __all__ = [
 ]
 
 IGNORE = -100  # target id that the loss skips
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    seed: int = 0  # model initialisation and batch order; the data split has its own seeds
-    max_steps: int = 20_000  # budget; most runs stop earlier by the learned or stuck rule
-    batch_size: int = 64  # sequences per step
-    lr: float = 3e-3  # peak learning rate (small models tolerate a large one)
-    weight_decay: float = 0.1  # on matrices and embeddings only, not on biases or LayerNorm
-    betas: tuple[float, float] = (0.9, 0.98)
-    warmup_steps: int = 200  # linear warm-up from zero
-    min_lr_ratio: float = 0.1  # cosine decay ends at this fraction of lr at max_steps
-    grad_clip: float = 1.0  # max global gradient norm
-    bucket_chunk: int = 32  # batches per sort chunk: larger means tighter lengths, less shuffling
-    bucketing: bool = True  # False draws batches at random (for benchmarks only)
-    loss_on: str = "completion"  # "completion": only the chain of thought; "all": prompt too
-    eval_every: int = 250  # steps between validation checks
-    learned_tf: float = 0.99  # teacher-forced val answer accuracy (every op) that asks for a check
-    learned_acc: float = 0.99  # greedy val accuracy (every op) that stops the run as learned
-    stuck_after: float = 0.5  # share of max_steps before the stuck rule may fire
-    stuck_margin: float = 0.05  # "at chance": measured-op accuracy <= majority rate + margin
-    stuck_window: float = 0.25  # answer loss must have moved < 2% over this share of max_steps
-    eval_batch_size: int = 256
-    threads: int = 1  # torch threads; two single-thread processes beat one two-thread process
-    time_limit_s: float | None = None  # wall-clock budget, stop_reason "time_limit" when hit
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "betas", tuple(self.betas))
-        for name in ("max_steps", "batch_size", "eval_every", "eval_batch_size", "threads"):
-            value = getattr(self, name)
-            if value < 1:
-                raise ConfigError(f"{name} {value} is not allowed: use 1 or more")
-        if self.warmup_steps < 0:
-            raise ConfigError(f"warmup_steps {self.warmup_steps} is not allowed: use 0 or more")
-        if self.loss_on not in ("completion", "all"):
-            raise ConfigError(f"loss_on {self.loss_on!r} is not allowed: use completion or all")
-        if not self.lr > 0:
-            raise ConfigError(f"lr {self.lr} is not allowed: use a positive learning rate")
-        if self.time_limit_s is not None and not self.time_limit_s > 0:
-            raise ConfigError(
-                f"time_limit_s {self.time_limit_s} is not allowed: use a positive number of seconds"
-            )
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from optuna.distributions import IntDistribution
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
-from threshold.model import ModelConfig, param_count
+from threshold.config import ModelConfig, param_count
 from threshold.search.policy import SearchSettings, decide
 from threshold.search.study import StudySettings
 

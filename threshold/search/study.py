@@ -25,6 +25,7 @@ import warnings
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import optuna
 import sqlalchemy
@@ -35,10 +36,12 @@ from optuna.storages._rdb.models import TrialHeartbeatModel  # its table; no pub
 from optuna.trial import TrialState
 
 import threshold
-from threshold.checkpoint import Checkpoint, load_checkpoint
+from threshold.config import TrainConfig
 from threshold.errors import ConfigError, ThresholdError
 from threshold.tasks import TaskConfig
-from threshold.train import TrainConfig
+
+if TYPE_CHECKING:
+    from threshold.checkpoint import Checkpoint
 
 __all__ = [
     "DEFAULT_STORAGE",
@@ -355,6 +358,8 @@ def trial_checkpoint(study: optuna.Study, number: int, url: str | None = None) -
                 f"checkpoint {artifact_id} of trial {number} is not in the artifact store "
                 f"{str(store._base_path)!r}: point $THRESHOLD_ARTIFACTS at the study's artifacts"
             ) from None
+        from threshold.checkpoint import load_checkpoint  # torch: only when a model is read
+
         return load_checkpoint(path)
 
 
