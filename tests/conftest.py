@@ -1,5 +1,5 @@
-"""Shared fixtures: a real PostgreSQL server, started for the test session when a test asks, and
-headless Chromium for the browser tests."""
+"""Shared fixtures: a real PostgreSQL server, started for the test session when a test asks,
+headless Chromium for the browser tests, and a fresh interpreter for import checks."""
 
 from __future__ import annotations
 
@@ -8,10 +8,28 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
 import pytest
+
+
+@pytest.fixture
+def loaded_by():
+    """``loaded_by(IMPORTS, WATCHED)``: which of WATCHED a fresh interpreter has loaded after
+    importing the modules IMPORTS (this process has loaded everything already)."""
+
+    def loaded(imports: list[str], watched: list[str]) -> list[str]:
+        code = (
+            f"import sys, {', '.join(imports)}\n"
+            f"print(' '.join(m for m in {watched!r} if m in sys.modules))"
+        )
+        out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                             text=True)  # fmt: skip
+        return out.stdout.split()
+
+    return loaded
 
 
 def _free_port() -> int:

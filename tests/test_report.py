@@ -7,8 +7,6 @@ in conftest.py, shared with the browser test).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import optuna
 import pytest
@@ -192,11 +190,6 @@ def test_dense_grid_cost():
     assert grid["train_s"] == pytest.approx(3 * sum(1000 * (a + b * d * d) for d in grid["sizes"]))
 
 
-def test_report_layer_stays_apart():
-    code = (
-        "import sys, threshold.report\n"
-        "bad = [m for m in ('threshold.cli', 'typer', 'matplotlib', 'plotly', 'rich.progress',"
-        " 'torch') if m in sys.modules]\n"
-        "assert not bad, bad\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
+def test_report_layer_stays_apart(loaded_by):
+    watched = ["threshold.cli", "typer", "matplotlib", "plotly", "rich.progress", "torch"]
+    assert loaded_by(["threshold.report"], watched) == []

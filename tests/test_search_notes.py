@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import optuna
@@ -140,11 +138,6 @@ def test_unchanged_note_is_left_alone_and_other_studies_too(tmp_path):
     assert len(figure_of(study)["data"][-1]["x"]) == 6
 
 
-def test_worker_import_stays_light():
-    code = (
-        "import sys, threshold.search.worker, threshold.search.notes\n"
-        "bad = [m for m in ('optuna_dashboard', 'plotly', 'rich', 'threshold.cli')"
-        " if m in sys.modules]\n"
-        "assert not bad, bad\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
+def test_worker_import_stays_light(loaded_by):
+    imports = ["threshold.search.worker", "threshold.search.notes"]
+    assert loaded_by(imports, ["optuna_dashboard", "plotly", "rich", "threshold.cli"]) == []

@@ -170,13 +170,8 @@ def test_picks_are_the_analyze_commands():
     assert SUITE_PICKS == PICKS
 
 
-def test_spec_loads_neither_torch_nor_optuna():
-    code = (
-        "import sys, threshold.suite\n"
-        "bad = [m for m in ('torch', 'optuna', 'threshold.cli') if m in sys.modules]\n"
-        "assert not bad, bad\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
+def test_spec_loads_neither_torch_nor_optuna(loaded_by):
+    assert loaded_by(["threshold.suite"], ["torch", "optuna", "threshold.cli"]) == []
 
 
 # Line numbers ---------------------------------------------------------------------------------
