@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -13,6 +14,16 @@ import tempfile
 import time
 
 import pytest
+
+
+@pytest.fixture
+def restore_signals():
+    """Commands run in this process (`run`, `find`, ...) install SIGINT/SIGTERM handlers: give
+    the test session its own back."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
 
 
 @pytest.fixture

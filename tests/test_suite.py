@@ -275,15 +275,6 @@ BAD = {
 }  # fmt: skip
 
 
-@pytest.fixture
-def restore_signals():
-    """`threshold run` installs SIGINT/SIGTERM handlers: give the test session its own back."""
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    for s, handler in saved.items():
-        signal.signal(s, handler)
-
-
 def invoke(args, tmp_path):
     env = {"THRESHOLD_CACHE": str(tmp_path / "cache"), "THRESHOLD_STORAGE": None}
     return CliRunner().invoke(app, args, env=env)

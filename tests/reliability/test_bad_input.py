@@ -9,7 +9,6 @@ what it held (every row compared), and no data cache, artifact or checkpoint was
 from __future__ import annotations
 
 import hashlib
-import signal
 import sqlite3
 
 import optuna
@@ -108,15 +107,6 @@ def template(tmp_path_factory):
 def rows(path) -> list[str]:
     with sqlite3.connect(path) as con:
         return list(con.iterdump())
-
-
-@pytest.fixture
-def restore_signals():
-    """The commands install SIGINT/SIGTERM handlers; give the test session its own back."""
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    for s, handler in saved.items():
-        signal.signal(s, handler)
 
 
 @pytest.mark.parametrize("case", list(CASES))
