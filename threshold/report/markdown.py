@@ -10,14 +10,15 @@ from threshold.report.text import (
     number,
 )
 
-__all__ = ["render_markdown"]
+__all__ = ["markdown_table", "render_markdown"]
 
 
 def _cell(value: str) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table's lines, each cell escaped."""
     lines = ["| " + " | ".join(_cell(h) for h in header) + " |"]
     lines.append("|" + "|".join("---" for _ in header) + "|")
     lines.extend("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows)
@@ -45,7 +46,7 @@ def render_markdown(results: dict) -> str:
     )
     lines.append("")
     header, rows = comparison_rows(results)
-    lines.extend(_table(header, rows))
+    lines.extend(markdown_table(header, rows))
     lines.append("")
     figs = results["figures"]
     for key, alt in (("curves", "posterior curves"), ("comparison", "80% points and factors")):
@@ -98,7 +99,7 @@ def render_markdown(results: dict) -> str:
                 + [number(sep.get(n), 2) for n in names]
                 + [number(summ.get("ordering"), 2), number(summ.get("attn_share"), 2)]
             )
-        lines.extend(_table(header, rows))
+        lines.extend(markdown_table(header, rows))
         lines.append("")
         lines.append("Separation: score over its permutation null's 95th percentile (> 1: beyond "
                      "chance). Figures are in `index.html`.")  # fmt: skip
@@ -119,7 +120,7 @@ def render_markdown(results: dict) -> str:
             ]
             rows.append(["mean", f"{t['transfer_mean']:.3f}", f"{t['scratch_mean']:.3f}",
                          f"{t['gain_mean']:+.3f}"])  # fmt: skip
-            lines.extend(_table(["seed", "pretrained", "from scratch", "gain"], rows))
+            lines.extend(markdown_table(["seed", "pretrained", "from scratch", "gain"], rows))
             lines.extend(["", f"![transfer curves]({t['figure']})", ""])
     else:
         lines.extend(["No transfer results given.", ""])
@@ -127,6 +128,6 @@ def render_markdown(results: dict) -> str:
     lines.append(GRID_WORDS.format(**results["grid"]))
     lines.append("")
     header, rows = efficiency_rows(results)
-    lines.extend(_table(header, rows))
+    lines.extend(markdown_table(header, rows))
     lines.append("")
     return "\n".join(lines)

@@ -484,23 +484,19 @@ def _write_reports(suite: Suite, db, url: str, emit) -> list[dict]:
 
 def _headline(report: dict) -> list[str]:
     """A report's transitions as a Markdown table: posterior median 80% point, 90% intervals."""
+    from threshold.report.markdown import markdown_table
     from threshold.report.text import terminal_cells
 
     base = report["baseline"]
     header = ["study", "measured op", "runs", "80% point (params)", "90% interval", "d at 80%"]
     header += ["reduction vs baseline (90%)"] if base else []
-    lines = [
-        f"### {report['name']}" + (f" (baseline {report['baseline_label']})" if base else ""),
-        "",
-        "| " + " | ".join(header) + " | status |",
-        "|---|---|" + "---:|" * (len(header) - 2) + "---|",
-    ]
-    for row in report["comparison"]:
-        label = row["suite_label"] or row["name"]
-        cells = [label, row["measured_op"].upper(), str(row["n_runs"])]
-        cells += terminal_cells(row, base)
-        lines.append("| " + " | ".join([*cells, row["status_text"]]) + " |")
-    return lines
+    rows = [
+        [row["suite_label"] or row["name"], row["measured_op"].upper(), str(row["n_runs"]),
+         *terminal_cells(row, base), row["status_text"]]
+        for row in report["comparison"]
+    ]  # fmt: skip
+    title = f"### {report['name']}" + (f" (baseline {report['baseline_label']})" if base else "")
+    return [title, "", *markdown_table([*header, "status"], rows)]
 
 
 def _write_record(suite: Suite, url: str, record: dict) -> dict:
