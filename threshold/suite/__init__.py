@@ -1,10 +1,12 @@
 """Suites: many studies, transfer experiments, analyses and reports from one TOML file.
 
-The names exported here parse and check suite files (:mod:`threshold.suite.spec`; no torch or
-Optuna at import). Running a suite is imported by module, as the search's Optuna side is:
+The names exported here describe, parse and check suite files (:mod:`threshold.suite.spec`,
+:mod:`threshold.suite.parse`, :mod:`threshold.suite.toml_lines`; no torch or Optuna at import).
+Running a suite is imported by module, as the search's Optuna side is:
 ``from threshold.suite.run import run_suite``.
 """
 
+from threshold.suite.parse import load_suite, parse_suite
 from threshold.suite.spec import (
     ALL_REPORT,
     Analysis,
@@ -14,10 +16,8 @@ from threshold.suite.spec import (
     SuiteError,
     SuiteStudy,
     TransferSpec,
-    key_lines,
-    load_suite,
-    parse_suite,
 )
+from threshold.suite.toml_lines import key_lines
 
 __all__ = [
     "ALL_REPORT",

@@ -5,39 +5,26 @@ settings that ``find`` takes as options (``tasks``, ``measure``, ``mod``, ``step
 ``d_hi``, ``pretrain``, ...) under a unique ``label``; a ``[defaults]`` table is merged into every
 study (a study's own value wins). ``[[transfer]]`` tables are ``threshold transfer`` experiments,
 ``[[analysis]]`` and ``[[comparison]]`` tables are ``threshold analyze`` runs on the studies, and
-``[[report]]`` tables add reports with their own baseline to the report of every study. Each
-study's settings are built with the real config dataclasses (``TaskConfig``, ``TrainConfig``,
-``SearchConfig``, ``StudySettings``) exactly as ``find`` builds them from the same values, so a
-suite study and a ``find`` run with the same settings are one study (its name is a hash of every
-setting), and the dataclasses' own checks apply.
+``[[report]]`` tables add reports with their own baseline to the report of every study.
 
-Everything is checked before anything runs: an unknown key, a value of the wrong type, a duplicate
-label, a reference to a label the suite does not define and every setting the dataclasses refuse
-are a :class:`SuiteError` whose message is one line, ``FILE:LINE: ...``, naming the key and the
-fix.
-
-Line numbers: :mod:`tomllib` reports them for syntax errors only, so after a successful parse
-:func:`key_lines` scans the raw text once more. It follows table headers (``[defaults]``, the
-n-th ``[[study]]``) and records the line of each ``key =`` inside them, skipping the insides of
-multi-line strings and arrays so that their lines are never taken for keys or headers. An error
-names the line of the key when found, else the line of its table's header, else line 1 (a suite
-written with inline tables, ``study = [{...}]``, gets the line of that key). This module imports
-neither torch nor Optuna; building the settings imports the modules that define the dataclasses.
+This module holds what a suite is: the keys each table takes with the kind of their values, and
+the checked result (:class:`Suite` and the dataclasses of its parts). Reading and checking a file
+is :mod:`threshold.suite.parse`; finding the line of a key is :mod:`threshold.suite.toml_lines`.
+No torch or Optuna at import.
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import re
-import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from threshold.errors import ConfigError
+from threshold.suite.toml_lines import find_line
 from threshold.tasks import TaskConfig
 
 if TYPE_CHECKING:
@@ -52,9 +39,6 @@ __all__ = [
     "SuiteError",
     "SuiteStudy",
     "TransferSpec",
-    "key_lines",
-    "load_suite",
-    "parse_suite",
 ]
 
 ALL_REPORT = "all"  # the report of every study, with the suite's baseline: always written
@@ -64,7 +48,7 @@ MATCHES = ("size", "accuracy")  # `threshold analyze --compare --match`
 # Value kinds, as a person reads them in an error message.
 STR, INT, FLOAT, BOOL = "a string", "an integer", "a number", "true or false"
 STRS, INTS, TABLE, TABLES = "a list of strings", "a list of integers", "a table", "[[tables]]"
-_EXAMPLE = {
+EXAMPLES = {
     STR: '"text"',
     INT: "3",
     FLOAT: "2.5",
@@ -125,34 +109,14 @@ TOP_KEYS = {
     "comparison": TABLES,
     "report": TABLES,
 }
-_ARRAYS = {
+ARRAY_KEYS = {
     "study": STUDY_KEYS,
     "transfer": TRANSFER_KEYS,
     "analysis": ANALYSIS_KEYS,
     "comparison": COMPARISON_KEYS,
     "report": REPORT_KEYS,
 }
-_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")  # no commas: --only takes a comma list
-
-# Which key a dataclass's error message is about, by the words it starts with (the first of the
-# keys that the table or [defaults] set).
-_MESSAGE_KEYS = [
-    (r"(the task mixture|op '|ops )", ("tasks",)),
-    (r"measured op", ("measure",)),
-    (r"testbed", ("testbed",)),
-    (r"(modulus|degree)", ("mod",)),
-    (r"depth", ("depth",)),
-    (r"arity", ("arity",)),
-    (r"p_nest", ("p_nest",)),
-    (r"n_train", ("n_train",)),
-    (r"n_test", ("n_test",)),
-    (r"d range", ("d_lo", "d_hi")),
-    (r"precision", ("precision",)),
-    (r"level", ("level",)),
-    (r"budget", ("budget",)),
-    (r"max_steps", ("steps", "pretrain_steps")),
-    (r"d_model", ("d", "d_lo")),
-]
+LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")  # no commas: --only takes a comma list
 
 
 class SuiteError(ConfigError):
@@ -260,7 +224,7 @@ class Suite:
 
     def line_of(self, key: str) -> int:
         """The line of a top-level key, else 1."""
-        return _find_line(self.lines, ("", None, key))
+        return find_line(self.lines, ("", None, key))
 
     def select(self, only: Iterable[str] | None) -> Suite:
         """The suite with only the studies and transfers labelled ``only`` (all when None).
@@ -285,578 +249,3 @@ class Suite:
             analyses=tuple(a for a in self.analyses if a.study in keep),
             comparisons=tuple(c for c in self.comparisons if set(c.studies) <= keep),
         )
-
-
-def load_suite(path: Path | str) -> Suite:
-    """Read, parse and check the suite file at ``path``."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SuiteError(
-            f"{path}: no such suite file: give the path of a suite, e.g. studies/cpu.toml"
-        ) from None
-    except IsADirectoryError:
-        raise SuiteError(
-            f"{path}: is a directory: give a suite file, e.g. studies/cpu.toml"
-        ) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise SuiteError(
-            f"{path}: cannot be read ({_one_line(e)}): give a UTF-8 TOML file"
-        ) from None
-    return parse_suite(text, path)
-
-
-def parse_suite(text: str, path: Path | str = "suite.toml") -> Suite:
-    """The suite written in ``text`` (``path`` names it in messages), checked."""
-    return _Parser(text, Path(path)).suite()
-
-
-# Line numbers --------------------------------------------------------------------------------
-
-_HEADER = re.compile(r"^\s*(\[\[|\[)\s*([^\[\]]+?)\s*(\]\]|\])\s*(#.*)?$")
-_KEY = re.compile(r"""^\s*("(?:[^"\\]|\\.)*"|'[^']*'|[A-Za-z0-9_-]+)\s*(?:\.|=)""")
-
-
-def key_lines(text: str) -> dict[tuple[str, int | None, str | None], int]:
-    """1-based lines of table headers and keys: ``(table, index, key) -> line``.
-
-    ``table`` is ``""`` at the top level, else the header's name (``"study"``); ``index`` counts
-    the ``[[table]]`` headers of that name from 0 (None for a plain ``[table]``); ``key`` is the
-    key (its first part when dotted), or None for the header's own line. Assumes ``text`` parses.
-    """
-    lines: dict[tuple[str, int | None, str | None], int] = {}
-    counts: dict[str, int] = {}
-    table: tuple[str, int | None] = ("", None)
-    open_string: str | None = None  # the delimiter of a multi-line string that is open
-    depth = 0  # open brackets and braces of a multi-line value
-    for number, line in enumerate(text.splitlines(), start=1):
-        if open_string is not None or depth > 0:  # inside a value that began on an earlier line
-            open_string, depth = _scan_value(line, open_string, depth)
-            continue
-        header = _HEADER.match(line)
-        if header and header.group(1) == "[[" and header.group(3) == "]]":
-            name = _unquote(header.group(2))
-            index = counts.get(name, 0)
-            counts[name] = index + 1
-            table = (name, index)
-            lines.setdefault((name, index, None), number)
-            continue
-        if header and header.group(1) == "[" and header.group(3) == "]":
-            table = (_unquote(header.group(2)), None)
-            lines.setdefault((*table, None), number)
-            continue
-        key = _KEY.match(line)
-        if key:
-            lines.setdefault((*table, _unquote(key.group(1))), number)
-            rest = line[line.index("=") + 1 :] if "=" in line else ""
-            open_string, depth = _scan_value(rest, None, 0)
-    return lines
-
-
-def _unquote(name: str) -> str:
-    name = name.strip()
-    if len(name) >= 2 and name[0] == name[-1] and name[0] in "\"'":
-        return name[1:-1]
-    return name.split(".")[0].strip()
-
-
-def _scan_value(text: str, open_string: str | None, depth: int) -> tuple[str | None, int]:
-    """Follow a value over one line: returns the open multi-line string and bracket depth."""
-    i = 0
-    while i < len(text):
-        if open_string is not None:
-            end = text.find(open_string, i)
-            while end > 0 and open_string == '"""' and text[end - 1] == "\\":
-                end = text.find(open_string, end + 1)
-            if end < 0:
-                return open_string, depth
-            i, open_string = end + 3, None
-            continue
-        c = text[i]
-        if c == "#":
-            break
-        if text.startswith('"""', i) or text.startswith("'''", i):
-            open_string, i = text[i : i + 3], i + 3
-            continue
-        if c == '"':
-            i += 1
-            while i < len(text) and text[i] != '"':
-                i += 2 if text[i] == "\\" else 1
-        elif c == "'":
-            end = text.find("'", i + 1)
-            i = len(text) if end < 0 else end
-        elif c in "[{":
-            depth += 1
-        elif c in "]}":
-            depth -= 1
-        i += 1
-    return open_string, depth
-
-
-def _find_line(lines: dict, *places: tuple[str, int | None, str | None]) -> int:
-    for place in places:
-        if place in lines:
-            return lines[place]
-    return 1
-
-
-def _one_line(value: object) -> str:
-    return " ".join(str(value).split())
-
-
-# Parsing -------------------------------------------------------------------------------------
-
-
-class _Parser:
-    def __init__(self, text: str, path: Path) -> None:
-        self.text, self.path = text, path
-        self.lines: dict = {}
-        self.seen: dict[str, int] = {}  # labels of studies and transfers -> their lines
-
-    def fail(self, line: int, message: str) -> SuiteError:
-        return SuiteError(f"{self.path}:{line}: {_one_line(message)}")
-
-    def line(self, table: str, index: int | None, key: str | None = None) -> int:
-        return _find_line(self.lines, (table, index, key), (table, index, None), ("", None, table))
-
-    # -- the file
-
-    def suite(self) -> Suite:
-        try:
-            data = tomllib.loads(self.text)
-        except tomllib.TOMLDecodeError as e:
-            raise self._syntax_error(e) from None
-        self.lines = key_lines(self.text)
-        self.check_keys(data, TOP_KEYS, "", None, "at the top level")
-        top = {k: v for k, v in data.items() if k != "defaults" and k not in _ARRAYS}
-        self.check_types(top, TOP_KEYS, "", None, "at the top level")
-        defaults = data.get("defaults", {})
-        if not isinstance(defaults, dict):
-            raise self.fail(
-                self.line("", None, "defaults"),
-                "key 'defaults' must be a table: write a [defaults] header",
-            )
-        self.check_keys(defaults, SETTING_KEYS, "defaults", None, "in [defaults]")
-        self.check_types(defaults, SETTING_KEYS, "defaults", None, "in [defaults]")
-        tables = {name: self.array(data, name) for name in _ARRAYS}
-        if not tables["study"]:
-            raise self.fail(
-                1,
-                "the suite has no [[study]]: add one, e.g. a [[study]] table with "
-                'label = "add" and tasks = ["add"]',
-            )
-        name = top.get("name", self.path.stem)
-        if not _LABEL.match(name):
-            raise self.fail(
-                self.line("", None, "name"),
-                f"name {name!r} is not allowed: use letters, digits and . _ + -",
-            )
-        for key in ("workers", "heartbeat"):
-            if key in top and top[key] < 1:
-                raise self.fail(
-                    self.line("", None, key),
-                    f"key {key!r} = {top[key]} is not allowed: use 1 or more",
-                )
-
-        studies = self.studies(tables["study"], defaults)
-        transfers = self.transfers(tables["transfer"], defaults)
-        labels = [s.label for s in studies]
-        baseline = top.get("baseline")
-        if baseline is not None:
-            self.check_label(baseline, labels, self.line("", None, "baseline"), "baseline")
-        everything = ReportSpec(
-            ALL_REPORT, tuple(labels), tuple(t.label for t in transfers), baseline
-        )
-        extra = self.reports(tables["report"], labels, [t.label for t in transfers])
-        return Suite(
-            path=self.path,
-            name=name,
-            description=top.get("description", ""),
-            storage=top.get("storage"),
-            workers=top.get("workers", 1),
-            heartbeat=top.get("heartbeat", 30),
-            reports_dir=Path(top.get("reports", f"reports/{name}")),
-            baseline=baseline,
-            studies=tuple(studies),
-            transfers=tuple(transfers),
-            analyses=tuple(self.analyses(tables["analysis"], labels)),
-            comparisons=tuple(self.comparisons(tables["comparison"], labels)),
-            reports=(everything, *extra),
-            source=self.text,
-            lines=self.lines,
-        )
-
-    def _syntax_error(self, e: tomllib.TOMLDecodeError) -> SuiteError:
-        message = str(e)
-        rows = self.text.splitlines()
-        where = re.search(r"\s*\(at line (\d+), column (\d+)\)", message)
-        if where is not None:
-            line, column = int(where.group(1)), int(where.group(2))
-            what = f"{message[: where.start()]}, column {column}"
-        else:  # "(at end of document)": a value left open; name the last key that began one
-            what = re.sub(r"\s*\(at end of document\)", "", message) + " at the end of the file"
-            line = next(
-                (i + 1 for i in range(len(rows) - 1, -1, -1) if _KEY.match(rows[i])), len(rows) or 1
-            )
-        raw = rows[line - 1] if 0 < line <= len(rows) else ""
-        key = _KEY.match(raw)
-        named = f"key {_unquote(key.group(1))!r}: " if key else ""
-        return self.fail(
-            line, f"{named}not valid TOML ({what}): fix the syntax of `{raw.strip()[:60]}`"
-        )
-
-    def array(self, data: dict, name: str) -> list[tuple[int, dict]]:
-        value = data.get(name, [])
-        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-            raise self.fail(
-                self.line("", None, name),
-                f"key {name!r} must be a list of tables: write one [[{name}]] header per entry",
-            )
-        return list(enumerate(value))
-
-    # -- checks shared by every table
-
-    def check_keys(self, table: dict, allowed: dict, name: str, index: int | None, where: str):
-        for key in table:
-            if key not in allowed:
-                near = difflib.get_close_matches(key, list(allowed), n=1)
-                hint = f"did you mean {near[0]!r}? " if near else ""
-                raise self.fail(
-                    self.line(name, index, key),
-                    f"unknown key {key!r} {where}: {hint}use one of {', '.join(allowed)}",
-                )
-
-    def check_types(self, table: dict, kinds: dict, name: str, index: int | None, where: str):
-        for key, value in table.items():
-            kind = kinds[key]
-            if not _is(value, kind):
-                example = f"{key} = {_EXAMPLE[kind]}" if kind in _EXAMPLE else f"[{key}]"
-                raise self.fail(
-                    self.line(name, index, key),
-                    f"key {key!r} {where} = {_show(value)} is not {kind}: write e.g. {example}",
-                )
-
-    def check_label(self, label: str, known: list[str], line: int, key: str) -> None:
-        if label not in known:
-            raise self.fail(
-                line,
-                f"key {key!r} names {label!r}, which is not the label of a "
-                f"[[study]] in this suite: use one of {', '.join(known)}",
-            )
-
-    def table(self, name: str, index: int, entry: dict, kinds: dict) -> str:
-        """Check an entry's keys and types; returns how messages name it."""
-        label = entry.get("label", entry.get("name"))
-        label = label if isinstance(label, str) else None
-        where = f"in [[{name}]] {label!r}" if label else f"in [[{name}]] #{index + 1}"
-        self.check_keys(entry, kinds, name, index, where)
-        self.check_types(entry, kinds, name, index, where)
-        return where
-
-    def require(self, entry: dict, key: str, name: str, index: int, where: str, example: str):
-        if key not in entry:
-            raise self.fail(
-                self.line(name, index), f"key {key!r} is missing {where}: add {example}"
-            )
-        return entry[key]
-
-    def unique_label(self, label: str, line: int) -> None:
-        if not _LABEL.match(label):
-            raise self.fail(
-                line,
-                f"label {label!r} is not allowed: use letters, digits and . _ + -"
-                " (no spaces or commas)",
-            )
-        if label in self.seen:
-            raise self.fail(
-                line,
-                f"label {label!r} is used twice (first at line "
-                f"{self.seen[label]}): give every [[study]] and [[transfer]] "
-                "its own label",
-            )
-        self.seen[label] = line
-
-    def locate(self, error: ConfigError, origin: dict, what: str, key: str | None = None):
-        """A dataclass's ConfigError as a SuiteError on the line of the key it is about."""
-        message = str(error)
-        if key is None:
-            for pattern, keys in _MESSAGE_KEYS:
-                if re.match(pattern, message):
-                    key = next((k for k in keys if k in origin), None)
-                    break
-        if key is None or key not in origin:
-            table, index = origin.get("label", ("defaults", None))
-            return self.fail(self.line(table, index), f"{what}: {message}")
-        return self.fail(
-            self.line(*origin[key], key), f"key {key!r} {_in(origin[key], what)}: {message}"
-        )
-
-    # -- the tables
-
-    def merged(self, entry: dict, defaults: dict, table: str, index: int):
-        values = {**defaults, **entry}
-        origin = {k: (table, index) if k in entry else ("defaults", None) for k in values}
-        origin["label"] = (table, index)  # the table itself, for messages about no one key
-        return values, origin
-
-    def studies(self, entries: list[tuple[int, dict]], defaults: dict) -> list[SuiteStudy]:
-        out: list[SuiteStudy] = []
-        names: dict[str, str] = {}
-        for index, entry in entries:
-            where = self.table("study", index, entry, STUDY_KEYS)
-            label = self.require(entry, "label", "study", index, where, 'label = "add"')
-            header = self.line("study", index)
-            self.unique_label(label, self.line("study", index, "label"))
-            values, origin = self.merged(entry, defaults, "study", index)
-            if "tasks" not in values:
-                raise self.fail(
-                    header,
-                    f"key 'tasks' is missing in [[study]] {label!r}: add "
-                    'tasks = ["add"] to it or to [defaults]',
-                )
-            study = SuiteStudy(label, self.settings(values, origin, f"[[study]] {label!r}"), header)
-            if study.name in names:
-                raise self.fail(
-                    header,
-                    f"[[study]] {label!r} has the same settings as "
-                    f"{names[study.name]!r}: they would be one study; "
-                    "remove one or change a setting",
-                )
-            names[study.name] = label
-            out.append(study)
-        return out
-
-    def task(self, values: dict, origin: dict, what: str) -> TaskConfig:
-        kwargs: dict = {}
-        if "arity" in values:
-            arity = values["arity"]
-            lo, _, hi = arity.partition("-")
-            try:
-                kwargs["arity_min"], kwargs["arity_max"] = int(lo), int(hi or lo)
-            except ValueError:
-                raise self.fail(
-                    self.line(*origin["arity"], "arity"),
-                    f"key 'arity' {_in(origin['arity'], what)} = {arity!r} is not MIN-MAX: "
-                    'write e.g. arity = "2-3"',
-                ) from None
-        renamed = {"tasks": "ops", "mod": "n"}
-        for key in TASK_KEYS:
-            if key in values and key != "arity":
-                kwargs[renamed.get(key, key)] = values[key]
-        if "ops" in kwargs:
-            kwargs["ops"] = tuple(kwargs["ops"])
-        try:
-            return TaskConfig(**kwargs)
-        except ConfigError as e:
-            raise self.locate(e, origin, what) from None
-
-    def settings(self, values: dict, origin: dict, what: str) -> StudySettings:
-        """The study's settings, built as ``threshold find`` builds them from its options."""
-        from threshold.search.study import SearchConfig, StudySettings
-        from threshold.train import TrainConfig
-
-        task = self.task(values, origin, what)
-        renamed = {"seed": "base_seed"}
-        try:
-            train = TrainConfig(max_steps=values["steps"]) if "steps" in values else TrainConfig()
-            search = SearchConfig(
-                **{renamed.get(k, k): values[k] for k in SEARCH_KEYS if k in values}
-            )
-        except ConfigError as e:
-            raise self.locate(e, origin, what) from None
-        pretrain = tuple(values.get("pretrain", ()))
-        if pretrain:
-            self.check_transfer(task, pretrain, search.d_lo, origin, what)
-        return StudySettings(task, train, search, pretrain)
-
-    def check_transfer(self, task: TaskConfig, pretrain, d: int, origin: dict, what: str) -> None:
-        """The source mixture exists and shares the target's vocabulary (as ``find`` checks)."""
-        from threshold.pretrain import pretrain_task, transfer_model_config
-
-        try:
-            source = pretrain_task(task, tuple(pretrain))
-        except ConfigError as e:
-            raise self.locate(e, origin, what, "pretrain") from None
-        try:
-            transfer_model_config(source, task, d)
-        except ConfigError as e:
-            raise self.locate(e, origin, what) from None
-
-    def transfers(self, entries: list[tuple[int, dict]], defaults: dict) -> list[TransferSpec]:
-        from threshold.train import TrainConfig
-
-        out = []
-        inherited = {k: v for k, v in defaults.items() if k in TASK_KEYS or k == "steps"}
-        for index, entry in entries:
-            where = self.table("transfer", index, entry, TRANSFER_KEYS)
-            label = self.require(
-                entry, "label", "transfer", index, where, 'label = "max-med-to-add"'
-            )
-            self.unique_label(label, self.line("transfer", index, "label"))
-            what = f"[[transfer]] {label!r}"
-            pretrain = self.require(
-                entry, "pretrain", "transfer", index, where, 'pretrain = ["max", "med"]'
-            )
-            d = self.require(entry, "d", "transfer", index, where, "d = 32")
-            values, origin = self.merged(entry, inherited, "transfer", index)
-            if "tasks" not in values:
-                raise self.fail(
-                    self.line("transfer", index),
-                    f"key 'tasks' is missing in {what}: add the target, e.g. tasks = [\"add\"]",
-                )
-            task = self.task(values, origin, what)
-            steps = values.get("steps", 20_000)
-            pretrain_steps = entry.get("pretrain_steps", steps)
-            for key, value in (("steps", steps), ("pretrain_steps", pretrain_steps)):
-                try:
-                    TrainConfig(max_steps=value)
-                except ConfigError as e:
-                    raise self.locate(e, origin, what, key) from None
-            seeds = tuple(entry.get("seeds", (0, 1, 2)))
-            if not seeds or len(set(seeds)) != len(seeds):
-                raise self.fail(
-                    self.line("transfer", index, "seeds"),
-                    f"key 'seeds' in {what} = {list(seeds)} is not allowed: list "
-                    "one or more different seeds, e.g. seeds = [0, 1, 2]",
-                )
-            self.check_transfer(task, pretrain, d, origin, what)
-            out.append(
-                TransferSpec(
-                    label,
-                    tuple(pretrain),
-                    task,
-                    d,
-                    seeds,
-                    steps,
-                    pretrain_steps,
-                    self.line("transfer", index),
-                )
-            )
-        return out
-
-    def analyses(self, entries: list[tuple[int, dict]], labels: list[str]) -> list[Analysis]:
-        out = []
-        for index, entry in entries:
-            where = self.table("analysis", index, entry, ANALYSIS_KEYS)
-            study = self.require(entry, "study", "analysis", index, where, 'study = "add"')
-            self.check_label(study, labels, self.line("analysis", index, "study"), "study")
-            pick = entry.get("pick", PICKS[0])
-            if pick not in PICKS:
-                raise self.fail(
-                    self.line("analysis", index, "pick"),
-                    f"key 'pick' {where} = {pick!r} is not allowed: use one of {', '.join(PICKS)}",
-                )
-            if "pick" in entry and "d" in entry:
-                raise self.fail(
-                    self.line("analysis", index, "d"),
-                    f"keys 'pick' and 'd' {where} both choose the trial: keep one",
-                )
-            if entry.get("d", 1) < 1:
-                raise self.fail(
-                    self.line("analysis", index, "d"),
-                    f"key 'd' {where} = {entry['d']} is not allowed: use 1 or more",
-                )
-            out.append(Analysis(study, pick, entry.get("d"), self.line("analysis", index)))
-        return out
-
-    def comparisons(self, entries: list[tuple[int, dict]], labels: list[str]) -> list[Comparison]:
-        out = []
-        for index, entry in entries:
-            where = self.table("comparison", index, entry, COMPARISON_KEYS)
-            pair = self.require(
-                entry, "studies", "comparison", index, where, 'studies = ["add", "max-med-add"]'
-            )
-            line = self.line("comparison", index, "studies")
-            if len(pair) != 2 or pair[0] == pair[1]:
-                raise self.fail(
-                    line,
-                    f"key 'studies' {where} = {pair} is not allowed: name two different studies",
-                )
-            for label in pair:
-                self.check_label(label, labels, line, "studies")
-            match = entry.get("match", MATCHES[0])
-            if match not in MATCHES:
-                raise self.fail(
-                    self.line("comparison", index, "match"),
-                    f"key 'match' {where} = {match!r} is not allowed: use one of "
-                    f"{', '.join(MATCHES)}",
-                )
-            if "d" in entry and match != "size":
-                raise self.fail(
-                    self.line("comparison", index, "d"),
-                    f"key 'd' {where} goes with match = \"size\": remove it or match by size",
-                )
-            out.append(
-                Comparison(tuple(pair), match, entry.get("d"), self.line("comparison", index))
-            )
-        return out
-
-    def reports(
-        self, entries: list[tuple[int, dict]], labels: list[str], transfers: list[str]
-    ) -> list[ReportSpec]:
-        out, names = [], {ALL_REPORT}
-        for index, entry in entries:
-            where = self.table("report", index, entry, REPORT_KEYS)
-            name = self.require(entry, "name", "report", index, where, 'name = "mod6"')
-            if not _LABEL.match(name) or name in names:
-                raise self.fail(
-                    self.line("report", index, "name"),
-                    f"report name {name!r} is not allowed: use letters, digits and "
-                    ". _ + -, and a name of its own ('all' is the report of every "
-                    "study)",
-                )
-            names.add(name)
-            studies = entry.get("studies", labels)
-            for label in studies:
-                self.check_label(label, labels, self.line("report", index, "studies"), "studies")
-            for label in entry.get("transfers", []):
-                if label not in transfers:
-                    raise self.fail(
-                        self.line("report", index, "transfers"),
-                        f"key 'transfers' {where} names {label!r}, which is not the "
-                        "label of a [[transfer]] in this suite: use one of "
-                        f"{', '.join(transfers) or '(none)'}",
-                    )
-            baseline = entry.get("baseline")
-            if baseline is not None:
-                self.check_label(
-                    baseline, labels, self.line("report", index, "baseline"), "baseline"
-                )
-            ordered = tuple(dict.fromkeys([*([baseline] if baseline else []), *studies]))
-            out.append(
-                ReportSpec(
-                    name,
-                    ordered,
-                    tuple(entry.get("transfers", ())),
-                    baseline,
-                    self.line("report", index),
-                )
-            )
-        return out
-
-
-def _in(origin: tuple[str, int | None], what: str) -> str:
-    """Where a merged value was written: the table itself, or [defaults] on its behalf."""
-    return f"in [defaults] (for {what})" if origin[0] == "defaults" else f"in {what}"
-
-
-def _is(value: object, kind: str | None) -> bool:
-    if kind == STR:
-        return isinstance(value, str)
-    if kind == INT:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == FLOAT:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if kind == BOOL:
-        return isinstance(value, bool)
-    if kind == STRS:
-        return isinstance(value, list) and all(isinstance(v, str) for v in value)
-    if kind == INTS:
-        return isinstance(value, list) and all(_is(v, INT) for v in value)
-    return True  # tables are checked where they are read
-
-
-def _show(value: object) -> str:
-    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
