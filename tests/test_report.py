@@ -76,6 +76,38 @@ def test_reduction_factor_and_its_interval(report_studies, built_report):
     assert hi / lo > max(base["estimate"]["interval_ratio"], b["estimate"]["interval_ratio"])
 
 
+def test_another_op_gets_a_size_ratio_not_a_reduction(report_studies):
+    """A study of another op on the baseline's testbed and modulus: the same ratio of 80% points,
+    marked as a size ratio; on another modulus: neither number."""
+    from dataclasses import replace
+
+    from threshold.report.data import _reductions, collect
+    from threshold.report.text import OTHER_OP, comparison_rows
+
+    a, b = report_studies["a"], report_studies["b"]
+    studies = collect(report_studies["url"], [a, b], a).studies
+    other = studies[1]
+    same_op = other.reduction
+    task = other.settings.task
+    other.settings = replace(other.settings, task=replace(task, measure="min"))
+    other.reduction = None
+    _reductions(studies, a)
+    assert other.reduction is None
+    assert f"it measures MIN (listops {task.n})" in other.reduction_note
+    assert other.size_ratio == same_op  # the same maths, under its own name
+    row = {"name": b, "label": "b", "n_runs": 3, "status": "ok", "status_text": "",
+           **other.estimate, "reduction": None, "reduction_note": other.reduction_note,
+           "size_ratio": other.size_ratio}  # fmt: skip
+    _, (cells,) = comparison_rows({"baseline": a, "comparison": [row]})
+    assert cells[8] == f"{same_op['factor']:.2f}x ({OTHER_OP})"
+
+    other.settings = replace(other.settings, task=replace(task, measure="min", n=7))
+    other.size_ratio = None
+    _reductions(studies, a)
+    assert other.size_ratio is None and other.reduction is None
+    assert "MIN (listops 7)" in other.reduction_note
+
+
 def test_a_study_with_too_few_runs_is_reported(report_studies, built_report):
     out, results, _ = built_report
     few = next(s for s in results["studies"] if s["name"] == report_studies["few"])

@@ -82,6 +82,10 @@ class StudyData:
     analyses: list[dict] = field(default_factory=list)
     reduction: dict | None = None  # against the baseline; None without one
     reduction_note: str = ""  # why there is no factor, when there is a baseline
+    # A study of another op on the baseline's testbed and modulus gets no reduction factor but the
+    # same ratio under its own name: baseline 80% point / this one's, how much larger a model the
+    # baseline's op needs (ADD against MAX: how much harder ADD is), not an effect of a mixture.
+    size_ratio: dict | None = None
     label: str = ""  # short and unique among the report's studies, for legends and tables
 
     @property
@@ -114,6 +118,7 @@ class StudyData:
             "band": self.band,
             "reduction": self.reduction,
             "reduction_note": self.reduction_note or None,
+            "size_ratio": self.size_ratio,
             "efficiency": self.efficiency,
             "analyses": self.analyses,
             "runs": self.runs,
@@ -485,12 +490,15 @@ def _reductions(studies: list[StudyData], baseline: str) -> None:
             s.reduction_note = f"none: the baseline has {base.status.replace('_', ' ')}"
         elif not s.ok:
             s.reduction_note = f"none: {s.status.replace('_', ' ')}"
-        elif _measured(s) != _measured(base):
-            s.reduction_note = f"none: it measures {_measured(s)}, the baseline {_measured(base)}"
         elif s.settings.search.level != base.settings.search.level or (
             s.settings.search.chance_corrected != base.settings.search.chance_corrected
         ):
             s.reduction_note = "none: the two studies define the transition differently"
+        elif _measured(s) != _measured(base):
+            s.reduction_note = f"none: it measures {_measured(s)}, the baseline {_measured(base)}"
+            same = (s.settings.task.testbed, s.settings.task.n)
+            if same == (base.settings.task.testbed, base.settings.task.n):
+                s.size_ratio = reduction_factor(base.posterior, s.posterior)
         else:
             s.reduction = reduction_factor(base.posterior, s.posterior)
 

@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from threshold.report.data import StudyData
+from threshold.report.text import OTHER_OP
 from threshold.search.notes import fit_accuracy
 
 __all__ = [
@@ -224,14 +225,16 @@ def comparison_figure(studies: list[StudyData], baseline: str | None, path: Path
             color = COLORS[studies.index(s) % len(COLORS)]
             if s.name == baseline:
                 right.text(1.0, yi, "  baseline", va="center", fontsize=8)
-            elif s.reduction is not None:
-                r = s.reduction
+            elif s.reduction is not None or s.size_ratio is not None:
+                r = s.reduction or s.size_ratio
                 lo, hi = r["interval"]
                 f = r["factor"]
+                other = s.reduction is None  # another op: hollow, and said so
                 right.errorbar([f], [yi], xerr=[[f - lo], [hi - f]], fmt="s", color=color,
-                               capsize=4)  # fmt: skip
-                right.annotate(f"{f:.2g}x", (f, yi), textcoords="offset points", xytext=(0, 7),
-                               ha="center", fontsize=8)  # fmt: skip
+                               capsize=4, mfc="white" if other else color)  # fmt: skip
+                right.annotate(f"{f:.2g}x" + (f", {OTHER_OP}" if other else ""), (f, yi),
+                               textcoords="offset points", xytext=(0, 7), ha="center",
+                               fontsize=8)  # fmt: skip
             else:
                 note = textwrap.fill(s.reduction_note, 34)
                 right.text(0.02, yi, note, transform=right.get_yaxis_transform(), va="center",
@@ -242,7 +245,10 @@ def comparison_figure(studies: list[StudyData], baseline: str | None, path: Path
         right.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}x"))
         right.grid(True, alpha=0.3)
         right.set_xlabel("reduction factor")
-        right.set_title("baseline 80% point / study's, 90% interval", fontsize=9.5)
+        hollow = any(s.reduction is None and s.size_ratio is not None for s in rows)
+        right.set_title("baseline 80% point / study's, 90% interval"
+                        + ("\n(hollow: another op, a size ratio)" if hollow else ""),
+                        fontsize=9.5)  # fmt: skip
     return _save(fig, path)
 
 

@@ -11,6 +11,7 @@ from html import escape
 
 from threshold.report.text import (
     GRID_WORDS,
+    SIZE_RATIO_WORDS,
     comparison_rows,
     duration,
     efficiency_rows,
@@ -105,6 +106,14 @@ def _study_section(s: dict, results: dict) -> str:
             )
         elif s["reduction_note"]:
             items.append(f"<b>reduction vs baseline</b>: {escape(s['reduction_note'])}")
+        if s["size_ratio"] is not None:
+            r = s["size_ratio"]
+            lo, hi = r["interval"]
+            items.append(
+                f"<b>size ratio</b>: the baseline's op needs {r['factor']:.2f}x this op's size "
+                f"(90% interval {lo:.2f} - {hi:.2f}; P(this op's is the smaller) = "
+                f"{r['p_above_1']:.3f})"
+            )
         items.append(f'<span class="status-ok">{escape(s["status_text"])}</span>'
                      + (" (estimate recomputed: the stored one predates the last run)"
                         if s["estimate_source"] == "recomputed" else ""))  # fmt: skip
@@ -205,7 +214,8 @@ def render_html(results: dict, plotly_div: str | None, plotly_src: str | None = 
     base_words = (
         f"baseline <code>{escape(baseline)}</code>: reduction factor = baseline 80% point / "
         "study's, its 90% interval from the two posteriors of the 80% point (independent "
-        "studies: the posterior of the log-ratio is the convolution of the two)."
+        "studies: the posterior of the log-ratio is the convolution of the two). "
+        + escape(SIZE_RATIO_WORDS)
         if baseline
         else "no baseline study (<code>--baseline STUDY</code> adds reduction factors)."
     )

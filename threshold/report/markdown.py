@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from threshold.report.text import (
     GRID_WORDS,
+    SIZE_RATIO_WORDS,
     comparison_rows,
     efficiency_rows,
     interval,
@@ -39,7 +40,7 @@ def render_markdown(results: dict) -> str:
         "posterior median and 90% credible interval. "
         + (
             f"Reduction factor = baseline (`{baseline}`) 80% point / study's, its 90% interval "
-            "from the two posteriors (convolution of the log-x80 posteriors)."
+            "from the two posteriors (convolution of the log-x80 posteriors). " + SIZE_RATIO_WORDS
             if baseline
             else "No baseline: no reduction factors."
         )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 __all__ = [
     "GRID_WORDS",
+    "OTHER_OP",
+    "SIZE_RATIO_WORDS",
     "comparison_rows",
     "duration",
     "efficiency_rows",
@@ -20,6 +22,14 @@ GRID_WORDS = (
     "(training seconds over steps, evaluations included), so grid and search are priced alike. "
     "The grid is given the range the search found, which favours the grid; the papers' earlier "
     "version used about a thousand runs per curve."
+)
+
+# How a baseline / study ratio of 80% points is marked when the study measures another op (a
+# size ratio: how much larger a model the baseline's op needs, not a reduction by a mixture).
+OTHER_OP = "another op"
+SIZE_RATIO_WORDS = (
+    "For a study of another op on the baseline's testbed and modulus the same ratio is shown "
+    f"marked '{OTHER_OP}': how many times larger a model the baseline's op needs, not a reduction."
 )
 
 
@@ -66,10 +76,10 @@ def terminal_cells(row: dict, baseline: str | None) -> list[str]:
         return cells
     if row["name"] == baseline:
         return [*cells, "baseline"]
-    if row["reduction"] is None:
+    if row["reduction"] is None and row.get("size_ratio") is None:
         return [*cells, "-"]
-    value, span, _ = factor(row["reduction"])
-    return [*cells, f"{value} ({span})"]
+    value, span, _ = factor(row["reduction"] or row["size_ratio"])
+    return [*cells, f"{value} ({span})" + (f", {OTHER_OP}" if row["reduction"] is None else "")]
 
 
 def comparison_rows(results: dict) -> tuple[list[str], list[list[str]]]:
@@ -99,6 +109,9 @@ def comparison_rows(results: dict) -> tuple[list[str], list[list[str]]]:
                 out += ["baseline", "", ""]
             elif row["reduction"] is not None:
                 out += list(factor(row["reduction"]))
+            elif row.get("size_ratio") is not None:
+                value, span, p = factor(row["size_ratio"])
+                out += [f"{value} ({OTHER_OP})", span, p]
             else:
                 out += [row["reduction_note"] or "-", "", ""]
         out.append(row["status_text"])

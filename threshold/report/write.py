@@ -174,6 +174,7 @@ def write_report(
                 **{key: est.get(key) for key in _HEADLINE},
                 "reduction": s["reduction"],
                 "reduction_note": s["reduction_note"],
+                "size_ratio": s["size_ratio"],
             }
         )
     plotly_div, plotly_src = None, None
