@@ -53,6 +53,7 @@ def test_analyze_writes_figures_and_stores_the_summary(studies):
     study = optuna.load_study(study_name=names["scratch"], storage=url)
     stored = load_analyses(study)[report["trial"]]
     assert stored["separation"] == report["summary"]["separation"]
+    assert stored["cyclic"] == report["embedding"]["cyclic"]["value"]
 
 
 def test_analyze_compare_at_matched_size(studies):

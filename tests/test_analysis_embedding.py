@@ -8,6 +8,7 @@ import pytest
 
 from threshold.analysis import (
     cosine_similarity,
+    cyclic,
     embedding_scores,
     listops_labelings,
     ordering,
@@ -96,6 +97,47 @@ def test_planted_line_is_ordered_and_random_is_not():
     assert ordering(line[::-1]).value == pytest.approx(score.value)
     random_score = ordering(isotropic(20))
     assert random_score.value < random_score.null_p95
+
+
+def circle(n, step=1, d=D, noise=0.0, seed=0):
+    """The values 0..n-1 on a circle, value v at angle 2 pi step v / n, in a random plane."""
+    rng = np.random.default_rng(seed)
+    plane, _ = np.linalg.qr(rng.normal(size=(d, 2)))  # (d, 2) orthonormal
+    angle = 2 * np.pi * step * np.arange(n) / n
+    points = np.stack([np.cos(angle), np.sin(angle)], axis=1) @ plane.T  # (n, d)
+    return points + noise * rng.normal(size=(n, d))
+
+
+def test_a_clock_is_cyclic_and_the_paper_scores_miss_it():
+    """Digits on a circle in order (modular addition's clock): share 1 at k = 1, far beyond the
+    null, while parity and mod-5 classes, alternating round it, do not separate."""
+    emb = circle(10, noise=0.02)
+    score, k = cyclic(emb)
+    assert k == 1 and score.value > 0.99 and score.vs_p95 > 1.5 and score.p_value < 0.002
+    scores = embedding_scores(emb, "listops", 10)
+    assert scores["cyclic"]["frequency"] == 1
+    assert scores["cyclic"]["value"] == pytest.approx(score.value, abs=1e-4)
+    for name in ("parity", "mod5"):
+        assert scores["separation"][name]["vs_p95"] < 0.1, name
+    # Stepping round the circle by 3 (coprime to 10) is the same structure at frequency 3.
+    assert cyclic(circle(10, step=3, noise=0.02))[1] == 3
+
+
+def test_a_line_is_ordered_not_cyclic():
+    """An ordered line puts a share of 0.64 on k = 1 (a ramp's spectrum), not the circle's 1:
+    the ordering score, not the cyclic one, is what marks it."""
+    rng = np.random.default_rng(1)
+    line = np.arange(10)[:, None] * rng.normal(size=D)
+    score, k = cyclic(line)
+    assert k == 1 and score.value == pytest.approx(0.64, abs=0.01)
+    assert ordering(line).value == pytest.approx(1.0)
+
+
+def test_cyclic_null_is_calibrated_on_random_embeddings():
+    ps = np.array([cyclic(isotropic(10, seed=s), n_null=200, seed=s)[0].p_value
+                   for s in range(200)])  # fmt: skip
+    assert 0.01 <= np.mean(ps < 0.05) <= 0.11
+    assert 0.35 <= np.mean(ps < 0.5) <= 0.65
 
 
 def test_ordering_matches_scipy_spearman():
@@ -199,6 +241,7 @@ def test_scores_are_invariant_to_rotation_and_scale():
     for name, score in a["separation"].items():
         assert b["separation"][name] == pytest.approx(score, rel=1e-3), name
     assert b["ordering"] == pytest.approx(a["ordering"], rel=1e-3)
+    assert b["cyclic"] == pytest.approx(a["cyclic"], rel=1e-3)
 
 
 @pytest.mark.parametrize(
@@ -210,6 +253,7 @@ def test_scores_are_invariant_to_rotation_and_scale():
         (lambda: separation(isotropic(6), [0, 1]), "labels for 6"),
         (lambda: separation(isotropic(6), [0, 1] * 3, n_null=5), "n_null 5"),
         (lambda: pca(isotropic(6), 0), "n_components 0"),
+        (lambda: cyclic(isotropic(3)), "3 values"),
         (lambda: cosine_similarity(np.ones(5)), "shape (5,)"),
         (lambda: perm_labelings(9), "degree 9"),
     ],

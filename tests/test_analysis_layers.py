@@ -85,4 +85,5 @@ def test_analyze_model_summary_is_small_json(model, data):
     head = summary(scores)
     assert set(head["separation"]) >= {"parity", "random"}
     assert 0 <= head["ordering"] <= 1
+    assert 0 < head["cyclic"] <= 1 and 1 <= head["cyclic_frequency"] <= data.config.n // 2
     assert len(__import__("json").dumps(head)) < 2000  # fits an RDB attribute

@@ -1,9 +1,9 @@
 """Number embeddings: cosine similarity, PCA, and how well a labelling separates the values.
 
 The input is the (n_values, d) matrix of value-token embeddings, one row per value in vocabulary
-order. Jointly trained models arrange these rows by number properties (ordering, parity, residue
-mod m); single-task ADD models do not. Two scores measure that, both on the principal components
-(PCs) of the rows, so they do not depend on d, on the embedding scale or on a rotation:
+order. The paper finds jointly trained models arrange these rows by number properties (ordering,
+parity, residue mod m) and single-task ADD models not. Three scores measure structure, none of them
+dependent on d, on the embedding scale or on a rotation:
 
 - **Separation** of a labelling (parity, residue mod m, sign of a permutation, ...): the
   Calinski-Harabasz ratio of the points in the top ``n_components`` PCs,
@@ -13,6 +13,15 @@ mod m); single-task ADD models do not. Two scores measure that, both on the prin
   unstructured labels near 1 whatever n, K and the number of PCs; tight, distant classes give
   large values.
 - **Ordering**: ``|Spearman rho|`` between the first PC and the value, in [0, 1].
+- **Cyclic order** (the clock): the values on a circle in their order, or stepping round it by k,
+  the representation of modular addition found in small transformers. Parity and residue classes
+  alternate round such a circle, so their centroids coincide and separation scores near 0, and a
+  circle has no single ordering axis; the score that sees it is Fourier: with the rows centred and
+  ``F_k = sum_v x_v exp(-2 pi i k v / n)``, the share of the rows' variance on the strongest
+  frequency, ``max_k P_k / sum_k P_k`` with ``P_k = |F_k|^2 + |F_{n-k}|^2`` (one term for k = n/2),
+  k = 1..n/2. It is 1 for points on one circle; unstructured rows hold about 2/n on each
+  frequency, and the strongest of them (the null) about 0.4 for n = 10, 95th percentile 0.56. The
+  strongest k is reported beside it. Listops only: permutations have no cyclic order.
 
 A bare score does not say whether it is high: ten points in a few PCs separate well by chance.
 Each score therefore comes with a permutation null, the same score for ``n_null`` random
@@ -41,6 +50,7 @@ __all__ = [
     "PCAResult",
     "Score",
     "cosine_similarity",
+    "cyclic",
     "embedding_scores",
     "listops_labelings",
     "ordering",
@@ -146,6 +156,25 @@ def ordering(
     return _score(value, null)
 
 
+def cyclic(emb: np.ndarray, n_null: int = N_NULL, seed: Seed = 0) -> tuple[Score, int]:
+    """Variance share of the strongest Fourier frequency over the rows' order (module docstring),
+    with its null (the rows shuffled), and that frequency k in 1..n/2."""
+    emb = _matrix(emb)
+    coords = pca(emb, emb.shape[0]).coords  # (n, c): every PC, so nothing is lost
+    n = coords.shape[0]
+    if n < 4:
+        raise ConfigError(f"{n} values have one frequency only: the cyclic score needs 4 or more")
+    shares = _fourier_shares(coords[None])[0]  # (n // 2,)
+    rng = np.random.default_rng(seed)
+    orders = rng.permuted(np.tile(np.arange(n), (_n_null(n_null), 1)), axis=1)  # (P, n)
+    chunk = max(1, 2**24 // (n * coords.shape[1]))  # about 128 MiB of coordinates at a time
+    null = np.concatenate(
+        [_fourier_shares(coords[orders[i : i + chunk]]).max(axis=1)
+         for i in range(0, len(orders), chunk)]
+    )  # fmt: skip
+    return _score(float(shares.max()), null), int(shares.argmax()) + 1
+
+
 def listops_labelings(n: int) -> dict[str, np.ndarray]:
     """Labellings of the values 0..n-1: ``parity`` (value mod 2, for every n) and ``mod{m}``.
 
@@ -221,7 +250,8 @@ def embedding_scores(
 
     Separation is scored for each labelling of the testbed and for ``random``, a control drawn
     once from ``seed`` with the class sizes of parity (listops) or sign (perm): it should fall
-    within its null. Ordering is scored for listops only (permutations have no order).
+    within its null. Ordering and cyclic order are scored for listops only (permutations have no
+    order).
     """
     emb = _matrix(emb)
     if testbed == "listops":
@@ -250,12 +280,16 @@ def embedding_scores(
         "explained_variance_ratio": [_round(v, 4) for v in fitted.explained_variance_ratio],
         "separation": {},
         "ordering": None,
+        "cyclic": None,
     }
     for name, labels in labelings.items():
         score = separation(emb, labels, n_components, n_null, rng)
         out["separation"][name] = score.to_dict() | {"classes": len(np.unique(labels))}
     if testbed == "listops":
         out["ordering"] = ordering(emb, np.arange(n), n_null, rng).to_dict()
+        if n >= 4:
+            score, k = cyclic(emb, n_null, rng)
+            out["cyclic"] = score.to_dict() | {"frequency": k}
     return out
 
 
@@ -312,6 +346,19 @@ def _score(value: float, null: np.ndarray) -> Score:
         z=(float(value) - float(null.mean())) / std if std > 0 else math.nan,
         p_value=float((1 + np.sum(null >= value - 1e-9 * abs(value))) / (1 + len(null))),
     )
+
+
+def _fourier_shares(x: np.ndarray) -> np.ndarray:
+    """(P, n, c) row sets -> (P, n // 2) share of each set's variance on frequency k = 1..n/2."""
+    n = x.shape[1]
+    x = x - x.mean(axis=1, keepdims=True)
+    power = (np.abs(np.fft.rfft(x, axis=1)) ** 2).sum(axis=-1)[:, 1:]  # (P, n // 2)
+    pairs = np.full(power.shape[1], 2.0)  # rfft keeps k of the pair (k, n - k): count both ...
+    if n % 2 == 0:
+        pairs[-1] = 1.0  # ... except k = n/2, its own pair
+    power = power * pairs
+    total = power.sum(axis=1, keepdims=True)  # (P, 1)
+    return power / np.where(total > 0, total, 1.0)
 
 
 def _unit(v: np.ndarray) -> np.ndarray:

@@ -42,11 +42,16 @@ def analyze_model(
 
 
 def summary(scores: dict) -> dict:
-    """The headline numbers: separation ratios to the null's 95th percentile, ordering, usage."""
+    """The headline numbers: separation ratios to the null's 95th percentile, ordering, cyclic
+    order (variance share, its ratio to the null's 95th percentile, frequency), usage."""
     emb = scores["embedding"]
+    cyclic = emb.get("cyclic") or {}  # None for perm, absent from analyses older than the score
     out = {
         "separation": {k: round(v["vs_p95"], 3) for k, v in emb["separation"].items()},
         "ordering": None if emb["ordering"] is None else round(emb["ordering"]["value"], 3),
+        "cyclic": cyclic.get("value"),
+        "cyclic_vs_p95": cyclic.get("vs_p95"),
+        "cyclic_frequency": cyclic.get("frequency"),
         "attn_share": round(scores["layer_usage"]["attn_share_all"], 3),
         "ablation": {
             "intact": scores["ablation"]["intact"],

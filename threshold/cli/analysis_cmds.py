@@ -221,6 +221,8 @@ def _print_analyses(reports: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from threshold.report.text import cyclic_words
+
     table = Table(title="separation: score / null 95th percentile (> 1: beyond chance)")
     table.add_column("")
     for r in reports:
@@ -233,6 +235,8 @@ def _print_analyses(reports: list[dict]) -> None:
         table.add_row(name, *[f"{h['separation'].get(name, float('nan')):.2f}" for h in heads])
     if heads[0]["ordering"] is not None:
         table.add_row("ordering |rho|", *[f"{h['ordering']:.2f}" for h in heads])
+    if heads[0].get("cyclic") is not None:
+        table.add_row("cyclic share (k; / null)", *[cyclic_words(h) for h in heads])
     table.add_row("attention share", *[f"{h['attn_share']:.2f}" for h in heads])
     table.add_row("acc, attention zeroed", *[f"{h['ablation']['attn']:.2f}" for h in heads])
     table.add_row("acc, MLP zeroed", *[f"{h['ablation']['mlp']:.2f}" for h in heads])

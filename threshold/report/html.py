@@ -13,6 +13,7 @@ from threshold.report.text import (
     GRID_WORDS,
     SIZE_RATIO_WORDS,
     comparison_rows,
+    cyclic_words,
     duration,
     efficiency_rows,
     interval,
@@ -155,6 +156,14 @@ def _analyses_section(results: dict) -> str:
                     for k, v in sep.items()]  # fmt: skip
             if summ.get("ordering") is not None:
                 rows.append(["ordering: |Spearman rho|, PC1 and value", f"{summ['ordering']:.2f}"])
+            if summ.get("cyclic") is not None:
+                rows.append(
+                    [
+                        "cyclic order: variance share on one Fourier frequency k of the "
+                        "value (share / null 95th percentile)",
+                        cyclic_words(summ),
+                    ]
+                )
             if summ.get("attn_share") is not None:
                 rows.append(["attention share of the updates", f"{summ['attn_share']:.2f}"])
             abl = summ.get("ablation") or {}

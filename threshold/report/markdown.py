@@ -6,6 +6,7 @@ from threshold.report.text import (
     GRID_WORDS,
     SIZE_RATIO_WORDS,
     comparison_rows,
+    cyclic_words,
     efficiency_rows,
     interval,
     number,
@@ -90,7 +91,7 @@ def render_markdown(results: dict) -> str:
     if analysed:
         names = sorted({k for _, a in analysed for k in (a["summary"].get("separation") or {})})
         header = ["study", "trial", "d", "accuracy", *[f"sep. {n}" for n in names],
-                  "ordering", "attention share"]  # fmt: skip
+                  "ordering", "cyclic (k)", "attention share"]  # fmt: skip
         rows = []
         for s, a in analysed:
             summ = a["summary"]
@@ -98,12 +99,19 @@ def render_markdown(results: dict) -> str:
             rows.append(
                 [s["label"], str(a["trial"]), str(a["d_model"]), number(a["accuracy"], 3)]
                 + [number(sep.get(n), 2) for n in names]
-                + [number(summ.get("ordering"), 2), number(summ.get("attn_share"), 2)]
+                + [
+                    number(summ.get("ordering"), 2),
+                    cyclic_words(summ),
+                    number(summ.get("attn_share"), 2),
+                ]
             )
         lines.extend(markdown_table(header, rows))
         lines.append("")
         lines.append("Separation: score over its permutation null's 95th percentile (> 1: beyond "
-                     "chance). Figures are in `index.html`.")  # fmt: skip
+                     "chance). Cyclic: share of the digit embeddings' variance on one Fourier "
+                     "frequency k of the value (1: the digits on a circle in order, stepping by "
+                     "k), with its ratio to the null's 95th percentile. Figures are in "
+                     "`index.html`.")  # fmt: skip
     else:
         lines.append("No analysed trials.")
     lines.append("")

@@ -7,6 +7,7 @@ __all__ = [
     "OTHER_OP",
     "SIZE_RATIO_WORDS",
     "comparison_rows",
+    "cyclic_words",
     "duration",
     "efficiency_rows",
     "factor",
@@ -54,6 +55,14 @@ def duration(seconds) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def cyclic_words(summary: dict) -> str:
+    """An analysis summary's cyclic score as one cell: ``0.98 (k = 1; 1.75x null)``."""
+    if summary.get("cyclic") is None:
+        return "-"
+    return (f"{summary['cyclic']:.2f} (k = {summary['cyclic_frequency']}; "
+            f"{summary['cyclic_vs_p95']:.2f}x null)")  # fmt: skip
 
 
 def factor(r: dict | None) -> tuple[str, str, str]:
