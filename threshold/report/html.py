@@ -16,6 +16,7 @@ from threshold.report.text import (
     cyclic_words,
     duration,
     efficiency_rows,
+    factor,
     interval,
     number,
     settings_rows,
@@ -98,23 +99,13 @@ def _study_section(s: dict, results: dict) -> str:
                 f"<b>near the transition</b> (within 1.5x in d): {near}; about "
                 f"{est['seed_spread']['runs_for_precision']:.0f} runs for the study's precision"
             )
-        if s["reduction"] is not None:
-            r = s["reduction"]
-            lo, hi = r["interval"]
-            items.append(
-                f"<b>reduction vs baseline</b>: {r['factor']:.2f}x (90% interval {lo:.2f} - "
-                f"{hi:.2f}; P(smaller than the baseline) = {r['p_above_1']:.3f})"
-            )
-        elif s["reduction_note"]:
+        if s["reduction"] is None and s["reduction_note"]:
             items.append(f"<b>reduction vs baseline</b>: {escape(s['reduction_note'])}")
-        if s["size_ratio"] is not None:
-            r = s["size_ratio"]
-            lo, hi = r["interval"]
-            items.append(
-                f"<b>size ratio</b>: the baseline's op needs {r['factor']:.2f}x this op's size "
-                f"(90% interval {lo:.2f} - {hi:.2f}; P(this op's is the smaller) = "
-                f"{r['p_above_1']:.3f})"
-            )
+        for key, words in (("reduction", "reduction vs baseline"), ("size_ratio", "size ratio")):
+            if s[key] is not None:
+                value, span, p = factor(s[key])
+                items.append(f"<b>{words}</b>: {value} (90% interval {span}; P(smaller than the "
+                             f"baseline) = {p})")  # fmt: skip
         items.append(f'<span class="status-ok">{escape(s["status_text"])}</span>'
                      + (" (estimate recomputed: the stored one predates the last run)"
                         if s["estimate_source"] == "recomputed" else ""))  # fmt: skip
