@@ -66,6 +66,44 @@ def test_analyze_compare_at_matched_size(studies):
     assert (a["study"], b["study"]) == (names["scratch"], names["pretrained"])
 
 
+def test_survey_scores_every_run_above_the_accuracy_and_stores_nothing(studies):
+    from threshold.analysis import embedding_scores
+    from threshold.analysis.layers import number_embeddings
+    from threshold.search.study import trial_checkpoint
+    from threshold.tasks import load_task_data
+
+    cwd, url, names = studies
+    study = optuna.load_study(study_name=names["scratch"], storage=url)
+    before = (study.user_attrs, [t.user_attrs for t in study.get_trials()])
+    proc = threshold(["survey", names["scratch"], "--min-accuracy", "0", "--storage", url,
+                      "--json"], cwd)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (result,) = json.loads(proc.stdout)
+    done = study.get_trials(states=[optuna.trial.TrialState.COMPLETE])
+    assert [r["trial"] for r in result["runs"]] == [t.number for t in done]
+    assert result["summary"]["n_runs"] == len(done) == 3
+    # A run's scores are those of its checkpoint's digit embeddings (the same seed of the nulls).
+    row = result["runs"][-1]
+    ckpt = trial_checkpoint(study, row["trial"], url)
+    data = load_task_data(ckpt.task_config, cwd / "cache")
+    scores = embedding_scores(number_embeddings(ckpt.build_model(), data.vocab), "listops", 5)
+    assert row["cyclic"] == scores["cyclic"]["value"]
+    assert row["cyclic_frequency"] == scores["cyclic"]["frequency"] in (1, 2)
+    assert row["ordering"] == scores["ordering"]["value"]
+    assert row["separation"] == {k: v["vs_p95"] for k, v in scores["separation"].items()}
+    assert 0 < row["attn_share"] < 1
+    cyclic = result["summary"]["cyclic"]
+    assert cyclic["min"] <= cyclic["median"] <= cyclic["max"]
+    # Only the runs at or above --min-accuracy are scored.
+    middle = sorted(t.value for t in done)[1]
+    proc = threshold(["survey", names["scratch"], "--min-accuracy", str(middle), "--storage",
+                      url, "--json"], cwd)  # fmt: skip
+    (above,) = json.loads(proc.stdout)
+    assert {r["trial"] for r in above["runs"]} == {t.number for t in done if t.value >= middle}
+    study = optuna.load_study(study_name=names["scratch"], storage=url)
+    assert (study.user_attrs, [t.user_attrs for t in study.get_trials()]) == before
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -75,6 +113,7 @@ def test_analyze_compare_at_matched_size(studies):
         (["analyze", "{scratch}", "--largest", "--trial", "0"], "choose one of"),
         (["analyze", "--compare", "{scratch}"], "--compare takes two"),
         (["analyze", "--compare", "{scratch}", "{pretrained}", "--match", "x"], "--match 'x'"),
+        (["survey", "{scratch}", "--min-accuracy", "-0.5"], "--min-accuracy -0.5"),
         (
             ["find", "--tasks", "mul", "--testbed", "perm", "--mod", "3", "--pretrain", "max"],
             "op 'max' does not exist for testbed 'perm'",

@@ -78,6 +78,8 @@ CASES = {
         ["analyze", "--checkpoint", "{tmp}/missing.ckpt"],
         "missing.ckpt' cannot be read",
     ),
+    "survey: accuracy above 1": (["survey", "existing", "--min-accuracy", "2"], "--min-accuracy 2"),
+    "survey: unknown study": (["survey", "nope"], "'nope' is not in this storage"),
     # Suite files (`threshold run studies/X.toml`, issue 6) add their cases here: a missing file,
     # TOML that does not parse, an unknown key, a study of the suite with a bad setting.
 }

@@ -3,19 +3,23 @@
 The glue between the stored studies (through :mod:`threshold.search`, the only layer that touches
 storage) and the array-level analyses: ``threshold analyze`` and ``threshold run`` both call these.
 Figures and ``scores.json`` go to a folder; the summary of a trial's analysis is stored on its
-study (:func:`threshold.search.results.save_analysis`).
+study (:func:`threshold.search.results.save_analysis`). :func:`survey` scores every learned run of
+a study instead of one, and stores nothing: one run can be an accident, a study's runs are a sample.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import optuna
 
+from threshold.analysis.embedding import embedding_scores
 from threshold.analysis.figures import ablation_figure, embedding_figure, layer_usage_figure
 from threshold.analysis.inspect_model import analyze_model, summary
-from threshold.analysis.layers import number_embeddings
+from threshold.analysis.layers import layer_usage, number_embeddings
 from threshold.checkpoint import Checkpoint
 from threshold.errors import ConfigError, ThresholdError
 from threshold.model import param_count
@@ -24,7 +28,7 @@ from threshold.search.sampler import PARAM
 from threshold.search.study import trial_checkpoint
 from threshold.tasks import load_task_data
 
-__all__ = ["analyze_checkpoint", "analyze_trial", "matched_pair"]
+__all__ = ["analyze_checkpoint", "analyze_trial", "matched_pair", "survey"]
 
 
 def analyze_checkpoint(
@@ -110,3 +114,83 @@ def matched_pair(
     ]
     a, b = min(pairs, key=lambda p: (abs(p[0].value - p[1].value), -min(p[0].value, p[1].value)))
     return a.number, b.number
+
+
+def survey(
+    study: optuna.Study,
+    url: str | None,
+    min_accuracy: float = 0.7,
+    seed: int = 0,
+    cache_dir: Path | None = None,
+    on_run: Callable[[int, int], None] | None = None,
+) -> dict:
+    """Embedding scores and attention share of every completed run of ``study`` whose measured
+    accuracy is at least ``min_accuracy``, with medians and counts; nothing is stored.
+
+    Each run's scores are :func:`~threshold.analysis.embedding.embedding_scores` (ratios to the
+    null's 95th percentile for separation, the values for ordering and cyclic order) and the
+    attention share of the residual updates on 500 test sequences of the measured op (no
+    ablation, no figures: seconds a run). ``on_run(done, total)`` follows the progress.
+    """
+    if not 0.0 <= min_accuracy <= 1.0:
+        raise ConfigError(f"--min-accuracy {min_accuracy} is not allowed: use 0 to 1")
+    chosen = [t for t in runs(study) if t.value >= min_accuracy]
+    rows, data = [], None
+    for i, t in enumerate(chosen):
+        ckpt = trial_checkpoint(study, t.number, url)
+        task = ckpt.task_config
+        data = data if data is not None and data.config == task else load_task_data(task, cache_dir)
+        model = ckpt.build_model()
+        emb = embedding_scores(number_embeddings(model, data.vocab), task.testbed, task.n, seed)
+        usage = layer_usage(model, data.test[task.measured_op], data.vocab.pad_id, seed=seed,
+                            max_sequences=500)  # fmt: skip
+        cyclic = emb["cyclic"] or {}
+        rows.append(
+            {
+                "trial": t.number,
+                "d_model": t.params[PARAM],
+                "accuracy": t.value,
+                "separation": {k: v["vs_p95"] for k, v in emb["separation"].items()},
+                "ordering": (emb["ordering"] or {}).get("value"),
+                "ordering_vs_p95": (emb["ordering"] or {}).get("vs_p95"),
+                "cyclic": cyclic.get("value"),
+                "cyclic_vs_p95": cyclic.get("vs_p95"),
+                "cyclic_frequency": cyclic.get("frequency"),
+                "attn_share": usage["attn_share_all"],
+            }
+        )
+        if on_run is not None:
+            on_run(i + 1, len(chosen))
+    return {
+        "study": study.study_name,
+        "min_accuracy": min_accuracy,
+        "runs": rows,
+        "summary": _survey_summary(rows),
+    }
+
+
+def _survey_summary(rows: list[dict]) -> dict:
+    """Median and range of each score, and how many runs lie beyond their null's 95th percentile."""
+
+    def spread(key: str) -> dict | None:
+        values = [r[key] for r in rows if r[key] is not None]
+        if not values:
+            return None
+        return {"median": float(np.median(values)), "min": min(values), "max": max(values)}
+
+    def beyond(values: list) -> int:
+        return sum(1 for v in values if v is not None and v > 1)
+
+    labels = rows[0]["separation"] if rows else {}
+    return {
+        "n_runs": len(rows),
+        **{key: spread(key) for key in ("ordering", "cyclic", "attn_share")},
+        "beyond_null": {
+            "ordering": beyond([r["ordering_vs_p95"] for r in rows]),
+            "cyclic": beyond([r["cyclic_vs_p95"] for r in rows]),
+            **{f"separation {k}": beyond([r["separation"][k] for r in rows]) for k in labels},
+        },
+        "cyclic_frequencies": sorted(
+            r["cyclic_frequency"] for r in rows if r["cyclic_frequency"] is not None
+        ),
+    }

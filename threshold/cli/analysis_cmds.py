@@ -244,3 +244,87 @@ def _print_analyses(reports: list[dict]) -> None:
     console.print(table)
     for r in reports:
         console.print(f"figures: {', '.join(r['figures'])}")
+
+
+@app.command()
+def survey(
+    studies: Annotated[list[str], typer.Argument(help="Study names.")],
+    min_accuracy: Annotated[
+        float, typer.Option(help="Score the runs whose measured accuracy is at least this.")
+    ] = 0.7,
+    seed: Annotated[int, typer.Option(help="Seed of the permutation nulls.")] = 0,
+    threads: Annotated[int, typer.Option(help="Torch threads.")] = 1,
+    storage: Storage = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON list.")] = False,
+    cache_dir: CacheDir = None,
+) -> None:
+    """Embedding structure and attention share of every learned run of studies; stores nothing."""
+
+    def body():
+        import torch
+        from rich.progress import Progress
+
+        from threshold.analysis.studies import survey as survey_study
+        from threshold.errors import ConfigError
+        from threshold.search.study import load_study, open_storage
+
+        if threads < 1:
+            raise ConfigError(f"--threads {threads} is not allowed: use 1 or more")
+        torch.set_num_threads(threads)
+        storage_obj = open_storage(storage, create=False)
+        loaded = [load_study(name, storage_obj)[0] for name in studies]  # all checked first
+        results = []
+        with Progress(disable=as_json, transient=True) as progress:
+            for study in loaded:
+                bar = progress.add_task(f"scoring {study.study_name}", total=None)
+
+                def advance(done: int, total: int, bar=bar) -> None:
+                    progress.update(bar, completed=done, total=total)
+
+                results.append(
+                    survey_study(study, storage, min_accuracy, seed, cache_dir, on_run=advance)
+                )
+        if as_json:
+            typer.echo(json.dumps(results))
+        else:
+            for result in results:
+                _print_survey(result)
+
+    run_guarded(body)
+
+
+def _print_survey(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    rows, summ = result["runs"], result["summary"]
+    table = Table(
+        title=f"{result['study']}: {summ['n_runs']} runs with accuracy >= "
+        f"{result['min_accuracy']:g} (separation: score / null 95th percentile; cyclic: "
+        "variance share on frequency k)"
+    )
+    labels = list(rows[0]["separation"]) if rows else []
+    for column in ("trial", "d", "acc", *labels, "order", "cyclic", "k", "attn"):
+        table.add_column(column, justify="right")
+    for r in rows:
+        ordering, cyclic = (
+            "-" if r[key] is None else f"{r[key]:.2f}" for key in ("ordering", "cyclic")
+        )
+        table.add_row(
+            str(r["trial"]), str(r["d_model"]), f"{r['accuracy']:.3f}",
+            *[f"{r['separation'][k]:.2f}" for k in labels], ordering, cyclic,
+            str(r["cyclic_frequency"] or "-"),
+            f"{r['attn_share']:.2f}",
+        )  # fmt: skip
+    console = Console()
+    console.print(table)
+    words = []
+    for key, name in (("ordering", "ordering"), ("cyclic", "cyclic share"),
+                      ("attn_share", "attention share")):  # fmt: skip
+        if summ[key] is not None:
+            s = summ[key]
+            words.append(f"{name} median {s['median']:.2f} ({s['min']:.2f} - {s['max']:.2f})")
+    beyond = ", ".join(f"{k} {v}" for k, v in summ["beyond_null"].items())
+    if rows:
+        console.print("; ".join(words))
+        console.print(f"runs beyond their null's 95th percentile: {beyond}")
