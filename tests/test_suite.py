@@ -61,6 +61,10 @@ steps = 40
 study = "a"
 pick = "largest"
 
+[[survey]]
+study = "b"
+min_accuracy = 0.0
+
 [[report]]
 name = "b-vs-a"
 baseline = "b"
@@ -249,6 +253,10 @@ BAD = {
                          ["'baseline'", "'c'", "use one of a, b"]),
     "analysis of an unknown study": (GOOD + '\n[[analysis]]\nstudy = "zz"\n', 16,
                                      ["'study'", "'zz'"]),
+    "survey of an unknown study": (GOOD + '\n[[survey]]\nstudy = "zz"\n', 16,
+                                   ["'study'", "'zz'"]),
+    "survey accuracy above 1": (GOOD + '\n[[survey]]\nstudy = "a"\nmin_accuracy = 80\n', 17,
+                                ["'min_accuracy'", "= 80", "use 0 to 1"]),
     "comparison with an unknown study": (
         GOOD + '\n[[comparison]]\nstudies = ["a", "zz"]\nmatch = "size"\n', 16,
         ["'studies'", "'zz'"]),
@@ -393,6 +401,11 @@ def test_tiny_suite_runs_every_step(tiny_runs):
     results = json.loads((out / "all" / "results.json").read_text())
     (entry,) = [s for s in results["studies"] if s["name"] == first["studies"][0]["study"]]
     assert [a["trial"] for a in entry["analyses"]] == [trial["trial"]]  # the analysis is in it
+    (survey,) = first["surveys"]
+    scored = json.loads((cwd / survey["file"]).read_text())
+    assert survey["status"] == "done" and survey["study"] == "b" and survey["ran"]
+    assert scored["study"] == first["studies"][1]["study"] and len(scored["runs"]) == 3
+    assert survey["summary"] == scored["summary"]
     assert len(results["transfer"]) == 1
 
 
@@ -408,6 +421,9 @@ def test_the_report_records_the_suite_file_and_commit(tiny_runs):
     readme = (out / "README.md").read_text()
     assert "tiny.toml" in readme
     # Each report's transitions, as the report's own comparison rows have them.
+    (survey,) = record["surveys"]
+    row = next(x for x in readme.split("### Surveys")[1].splitlines() if x.startswith("| b |"))
+    assert f"| {survey['summary']['n_runs']} |" in row
     for report in record["reports"]:
         assert f"### {report['name']} (baseline " in readme
         for row in report["comparison"]:
@@ -423,6 +439,7 @@ def test_second_run_trains_nothing_and_is_fast(tiny_runs):
     assert all(s["status"] == "done (budget)" for s in second["studies"])
     assert not second["transfers"][0]["ran"]
     assert not any(t["ran"] for a in second["analyses"] for t in a["trials"])
+    assert [v["ran"] for v in second["surveys"]] == [False]  # the same runs: the file is kept
     assert second_s < first_s / 2 and second_s < 60, (first_s, second_s)
 
 

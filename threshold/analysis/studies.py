@@ -28,7 +28,9 @@ from threshold.search.sampler import PARAM
 from threshold.search.study import trial_checkpoint
 from threshold.tasks import load_task_data
 
-__all__ = ["analyze_checkpoint", "analyze_trial", "matched_pair", "survey"]
+__all__ = ["SURVEY_FORMAT", "analyze_checkpoint", "analyze_trial", "matched_pair", "survey"]
+
+SURVEY_FORMAT = "threshold-survey/1"  # changes when a survey's scores do: older files are redone
 
 
 def analyze_checkpoint(
@@ -162,6 +164,7 @@ def survey(
         if on_run is not None:
             on_run(i + 1, len(chosen))
     return {
+        "format": SURVEY_FORMAT,
         "study": study.study_name,
         "min_accuracy": min_accuracy,
         "runs": rows,

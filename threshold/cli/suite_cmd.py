@@ -147,6 +147,11 @@ class _Printer:
             self.say(f"analysis {label} trial {info['trial']}: done")
         elif kind == "analysis_failed":
             self.say(f"analysis {label} ({info['how']}): not done: {info['error']}")
+        elif kind == "survey":
+            done = "scored" if info["ran"] else "scored before"
+            self.say(f"survey {label}: {info['runs']} runs {done} ({info['file']})")
+        elif kind == "survey_failed":
+            self.say(f"survey {label}: not done: {info['error']}")
         elif kind == "report":
             self.say(f"report {label}: {info['folder']}/index.html")
 
@@ -182,6 +187,8 @@ def _print_plan(planned: dict, suite, workers: int | None) -> None:
         console.print(
             f"comparison {' vs '.join(c['studies'])} (matched by {c['match']})", markup=False
         )
+    for v in planned["surveys"]:
+        console.print(f"survey {v['study']} (accuracy >= {v['min_accuracy']:g})", markup=False)
     for r in planned["reports"]:
         base = f", baseline {r['baseline']}" if r["baseline"] else ""
         console.print(
@@ -219,6 +226,9 @@ def _print_record(record: dict) -> None:
             f"analysis of {', '.join(a['studies'])} ({a['how']}) not done: {a['error']}",
             markup=False,
         )
+    for v in record.get("surveys", []):
+        if v["status"] != "done":
+            console.print(f"survey of {v['study']} not done: {v['error']}", markup=False)
     console.print(
         f"suite record: {Path(record['reports'][0]['folder']).parent / 'suite.json'}", markup=False
     )

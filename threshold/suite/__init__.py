@@ -15,6 +15,7 @@ from threshold.suite.spec import (
     Suite,
     SuiteError,
     SuiteStudy,
+    Survey,
     TransferSpec,
 )
 from threshold.suite.toml_lines import key_lines
@@ -27,6 +28,7 @@ __all__ = [
     "Suite",
     "SuiteError",
     "SuiteStudy",
+    "Survey",
     "TransferSpec",
     "key_lines",
     "load_suite",

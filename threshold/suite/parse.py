@@ -39,6 +39,7 @@ from threshold.suite.spec import (
     STR,
     STRS,
     STUDY_KEYS,
+    SURVEY_KEYS,
     TASK_KEYS,
     TOP_KEYS,
     TRANSFER_KEYS,
@@ -48,6 +49,7 @@ from threshold.suite.spec import (
     Suite,
     SuiteError,
     SuiteStudy,
+    Survey,
     TransferSpec,
 )
 from threshold.suite.toml_lines import KEY, find_line, key_lines, unquote
@@ -178,6 +180,7 @@ class _Parser:
             transfers=tuple(transfers),
             analyses=tuple(self.analyses(tables["analysis"], labels)),
             comparisons=tuple(self.comparisons(tables["comparison"], labels)),
+            surveys=tuple(self.surveys(tables["survey"], labels)),
             reports=(everything, *extra),
             source=self.text,
             lines=self.lines,
@@ -454,6 +457,21 @@ class _Parser:
                     f"key 'd' {where} = {entry['d']} is not allowed: use 1 or more",
                 )
             out.append(Analysis(study, pick, entry.get("d"), self.line("analysis", index)))
+        return out
+
+    def surveys(self, entries: list[tuple[int, dict]], labels: list[str]) -> list[Survey]:
+        out = []
+        for index, entry in entries:
+            where = self.table("survey", index, entry, SURVEY_KEYS)
+            study = self.require(entry, "study", "survey", index, where, 'study = "add"')
+            self.check_label(study, labels, self.line("survey", index, "study"), "study")
+            least = entry.get("min_accuracy", 0.7)
+            if not 0 <= least <= 1:
+                raise self.fail(
+                    self.line("survey", index, "min_accuracy"),
+                    f"key 'min_accuracy' {where} = {least} is not allowed: use 0 to 1",
+                )
+            out.append(Survey(study, float(least), self.line("survey", index)))
         return out
 
     def comparisons(self, entries: list[tuple[int, dict]], labels: list[str]) -> list[Comparison]:

@@ -41,6 +41,7 @@ from threshold.suite.spec import Analysis, Suite, SuiteError, SuiteStudy, Transf
 __all__ = [
     "ANALYSIS_DIR",
     "SUITE_JSON",
+    "SURVEY_DIR",
     "TRANSFER_DIR",
     "Event",
     "StudyState",
@@ -55,6 +56,7 @@ __all__ = [
 ANALYSIS_DIR = Path("studies/analysis")  # where `threshold analyze` writes and the report reads
 TRANSFER_DIR = Path("studies/transfer")  # one JSON per transfer experiment (its settings' hash)
 SUITE_JSON = "suite.json"  # the record of a suite's last run, in its reports folder
+SURVEY_DIR = "surveys"  # in the reports folder: one JSON per [[survey]], every scored run
 FORMAT = "threshold-suite/1"
 
 
@@ -204,6 +206,7 @@ def plan(suite: Suite, storage: str | None = None, only: list[str] | None = None
         "comparisons": [
             {"studies": list(c.studies), "match": c.match, "d": c.d} for c in selected.comparisons
         ],
+        "surveys": [{"study": v.study, "min_accuracy": v.min_accuracy} for v in selected.surveys],
         "reports": [
             {
                 "name": r.name,
@@ -249,6 +252,7 @@ def run_suite(
     for spec in selected.transfers:
         record["transfers"].append(_run_transfer(suite, spec, cache_dir, emit))
     record["analyses"] = _run_analyses(selected, db, url, analyze, emit, cache_dir)
+    record["surveys"] = _run_surveys(selected, db, url, analyze, emit, cache_dir)
     record["reports"] = _write_reports(suite, db, url, emit)
     record |= {
         "only": list(only) if only is not None else None,
@@ -442,6 +446,50 @@ def _run_analyses(
     return out
 
 
+def _run_surveys(
+    suite: Suite, db, url: str, analyze: bool, emit, cache_dir: Path | None
+) -> list[dict]:
+    """Every ``[[survey]]``: all learned runs of a study scored, each written to
+    ``<reports>/surveys/LABEL.json``; kept when that file already scores the same runs (the scores
+    are deterministic), redone when the study has new runs."""
+    from threshold.analysis.studies import SURVEY_FORMAT, survey
+    from threshold.search.results import runs
+
+    known = {s.study_name for s in db.get_all_studies()}
+    out = []
+    for spec in suite.surveys:
+        name = suite.study(spec.study).name
+        row = {"study": spec.study, "min_accuracy": spec.min_accuracy}
+        if not analyze or name not in known:
+            why = "analyses not asked for" if not analyze else f"no study yet for {spec.study!r}"
+            emit(Event("survey_failed", spec.study, {"error": why}))
+            out.append(row | {"status": "skipped", "error": why})
+            continue
+        study = optuna.load_study(study_name=name, storage=db)
+        path = suite.reports_dir / SURVEY_DIR / f"{spec.study}.json"
+        wanted = [t.number for t in runs(study) if t.value >= spec.min_accuracy]
+        try:
+            kept = json.loads(path.read_text())
+            same = (kept["format"], kept["min_accuracy"], [r["trial"] for r in kept["runs"]])
+            result = kept if same == (SURVEY_FORMAT, spec.min_accuracy, wanted) else None
+        except (OSError, ValueError, KeyError, TypeError):
+            result = None
+        ran = result is None
+        if ran:
+            try:
+                result = survey(study, url, spec.min_accuracy, cache_dir=cache_dir)
+            except ThresholdError as e:  # e.g. a run whose checkpoint is missing
+                emit(Event("survey_failed", spec.study, {"error": str(e)}))
+                out.append(row | {"status": "failed", "error": str(e)})
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write_atomic(path, json.dumps(result, indent=1))
+        info = {"runs": len(result["runs"]), "file": str(path), "ran": ran}
+        emit(Event("survey", spec.study, info))
+        out.append(row | {"status": "done", **info, "summary": result["summary"]})
+    return out
+
+
 # Reports -------------------------------------------------------------------------------------
 
 
@@ -499,6 +547,42 @@ def _headline(report: dict) -> list[str]:
     return [title, "", *markdown_table([*header, "status"], rows)]
 
 
+def _survey_table(surveys: list[dict]) -> list[str]:
+    """The surveys' summaries as a Markdown table: median (range) of each score over the runs."""
+    from collections import Counter
+
+    from threshold.report.markdown import markdown_table
+
+    def spread(s: dict | None) -> str:
+        return "-" if s is None else f"{s['median']:.2f} ({s['min']:.2f} - {s['max']:.2f})"
+
+    rows = []
+    for v in surveys:
+        summ = v["summary"]
+        beyond = summ["beyond_null"]
+        ks = Counter(summ["cyclic_frequencies"])
+        rows.append([
+            v["study"], f"{v['min_accuracy']:g}", str(summ["n_runs"]),
+            f"{spread(summ['ordering'])}; {beyond['ordering']} beyond",
+            f"{spread(summ['cyclic'])}; {beyond['cyclic']} beyond; k: "
+            + (", ".join(f"{k} ({n})" for k, n in sorted(ks.items())) or "-"),
+            spread(summ["attn_share"]),
+            ", ".join(f"{key.removeprefix('separation ')} {n}" for key, n in beyond.items()
+                      if key.startswith("separation ")),
+        ])  # fmt: skip
+    header = ["study", "accuracy at least", "runs", "ordering |rho|", "cyclic share",
+              "attention share", "separation beyond null"]  # fmt: skip
+    return [
+        "### Surveys",
+        "",
+        "Every run of the study at or above the accuracy, scored (`threshold survey`): median "
+        "(range) over the runs, and how many lie beyond their permutation null's 95th "
+        "percentile; k: the cyclic share's frequencies (runs). Every run: `surveys/STUDY.json`.",
+        "",
+        *markdown_table(header, rows),
+    ]
+
+
 def _write_record(suite: Suite, url: str, record: dict) -> dict:
     """``suite.json`` (what ran, from which file and commit), ``suite.toml`` and a README."""
     commit, dirty = _git_state()
@@ -537,6 +621,9 @@ def _write_record(suite: Suite, url: str, record: dict) -> dict:
     for r in record["reports"]:
         if r["status"] == "written":
             lines += ["", *_headline(r)]
+    surveys = [v for v in record.get("surveys", []) if v["status"] == "done"]
+    if surveys:
+        lines += ["", *_survey_table(surveys)]
     _write_atomic(out / "README.md", "\n".join(lines) + "\n")
     _write_atomic(out / SUITE_JSON, json.dumps(record, indent=1))
     return record

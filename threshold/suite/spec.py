@@ -4,8 +4,9 @@ A suite (``studies/NAME.toml``) is ``threshold find`` written down: each ``[[stu
 settings that ``find`` takes as options (``tasks``, ``measure``, ``mod``, ``steps``, ``budget``,
 ``d_hi``, ``pretrain``, ...) under a unique ``label``; a ``[defaults]`` table is merged into every
 study (a study's own value wins). ``[[transfer]]`` tables are ``threshold transfer`` experiments,
-``[[analysis]]`` and ``[[comparison]]`` tables are ``threshold analyze`` runs on the studies, and
-``[[report]]`` tables add reports with their own baseline to the report of every study.
+``[[analysis]]`` and ``[[comparison]]`` tables are ``threshold analyze`` runs on the studies,
+``[[survey]]`` tables ``threshold survey`` (every learned run of a study scored), and ``[[report]]``
+tables add reports with their own baseline to the report of every study.
 
 This module holds what a suite is: the keys each table takes with the kind of their values, and
 the checked result (:class:`Suite` and the dataclasses of its parts). Reading and checking a file
@@ -38,6 +39,7 @@ __all__ = [
     "Suite",
     "SuiteError",
     "SuiteStudy",
+    "Survey",
     "TransferSpec",
 ]
 
@@ -93,6 +95,7 @@ TRANSFER_KEYS = {
 }
 ANALYSIS_KEYS = {"study": STR, "pick": STR, "d": INT}
 COMPARISON_KEYS = {"studies": STRS, "match": STR, "d": INT}
+SURVEY_KEYS = {"study": STR, "min_accuracy": FLOAT}
 REPORT_KEYS = {"name": STR, "baseline": STR, "studies": STRS, "transfers": STRS}
 TOP_KEYS = {
     "name": STR,
@@ -107,6 +110,7 @@ TOP_KEYS = {
     "transfer": TABLES,
     "analysis": TABLES,
     "comparison": TABLES,
+    "survey": TABLES,
     "report": TABLES,
 }
 ARRAY_KEYS = {
@@ -114,6 +118,7 @@ ARRAY_KEYS = {
     "transfer": TRANSFER_KEYS,
     "analysis": ANALYSIS_KEYS,
     "comparison": COMPARISON_KEYS,
+    "survey": SURVEY_KEYS,
     "report": REPORT_KEYS,
 }
 LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")  # no commas: --only takes a comma list
@@ -187,6 +192,15 @@ class Comparison:
 
 
 @dataclass(frozen=True)
+class Survey:
+    """One ``[[survey]]``: ``threshold survey STUDY --min-accuracy A``."""
+
+    study: str  # label
+    min_accuracy: float = 0.7
+    line: int = 0
+
+
+@dataclass(frozen=True)
 class ReportSpec:
     """One report folder: studies (labels), transfer experiments (labels) and a baseline."""
 
@@ -211,6 +225,7 @@ class Suite:
     transfers: tuple[TransferSpec, ...] = ()
     analyses: tuple[Analysis, ...] = ()
     comparisons: tuple[Comparison, ...] = ()
+    surveys: tuple[Survey, ...] = ()
     reports: tuple[ReportSpec, ...] = ()  # the report of every study first
     source: str = field(default="", repr=False, compare=False)  # the file's text
     lines: dict = field(default_factory=dict, repr=False, compare=False)  # key_lines(source)
@@ -229,8 +244,8 @@ class Suite:
     def select(self, only: Iterable[str] | None) -> Suite:
         """The suite with only the studies and transfers labelled ``only`` (all when None).
 
-        Analyses and comparisons are kept when every study they name is kept; the reports stay
-        whole (they show every study of the suite that exists in the storage).
+        Analyses, comparisons and surveys are kept when every study they name is kept; the
+        reports stay whole (they show every study of the suite that exists in the storage).
         """
         if only is None:
             return self
@@ -248,4 +263,5 @@ class Suite:
             transfers=tuple(t for t in self.transfers if t.label in keep),
             analyses=tuple(a for a in self.analyses if a.study in keep),
             comparisons=tuple(c for c in self.comparisons if set(c.studies) <= keep),
+            surveys=tuple(v for v in self.surveys if v.study in keep),
         )
