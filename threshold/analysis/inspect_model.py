@@ -13,7 +13,7 @@ from threshold.errors import ConfigError
 from threshold.model import RecurrentTransformer
 from threshold.tasks import TaskData
 
-__all__ = ["analyze_model", "summary"]
+__all__ = ["analyze_model", "embedding_headline", "summary"]
 
 
 def analyze_model(
@@ -41,17 +41,32 @@ def analyze_model(
     }
 
 
-def summary(scores: dict) -> dict:
-    """The headline numbers: separation ratios to the null's 95th percentile, ordering, cyclic
-    order (variance share, its ratio to the null's 95th percentile, frequency), usage."""
-    emb = scores["embedding"]
-    cyclic = emb.get("cyclic") or {}  # None for perm, absent from analyses older than the score
-    out = {
-        "separation": {k: round(v["vs_p95"], 3) for k, v in emb["separation"].items()},
-        "ordering": None if emb["ordering"] is None else round(emb["ordering"]["value"], 3),
+def embedding_headline(emb: dict) -> dict:
+    """The few numbers of :func:`~threshold.analysis.embedding.embedding_scores` that tables show:
+    separation ratios to the null's 95th percentile, ordering and cyclic order (value, ratio to
+    the null's 95th percentile) and the cyclic frequency; None where a score is absent (ordering
+    and cyclic order for perm, cyclic order in analyses older than the score)."""
+    ordering, cyclic = emb["ordering"] or {}, emb.get("cyclic") or {}
+    return {
+        "separation": {k: v["vs_p95"] for k, v in emb["separation"].items()},
+        "ordering": ordering.get("value"),
+        "ordering_vs_p95": ordering.get("vs_p95"),
         "cyclic": cyclic.get("value"),
         "cyclic_vs_p95": cyclic.get("vs_p95"),
         "cyclic_frequency": cyclic.get("frequency"),
+    }
+
+
+def summary(scores: dict) -> dict:
+    """The headline numbers stored with an analysis: :func:`embedding_headline` (separation and
+    ordering to 3 decimals, no ordering ratio), attention share and ablation."""
+    head = embedding_headline(scores["embedding"])
+    out = {
+        "separation": {k: round(v, 3) for k, v in head["separation"].items()},
+        "ordering": None if head["ordering"] is None else round(head["ordering"], 3),
+        "cyclic": head["cyclic"],
+        "cyclic_vs_p95": head["cyclic_vs_p95"],
+        "cyclic_frequency": head["cyclic_frequency"],
         "attn_share": round(scores["layer_usage"]["attn_share_all"], 3),
         "ablation": {
             "intact": scores["ablation"]["intact"],

@@ -18,7 +18,7 @@ import optuna
 
 from threshold.analysis.embedding import embedding_scores
 from threshold.analysis.figures import ablation_figure, embedding_figure, layer_usage_figure
-from threshold.analysis.inspect_model import analyze_model, summary
+from threshold.analysis.inspect_model import analyze_model, embedding_headline, summary
 from threshold.analysis.layers import layer_usage, number_embeddings
 from threshold.checkpoint import Checkpoint
 from threshold.errors import ConfigError, ThresholdError
@@ -28,7 +28,14 @@ from threshold.search.sampler import PARAM
 from threshold.search.study import trial_checkpoint
 from threshold.tasks import load_task_data
 
-__all__ = ["SURVEY_FORMAT", "analyze_checkpoint", "analyze_trial", "matched_pair", "survey"]
+__all__ = [
+    "SURVEY_FORMAT",
+    "analyze_checkpoint",
+    "analyze_trial",
+    "matched_pair",
+    "survey",
+    "survey_trials",
+]
 
 SURVEY_FORMAT = "threshold-survey/1"  # changes when a survey's scores do: older files are redone
 
@@ -134,9 +141,7 @@ def survey(
     attention share of the residual updates on 500 test sequences of the measured op (no
     ablation, no figures: seconds a run). ``on_run(done, total)`` follows the progress.
     """
-    if not 0.0 <= min_accuracy <= 1.0:
-        raise ConfigError(f"--min-accuracy {min_accuracy} is not allowed: use 0 to 1")
-    chosen = [t for t in runs(study) if t.value >= min_accuracy]
+    chosen = survey_trials(study, min_accuracy)
     rows, data = [], None
     for i, t in enumerate(chosen):
         ckpt = trial_checkpoint(study, t.number, url)
@@ -146,18 +151,12 @@ def survey(
         emb = embedding_scores(number_embeddings(model, data.vocab), task.testbed, task.n, seed)
         usage = layer_usage(model, data.test[task.measured_op], data.vocab.pad_id, seed=seed,
                             max_sequences=500)  # fmt: skip
-        cyclic = emb["cyclic"] or {}
         rows.append(
             {
                 "trial": t.number,
                 "d_model": t.params[PARAM],
                 "accuracy": t.value,
-                "separation": {k: v["vs_p95"] for k, v in emb["separation"].items()},
-                "ordering": (emb["ordering"] or {}).get("value"),
-                "ordering_vs_p95": (emb["ordering"] or {}).get("vs_p95"),
-                "cyclic": cyclic.get("value"),
-                "cyclic_vs_p95": cyclic.get("vs_p95"),
-                "cyclic_frequency": cyclic.get("frequency"),
+                **embedding_headline(emb),
                 "attn_share": usage["attn_share_all"],
             }
         )
@@ -170,6 +169,13 @@ def survey(
         "runs": rows,
         "summary": _survey_summary(rows),
     }
+
+
+def survey_trials(study: optuna.Study, min_accuracy: float) -> list[optuna.trial.FrozenTrial]:
+    """The runs a survey scores: completed, measured accuracy at least ``min_accuracy``."""
+    if not 0.0 <= min_accuracy <= 1.0:
+        raise ConfigError(f"--min-accuracy {min_accuracy} is not allowed: use 0 to 1")
+    return [t for t in runs(study) if t.value >= min_accuracy]
 
 
 def _survey_summary(rows: list[dict]) -> dict:

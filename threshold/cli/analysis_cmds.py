@@ -297,6 +297,8 @@ def _print_survey(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from threshold.report.text import spread_words
+
     rows, summ = result["runs"], result["summary"]
     table = Table(
         title=f"{result['study']}: {summ['n_runs']} runs with accuracy >= "
@@ -318,12 +320,12 @@ def _print_survey(result: dict) -> None:
         )  # fmt: skip
     console = Console()
     console.print(table)
-    words = []
-    for key, name in (("ordering", "ordering"), ("cyclic", "cyclic share"),
-                      ("attn_share", "attention share")):  # fmt: skip
-        if summ[key] is not None:
-            s = summ[key]
-            words.append(f"{name} median {s['median']:.2f} ({s['min']:.2f} - {s['max']:.2f})")
+    words = [
+        f"{name} median {spread_words(summ[key])}"
+        for key, name in (("ordering", "ordering"), ("cyclic", "cyclic share"),
+                          ("attn_share", "attention share"))
+        if summ[key] is not None
+    ]  # fmt: skip
     beyond = ", ".join(f"{k} {v}" for k, v in summ["beyond_null"].items())
     if rows:
         console.print("; ".join(words))

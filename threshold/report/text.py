@@ -14,6 +14,7 @@ __all__ = [
     "interval",
     "number",
     "settings_rows",
+    "spread_words",
 ]
 
 GRID_WORDS = (
@@ -63,6 +64,13 @@ def cyclic_words(summary: dict) -> str:
         return "-"
     return (f"{summary['cyclic']:.2f} (k = {summary['cyclic_frequency']}; "
             f"{summary['cyclic_vs_p95']:.2f}x null)")  # fmt: skip
+
+
+def spread_words(spread: dict | None) -> str:
+    """A survey's median and range of a score as one cell: ``0.75 (0.36 - 0.98)``."""
+    if spread is None:
+        return "-"
+    return f"{spread['median']:.2f} ({spread['min']:.2f} - {spread['max']:.2f})"
 
 
 def factor(r: dict | None) -> tuple[str, str, str]:

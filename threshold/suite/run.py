@@ -452,8 +452,7 @@ def _run_surveys(
     """Every ``[[survey]]``: all learned runs of a study scored, each written to
     ``<reports>/surveys/LABEL.json``; kept when that file already scores the same runs (the scores
     are deterministic), redone when the study has new runs."""
-    from threshold.analysis.studies import SURVEY_FORMAT, survey
-    from threshold.search.results import runs
+    from threshold.analysis.studies import SURVEY_FORMAT, survey, survey_trials
 
     known = {s.study_name for s in db.get_all_studies()}
     out = []
@@ -467,7 +466,7 @@ def _run_surveys(
             continue
         study = optuna.load_study(study_name=name, storage=db)
         path = suite.reports_dir / SURVEY_DIR / f"{spec.study}.json"
-        wanted = [t.number for t in runs(study) if t.value >= spec.min_accuracy]
+        wanted = [t.number for t in survey_trials(study, spec.min_accuracy)]
         try:
             kept = json.loads(path.read_text())
             same = (kept["format"], kept["min_accuracy"], [r["trial"] for r in kept["runs"]])
@@ -552,9 +551,7 @@ def _survey_table(surveys: list[dict]) -> list[str]:
     from collections import Counter
 
     from threshold.report.markdown import markdown_table
-
-    def spread(s: dict | None) -> str:
-        return "-" if s is None else f"{s['median']:.2f} ({s['min']:.2f} - {s['max']:.2f})"
+    from threshold.report.text import spread_words as spread
 
     rows = []
     for v in surveys:
