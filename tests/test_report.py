@@ -222,6 +222,15 @@ def test_dense_grid_cost():
     assert grid["train_s"] == pytest.approx(3 * sum(1000 * (a + b * d * d) for d in grid["sizes"]))
 
 
+def test_studies_past_ten_keep_a_style_of_their_own():
+    # tab10 has ten colours: the eleventh study shares the first's colour, not its line.
+    from threshold.report.figures import study_style
+
+    styles = [study_style(i) for i in range(30)]
+    assert len(set(styles)) == 30
+    assert styles[10][0] == styles[0][0] and styles[10][1] != styles[0][1]
+
+
 def test_report_layer_stays_apart(loaded_by):
     watched = ["threshold.cli", "typer", "matplotlib", "plotly", "rich.progress", "torch"]
     assert loaded_by(["threshold.report"], watched) == []

@@ -424,6 +424,10 @@ def test_the_report_records_the_suite_file_and_commit(tiny_runs):
     (survey,) = record["surveys"]
     row = next(x for x in readme.split("### Surveys")[1].splitlines() if x.startswith("| b |"))
     assert f"| {survey['summary']['n_runs']} |" in row
+    # Written atomically, yet readable as the report's pages are (not a temporary file's 0600).
+    mode = (out / "all" / "index.html").stat().st_mode & 0o777
+    for path in (out / "README.md", out / "suite.json", out / "suite.toml", cwd / survey["file"]):
+        assert path.stat().st_mode & 0o777 == mode, path
     for report in record["reports"]:
         assert f"### {report['name']} (baseline " in readme
         for row in report["comparison"]:

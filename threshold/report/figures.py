@@ -27,13 +27,22 @@ __all__ = [
     "curves_figure",
     "level_accuracy",
     "study_figure",
+    "study_style",
     "transfer_figure",
 ]
 
 # matplotlib's tab10, shared by the PNGs and the plotly figure so a study keeps its colour.
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
           "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]  # fmt: skip
+# After ten studies the colours come round again with another line style (matplotlib, plotly).
+DASHES = [("-", "solid"), ("--", "dash"), (":", "dot")]
+LEGEND_INSIDE = 6  # more studies than this and the curves' legend moves beside the axes
 DPI = 110
+
+
+def study_style(i: int) -> tuple[str, tuple[str, str]]:
+    """The colour and the (matplotlib, plotly) line style of the i-th study of a report."""
+    return COLORS[i % len(COLORS)], DASHES[i // len(COLORS) % len(DASHES)]
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -163,16 +172,17 @@ def study_figure(s: StudyData, path: Path) -> Path:
 
 def curves_figure(studies: list[StudyData], path: Path) -> Path:
     """Every fitted study's posterior median curve and 90% band on one axis, 80% points marked."""
-    fig = Figure(figsize=(8.2, 4.6), layout="constrained")
+    outside = len(studies) > LEGEND_INSIDE
+    fig = Figure(figsize=(11.0 if outside else 8.2, 4.6), layout="constrained")
     ax = fig.subplots()
     for i, s in enumerate(studies):
         if not s.ok:
             continue
-        color = COLORS[i % len(COLORS)]
+        color, (dash, _) = study_style(i)
         band, est = s.band, s.estimate
         ax.fill_between(band["params"], band["lo"], band["hi"], color=color, alpha=0.15,
                         linewidth=0)  # fmt: skip
-        ax.plot(band["params"], band["median"], color=color, label=s.label)
+        ax.plot(band["params"], band["median"], color=color, linestyle=dash, label=s.label)
         lo, hi = est["interval_params"]
         p80 = est["params_p80"]
         ax.errorbar([p80], [level_accuracy(s)], xerr=[[p80 - lo], [hi - p80]], fmt="D",
@@ -183,7 +193,10 @@ def curves_figure(studies: list[StudyData], path: Path) -> Path:
     ax.set_ylabel("measured-op test accuracy")
     ax.set_title("posterior median curves, 90% bands; diamonds: 80% points with 90% intervals",
                  fontsize=10)  # fmt: skip
-    ax.legend(fontsize=8, loc="upper left")
+    if outside:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), handlelength=2.6)
+    else:
+        ax.legend(fontsize=8, loc="upper left", handlelength=2.6)
     return _save(fig, path)
 
 
@@ -198,7 +211,7 @@ def comparison_figure(studies: list[StudyData], baseline: str | None, path: Path
     ax = axes[0]
     y = np.arange(len(rows))
     for yi, s in zip(y, rows, strict=True):
-        color = COLORS[studies.index(s) % len(COLORS)]
+        color, _ = study_style(studies.index(s))
         if not s.ok:
             ax.text(0.02, yi, s.status_text.split(":")[0], transform=ax.get_yaxis_transform(),
                     va="center", fontsize=8, color="0.4")  # fmt: skip
@@ -222,7 +235,7 @@ def comparison_figure(studies: list[StudyData], baseline: str | None, path: Path
         right = axes[1]
         right.axvline(1.0, color="0.4", linestyle=":")
         for yi, s in zip(y, rows, strict=True):
-            color = COLORS[studies.index(s) % len(COLORS)]
+            color, _ = study_style(studies.index(s))
             if s.name == baseline:
                 right.text(1.0, yi, "  baseline", va="center", fontsize=8)
             elif s.reduction is not None or s.size_ratio is not None:
@@ -288,7 +301,7 @@ def comparison_plotly(studies: list[StudyData]):
     for i, s in enumerate(studies):
         if not s.ok:
             continue
-        color = COLORS[i % len(COLORS)]
+        color, (_, dash) = study_style(i)
         band, est = s.band, s.estimate
         group = s.name
         xs = band["params"]
@@ -301,7 +314,8 @@ def comparison_plotly(studies: list[StudyData]):
         )  # fmt: skip
         fig.add_trace(
             go.Scatter(
-                x=xs, y=band["median"], mode="lines", line={"color": color}, name=s.label,
+                x=xs, y=band["median"], mode="lines", line={"color": color, "dash": dash},
+                name=s.label,
                 legendgroup=group,
                 hovertemplate="%{x:,.0f} params: median accuracy %{y:.3f}<extra>"
                 + s.label + "</extra>",

@@ -632,6 +632,10 @@ def _write_atomic(path: Path, text: str) -> None:
         "w", dir=path.parent, prefix=".tmp-", delete=False, encoding="utf-8"
     ) as f:
         f.write(text)
+    # A temporary file is private (0600); give it the mode open() would, like the report's pages.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(f.name, 0o666 & ~umask)
     os.replace(f.name, path)
 
 
