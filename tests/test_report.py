@@ -222,6 +222,56 @@ def test_dense_grid_cost():
     assert grid["train_s"] == pytest.approx(3 * sum(1000 * (a + b * d * d) for d in grid["sizes"]))
 
 
+# MUL in S_3 trained with SGN and IMG (the CPU suite): runs crowd at d 18-26 on a plateau near
+# 0.5, one d = 48 run learns (0.894), and the posterior takes the plateau for the asymptote.
+PLATEAU_RUNS = [(48, 0.894), (8, 0.133), (8, 0.114), (11, 0.278), (15, 0.434), (18, 0.463),
+                (18, 0.531), (18, 0.419), (18, 0.415), (21, 0.731), (21, 0.390), (23, 0.588),
+                (23, 0.591), (23, 0.534), (26, 0.594), (26, 0.808)]  # fmt: skip
+
+
+def test_an_asymptote_far_below_the_best_run_is_flagged(tmp_path):
+    import json
+
+    from threshold.report.data import collect
+    from threshold.search.fit import transition_estimate
+    from threshold.search.sampler import PARAM, policy_settings
+    from threshold.search.study import (
+        SearchConfig,
+        StudySettings,
+        create_or_load_study,
+        open_storage,
+    )
+    from threshold.tasks import TaskConfig
+    from threshold.train import TrainConfig
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    storage = open_storage(url)
+    names = {}
+    # The same sizes on a curve that rises to 0.9: its asymptote is its best run's.
+    learned = [(d, round(0.3 + 0.6 / (1 + (20 / d) ** 6), 3)) for d, _ in PLATEAU_RUNS]
+    for key, done, seed in (("plateau", PLATEAU_RUNS, 1), ("learned", learned, 2)):
+        task = TaskConfig(ops=("max",), n=5, n_train=2000, n_test=100, split_seed=seed)
+        settings = StudySettings(task, TrainConfig(max_steps=40), SearchConfig(d_lo=8, d_hi=48))
+        study = create_or_load_study(settings, storage)
+        policy = policy_settings(settings, 0.32)
+        for i, (d, acc) in enumerate(done):
+            study.add_trial(
+                optuna.trial.create_trial(
+                    params={PARAM: d},
+                    distributions={PARAM: optuna.distributions.IntDistribution(2, 512)},
+                    value=acc, user_attrs={"params_total": dict(policy.params_of_d)[d], "seed": i,
+                                           "steps": 40, "train_s": 1.0, "stop_reason": "max_steps",
+                                           "accuracy": json.dumps({"max": acc})},
+                )
+            )  # fmt: skip
+        study.set_user_attr("estimate", json.dumps(transition_estimate(policy, done)))
+        names[study.study_name] = key
+    text = {names[s.name]: s.status_text for s in collect(url, list(names)).studies}
+    assert "may mark a plateau, not the transition" in text["plateau"]
+    assert "below its best run (0.894)" in text["plateau"]
+    assert "plateau" not in text["learned"]
+
+
 def test_studies_past_ten_keep_a_style_of_their_own():
     # tab10 has ten colours: the eleventh study shares the first's colour, not its line.
     from threshold.report.figures import study_style

@@ -57,6 +57,11 @@ GRID_SEEDS = 3  # ...times 3 seeds, each at the full step budget
 # measured by `threshold bench train` on this machine, 8.7 ms + 0.004 ms d^2.
 BENCH_STEP_S = (8.7e-3, 8.7e-3 / 2200)
 
+# A fitted asymptote this far below the study's best run suggests that the runs crowd on a plateau
+# which the posterior took for the asymptote. Runs of one size scatter with an sd of 0.02-0.05, and
+# the fitted asymptotes of the CPU suite's sound studies sit 0.03-0.18 below their best runs.
+PLATEAU_GAP = 0.2
+
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
@@ -350,6 +355,13 @@ def _study_data(study, settings: StudySettings, analysis_dir: Path) -> StudyData
             if ratio <= precision
             else f", wider than the study's precision of {precision:g}x"
         )
+        best = max((r["accuracy"] for r in runs if r["accuracy"] is not None), default=None)
+        asymptote = estimate.get("asymptote")
+        if best is not None and asymptote is not None and best - asymptote > PLATEAU_GAP:
+            data.status_text += (
+                f"; its asymptote {asymptote:.2f} lies {best - asymptote:.2f} below its best run "
+                f"({best:.3f}): the 80% point may mark a plateau, not the transition"
+            )
         data.posterior = transition_posterior(policy, completed)
         params = np.array([r["params"] for r in runs if r["params"]], dtype=float)
         xs = curve_sizes(params, *estimate["interval_params"])  # (P,)
