@@ -436,6 +436,31 @@ def test_the_report_records_the_suite_file_and_commit(tiny_runs):
                 assert f"{row['params_p80']:,.0f}" in line
 
 
+def test_git_state_ignores_the_suites_own_reports_folder(tmp_path):
+    # A committed report (reports/cpu/) is rewritten by every run: that alone is not "dirty".
+    from threshold.suite.run import git_state
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "reports" / "cpu").mkdir(parents=True)
+    (tmp_path / "pkg" / "code.py").write_text("x = 1\n")
+    (tmp_path / "reports" / "cpu" / "README.md").write_text("old\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True,
+                          text=True).stdout.strip()  # fmt: skip
+    reports = tmp_path / "reports" / "cpu"
+    (reports / "README.md").write_text("new\n")
+    assert git_state(tmp_path / "pkg", ignore=reports) == (head, False)
+    assert git_state(tmp_path / "pkg") == (head, True)
+    (tmp_path / "pkg" / "code.py").write_text("x = 2\n")
+    assert git_state(tmp_path / "pkg", ignore=reports) == (head, True)
+    assert git_state(tmp_path.parent) == ("unknown", False)  # not a checkout
+
+
 def test_second_run_trains_nothing_and_is_fast(tiny_runs):
     _, (_, second), (first_s, second_s), (before, after) = tiny_runs
     assert after == before  # no trial added, retried or failed

@@ -47,6 +47,7 @@ __all__ = [
     "StudyState",
     "SuiteRunError",
     "check_reports_folder",
+    "git_state",
     "plan",
     "run_suite",
     "study_states",
@@ -582,7 +583,7 @@ def _survey_table(surveys: list[dict]) -> list[str]:
 
 def _write_record(suite: Suite, url: str, record: dict) -> dict:
     """``suite.json`` (what ran, from which file and commit), ``suite.toml`` and a README."""
-    commit, dirty = _git_state()
+    commit, dirty = git_state(Path(threshold.__file__).parent, ignore=suite.reports_dir)
     record = {
         "format": FORMAT,
         "name": suite.name,
@@ -639,21 +640,26 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(f.name, path)
 
 
-def _git_state() -> tuple[str, bool]:
-    """The package's git commit and whether tracked files differ from it."""
-    where = Path(threshold.__file__).parent
+def git_state(where: Path, ignore: Path | None = None) -> tuple[str, bool]:
+    """The commit of the git checkout holding ``where``, and whether its tracked files differ from
+    it. Files under ``ignore`` (the suite's own reports folder, which may be committed) don't count.
+    """
 
     def git(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, timeout=10)
 
     try:
-        head = git("rev-parse", "HEAD")
-        if head.returncode != 0:
+        head, top = git("rev-parse", "HEAD"), git("rev-parse", "--show-toplevel")
+        if head.returncode != 0 or top.returncode != 0:
             return "unknown", False
-        changed = git("status", "--porcelain", "--untracked-files=no")
-        return head.stdout.strip(), bool(changed.stdout.strip())
+        changed = git("status", "--porcelain", "--untracked-files=no").stdout.splitlines()
     except (OSError, subprocess.TimeoutExpired):
         return "unknown", False
+    root = Path(top.stdout.strip())
+    skip = Path(ignore).resolve() if ignore is not None else None
+    # Porcelain lines are "XY path" (or "XY old -> new"), paths relative to the checkout's top.
+    paths = [(root / line[3:].split(" -> ")[-1].strip('"')).resolve() for line in changed]
+    return head.stdout.strip(), any(skip is None or not p.is_relative_to(skip) for p in paths)
 
 
 def _public(url: str) -> str:
