@@ -482,7 +482,6 @@ def _run_surveys(
                 emit(Event("survey_failed", spec.study, {"error": str(e)}))
                 out.append(row | {"status": "failed", "error": str(e)})
                 continue
-            path.parent.mkdir(parents=True, exist_ok=True)
             _write_atomic(path, json.dumps(result, indent=1))
         info = {"runs": len(result["runs"]), "file": str(path), "ran": ran}
         emit(Event("survey", spec.study, info))
