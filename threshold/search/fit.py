@@ -216,6 +216,8 @@ def transition_estimate(settings: SearchSettings, completed) -> dict:
         "midpoint_interval_params": [rounded(np.exp(s.mid_lo)), rounded(np.exp(s.mid_hi))],
         "midpoint_d": rounded(d_mid),
         "asymptote": rounded(s.asymptote_mean),
+        "asymptote_interval": [rounded(s.asymptote_lo), rounded(s.asymptote_hi)],
+        "bimodal_share": rounded(s.bimodal_share),  # P(seeds learn or not, not graded)
         "mass_beyond_range": [rounded(s.mass_below), rounded(s.mass_above)],
         "range_d": [int(d_range[0]), int(d_range[1])],
         "fit": None

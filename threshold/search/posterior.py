@@ -4,19 +4,32 @@ The technique is the psi method of psychophysics (Kontsevich and Tyler 1999; QUE
 posterior over the parameters of the psychometric curve on a grid, and measure next where one more
 observation is expected to shrink the uncertainty of the quantity of interest the most. Here the
 stimulus is the model size, x = ln(total parameters), and a hypothesis is a curve
-``p(x) = sigmoid(slope * (x - mid))``, the probability that a run of that size learns, together
-with the asymptote A that learned runs reach. The expected accuracy is ``c + (A - c) p(x)``.
+``p(x) = sigmoid(slope * (x - mid))``, an asymptote A, and a concentration kappa. The expected
+accuracy is ``c + (A - c) p(x)``.
 
-Seeds near the transition are bimodal, so a run's accuracy is not modelled as the curve plus noise
-but as a mixture: learned, ``N(A, sd_learned)``, with probability p; not learned, ``N(c,
-sd_unlearned)``, with probability 1 - p; plus a uniform share for partially learned runs, largest
-at the midpoint (shape ``4p(1-p)``), and a small uniform share everywhere for outliers. The
-derived quantities are x80, where the curve reaches the level (``level * A``, the paper's wording,
-or ``c + level * (A - c)`` when chance-corrected), and the midpoint ``mid``.
+Run outcomes (the likelihood). A run at x ends with a *learned share* u in [0, 1] and scores about
+``c + (A - c) u``. The share is drawn from a beta distribution with mean p(x) and concentration
+kappa, the overdispersion idea of psignifit (Schuett et al. 2016) carried to a continuous score:
+kappa well below 1 puts the share at 0 or 1 (seeds learn or not: bimodal), kappa near 1 spreads it
+evenly (partially learned runs), large kappa keeps every seed near the mean curve (graded runs, as
+when the step budget cuts training short). The study's kappa is one more axis of the grid, so the
+runs decide which kind of study it is, and one model holds for all of them. Whatever kappa, the
+mean accuracy is ``c + (A - c) p(x)``: the 80% point is a property of the mean curve.
 
-Dimension names in shape comments: H hypotheses (midpoint x slope x asymptote, asymptote fastest),
-M midpoints, S slopes, A asymptotes, C = M * S (midpoint, slope) pairs, N runs, J candidate
-sizes, K accuracy bins.
+Observation noise around ``c + (A - c) u``: fully learned runs scatter by ``sd_learned`` below A
+(the normal is truncated at 1); partial runs by ``sd_partial``; unlearned runs lie anywhere at or
+below chance (greedy decoding of a chain of thought can score below the majority rate) with a
+half-normal tail of ``sd_unlearned`` above it. A small ``outlier_weight`` share is uniform on
+[0, A]: a run may fail or diverge, but no run lands far *above* its hypothesis' asymptote, so the
+largest runs bound A from below and a run well above the transition is never an outlier.
+
+The derived quantities are x80, where the mean curve reaches the level (``level * A``, the paper's
+wording, or ``c + level * (A - c)`` when chance-corrected), and the midpoint ``mid``.
+
+Dimension names in shape comments: H hypotheses (midpoint x slope x kappa x asymptote, asymptote
+fastest), M midpoints, S slopes, K concentrations, A asymptotes, C = M * S (midpoint, slope)
+pairs, Q = C * K, N runs, U distinct run sizes, J candidate sizes, L learned-share nodes, B
+accuracy bins, Z tabulated logits.
 """
 
 from __future__ import annotations
@@ -24,7 +37,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy.special import expit, logit, ndtr
+from scipy.special import betainc, expit, logit, ndtr
 
 from threshold.errors import ConfigError
 
@@ -40,54 +53,57 @@ __all__ = [
     "log_likelihood",
     "make_grid",
     "normalize",
+    "seed_variance",
     "summarize",
     "weighted_quantiles",
 ]
 
 _SQRT_2PI = float(np.sqrt(2.0 * np.pi))
+_Z_MAX = 14.0  # logits beyond this are p = 0 or 1 for every kappa on the grid
+_Z_STEP = 0.05  # table step in logit(p): 1.25% in p at the midpoint
 
 
 @dataclass(frozen=True)
 class PosteriorSettings:
-    # Slopes per nat of parameters, log-spaced because only ratios matter. 1 spreads 10%..90% of
-    # learning over a factor 80 in parameters (9 in d); 12 over a factor 1.4 (1.2 in d). ADD mod
-    # 10 (near chance at d = 32, 50% at d = 64) suggests about 2.3.
-    slopes: tuple[float, ...] = (1.0, 1.5, 2.3, 3.5, 5.2, 7.9, 12.0)
-    # Asymptotes: learned runs of a hard op can plateau below 1; 0.05 apart, no finer than the
-    # seed spread of learned runs (sd about 0.02) needs.
-    asymptotes: tuple[float, ...] = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)
+    # Slopes per nat of parameters, log-spaced because only ratios matter. 0.7 spreads 10%..90%
+    # of learning over a factor 500 in parameters (a shallow, graded curve); 12 over a factor 1.4.
+    slopes: tuple[float, ...] = (0.7, 1.0, 1.5, 2.3, 3.5, 5.2, 7.9, 12.0)
+    # Asymptotes: learned runs of a hard op can plateau well below 1 (MUL in S_3 at 0.6-0.9).
+    # 0.05 apart with sd_learned 0.03: the step is no coarser than the seed spread of learned runs.
+    asymptotes: tuple[float, ...] = tuple(round(0.4 + 0.05 * i, 2) for i in range(13))
+    # Beta concentrations of the learned share: 0.2 bimodal (learn or not), 1 flat (partial
+    # runs), 5 and 25 graded (seeds near the mean curve, sd of the share 0.2 and 0.1 at p = 0.5).
+    concentrations: tuple[float, ...] = (0.2, 1.0, 5.0, 25.0)
     m_step: float = 0.05  # nats between midpoints: 5% in parameters, far below any precision asked
     margin: float = 1.5  # nats of midpoints beyond the size range: room for edge mass to show
-    sd_learned: float = 0.03  # seed sd of learned runs (0.02) widened by half the asymptote step
-    sd_unlearned: float = 0.06  # unlearned runs scatter around chance (0.1..0.25 for mod 10)
-    # Uniform share at the midpoint, falling as 4p(1-p): runs that end partially learned (10-15%
-    # near the transition) say "near the transition" without vetoing either mode.
-    partial_weight: float = 0.15
-    outlier_weight: float = 0.02  # uniform share anywhere: one diverged run must not veto a curve
+    sd_learned: float = 0.03  # seed sd of fully learned runs (0.02) widened by half the A step
+    sd_partial: float = 0.04  # scatter of partly learned runs around c + (A - c) u
+    sd_unlearned: float = 0.06  # tail above chance of unlearned runs (0.1..0.25 for mod 10)
+    outlier_weight: float = 0.02  # uniform on [0, A]: one diverged run must not veto a curve
+    n_nodes: int = 21  # learned-share nodes u = 0, 0.05, ..., 1
     n_bins: int = 20  # accuracy bins of a predicted outcome in the look-ahead (0.05 wide)
 
     def __post_init__(self) -> None:
-        for name in ("slopes", "asymptotes"):
+        for name in ("slopes", "asymptotes", "concentrations"):
             values = tuple(float(v) for v in getattr(self, name))
             object.__setattr__(self, name, values)
             if not values or min(values) <= 0:
                 raise ConfigError(f"{name} {values} is not allowed: give positive values")
         if max(self.asymptotes) > 1:
             raise ConfigError(f"asymptotes {self.asymptotes} exceed 1: accuracies lie in [0, 1]")
-        for name in ("m_step", "sd_learned", "sd_unlearned"):
+        for name in ("m_step", "sd_learned", "sd_partial", "sd_unlearned"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} {getattr(self, name)} is not allowed: use a value > 0")
         if self.margin < 0:
             raise ConfigError(f"margin {self.margin} is not allowed: use 0 or more")
-        if not (self.outlier_weight >= 0 and self.partial_weight >= 0):
-            raise ConfigError("partial_weight and outlier_weight must be 0 or more")
-        if self.partial_weight + self.outlier_weight >= 1:
+        if not 0 <= self.outlier_weight < 1:
             raise ConfigError(
-                f"partial_weight + outlier_weight = {self.partial_weight + self.outlier_weight}"
-                " leaves nothing for learned and unlearned runs: keep the sum below 1"
+                f"outlier_weight {self.outlier_weight} is not allowed: use a value in [0, 1)"
             )
-        if self.n_bins < 2:
-            raise ConfigError(f"n_bins {self.n_bins} is not allowed: use 2 or more")
+        if self.n_nodes < 3 or self.n_bins < 2:
+            raise ConfigError(
+                f"n_nodes {self.n_nodes} and n_bins {self.n_bins}: use at least 3 and 2"
+            )
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,15 +112,17 @@ class Grid:
 
     mids: np.ndarray  # (M,) midpoints, x units
     slopes: np.ndarray  # (S,)
+    kappas: np.ndarray  # (K,) beta concentrations of the learned share
     asymptotes: np.ndarray  # (A,) those whose level lies strictly between chance and A
     mid: np.ndarray  # (H,) midpoint of each hypothesis
     slope: np.ndarray  # (H,)
+    kappa_index: np.ndarray  # (H,) index into kappas
     asym_index: np.ndarray  # (H,) index into asymptotes
-    x80: np.ndarray  # (H,) where the curve reaches the level
+    x80: np.ndarray  # (H,) where the mean curve reaches the level
     x80_order: np.ndarray  # (H,) argsort of x80
-    learned_bins: np.ndarray  # (A, K) P(accuracy bin | learned, asymptote)
-    unlearned_bins: np.ndarray  # (K,) P(accuracy bin | not learned)
-    uniform_bins: np.ndarray  # (K,) P(accuracy bin | partial or outlier)
+    share_table: np.ndarray  # (K, Z, L) P(learned-share node | logit p, kappa)
+    node_bins: np.ndarray  # (L, A, B) P(accuracy bin | share node, asymptote), outliers apart
+    outlier_bins: np.ndarray  # (A, B) P(accuracy bin | outlier, asymptote)
     chance: float
     settings: PosteriorSettings
 
@@ -119,12 +137,57 @@ def level_fraction(asymptote, chance: float, level: float, chance_corrected: boo
     return np.where(lift > 0, (level * asymptote - chance) / safe, np.nan)
 
 
-def _bin_probs(center: np.ndarray, sd: float, n_bins: int) -> np.ndarray:
-    """P(accuracy in each of n_bins equal bins of [0, 1]) for N(center, sd), tails in end bins."""
-    inner = np.linspace(0.0, 1.0, n_bins + 1)[1:-1]  # (K-1,)
-    cdf = ndtr((inner[None, :] - np.atleast_1d(center)[:, None]) / sd)  # (A, K-1), A centres
-    ones = np.ones((cdf.shape[0], 1))
-    return np.diff(np.hstack([0.0 * ones, cdf, ones]), axis=1)  # (A, K)
+def _share_table(kappas: np.ndarray, n_nodes: int) -> np.ndarray:
+    """P(share node | logit p, kappa) for a beta share with mean p: (K, Z, L).
+
+    Node l stands for u in [(l - 0.5) / (L - 1), (l + 0.5) / (L - 1)], the end nodes for half
+    bins; the probability is the beta mass of that bin.
+    """
+    z = np.arange(-_Z_MAX, _Z_MAX + 0.5 * _Z_STEP, _Z_STEP)  # (Z,)
+    p = expit(z)  # (Z,)
+    edges = np.concatenate([[0.0], (np.arange(1, n_nodes) - 0.5) / (n_nodes - 1), [1.0]])
+    a = np.maximum(kappas[:, None] * p[None, :], 1e-12)[..., None]  # (K, Z, 1)
+    b = np.maximum(kappas[:, None] * (1.0 - p[None, :]), 1e-12)[..., None]
+    cdf = betainc(a, b, edges[None, None, :])  # (K, Z, L + 1)
+    cdf[..., 0], cdf[..., -1] = 0.0, 1.0
+    probs = np.clip(np.diff(cdf, axis=2), 0.0, None)  # (K, Z, L)
+    return probs / probs.sum(axis=2, keepdims=True)
+
+
+def _node_centres(asym: np.ndarray, chance: float, n_nodes: int) -> np.ndarray:
+    """Mean accuracy c + (A - c) u of each share node: (L, A)."""
+    u = np.linspace(0.0, 1.0, n_nodes)  # (L,)
+    return chance + u[:, None] * (asym[None, :] - chance)
+
+
+def _node_sds(asym: np.ndarray, chance: float, cfg: PosteriorSettings) -> np.ndarray:
+    """Noise sd of each interior node, widened by the node's own width: (A,)."""
+    width = (asym - chance) / (cfg.n_nodes - 1)  # (A,)
+    return np.sqrt(cfg.sd_partial**2 + width**2 / 12.0)
+
+
+def _unlearned_cdf(t: np.ndarray, chance: float, sd: float) -> np.ndarray:
+    """CDF of the unlearned score: flat on [0, c], a half-normal tail above c."""
+    t = np.asarray(t, dtype=float)
+    tail = sd * _SQRT_2PI * (ndtr((t - chance) / sd) - 0.5)
+    norm = chance + sd * _SQRT_2PI * 0.5
+    return np.where(t <= chance, np.clip(t, 0.0, None), chance + tail) / norm
+
+
+def _node_cdfs(t: np.ndarray, grid_asym: np.ndarray, chance: float, cfg) -> np.ndarray:
+    """CDF of each node's score at thresholds t (T,): (L, A, T); mass above 1 stays above."""
+    centres = _node_centres(grid_asym, chance, cfg.n_nodes)  # (L, A)
+    sds = np.broadcast_to(_node_sds(grid_asym, chance, cfg), centres.shape).copy()  # (L, A)
+    sds[-1] = cfg.sd_learned
+    out = ndtr((t[None, None, :] - centres[..., None]) / sds[..., None])  # (L, A, T)
+    out[0] = _unlearned_cdf(t, chance, cfg.sd_unlearned)[None, :]
+    return out
+
+
+def _bins_of(cdf_inner: np.ndarray) -> np.ndarray:
+    """Bin probabilities from the CDF at the inner bin edges (..., B - 1): tails in end bins."""
+    zeros = np.zeros((*cdf_inner.shape[:-1], 1))
+    return np.diff(np.concatenate([zeros, cdf_inner, zeros + 1.0], axis=-1), axis=-1)
 
 
 def make_grid(
@@ -148,49 +211,72 @@ def make_grid(
     lo, hi = x_lo - settings.margin, x_hi + settings.margin
     mids = np.linspace(lo, hi, int(np.ceil((hi - lo) / settings.m_step)) + 1)  # (M,)
     slopes = np.asarray(settings.slopes)  # (S,)
-    m, s, a = np.meshgrid(mids, slopes, np.arange(asym.size), indexing="ij")  # (M, S, A) each
-    mid, slope, asym_index = m.ravel(), s.ravel(), a.ravel()  # (H,) each
-    k = settings.n_bins
+    kappas = np.asarray(settings.concentrations)  # (K,)
+    m, s, k, a = np.meshgrid(
+        mids, slopes, np.arange(kappas.size), np.arange(asym.size), indexing="ij"
+    )  # (M, S, K, A) each
+    mid, slope, kappa_index, asym_index = m.ravel(), s.ravel(), k.ravel(), a.ravel()  # (H,)
     x80 = mid + logit(frac)[asym_index] / slope  # (H,)
+    inner = np.linspace(0.0, 1.0, settings.n_bins + 1)[1:-1]  # (B - 1,)
+    node_bins = _bins_of(_node_cdfs(inner, asym, float(chance), settings))  # (L, A, B)
+    out_cdf = np.clip(inner[None, :] / asym[:, None], 0.0, 1.0)  # (A, B - 1): uniform on [0, A]
     return Grid(
         mids=mids,
         slopes=slopes,
+        kappas=kappas,
         asymptotes=asym,
         mid=mid,
         slope=slope,
+        kappa_index=kappa_index,
         asym_index=asym_index,
         x80=x80,
         x80_order=np.argsort(x80, kind="stable"),
-        learned_bins=_bin_probs(asym, settings.sd_learned, k),
-        unlearned_bins=_bin_probs(np.array([chance]), settings.sd_unlearned, k)[0],
-        uniform_bins=np.full(k, 1.0 / k),
+        share_table=_share_table(kappas, settings.n_nodes),
+        node_bins=node_bins,
+        outlier_bins=_bins_of(out_cdf),
         chance=float(chance),
         settings=settings,
     )
 
 
-def _learn_prob(grid: Grid, x: np.ndarray) -> np.ndarray:
-    """p(learn) at sizes x for each (midpoint, slope) pair: (C, J), C = M * S.
+def _pairs(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
+    """Midpoint and slope of each (midpoint, slope) pair: (C,) each."""
+    step = grid.kappas.size * grid.asymptotes.size
+    return grid.mid[::step], grid.slope[::step]
 
-    p does not depend on the asymptote, so it is computed once per (midpoint, slope) and
-    broadcast over A: H = C * A with the asymptote fastest.
-    """
-    n_a = grid.asymptotes.size
-    mid, slope = grid.mid[::n_a], grid.slope[::n_a]  # (C,) each
+
+def _learn_prob(grid: Grid, x: np.ndarray) -> np.ndarray:
+    """p(x) for each (midpoint, slope) pair: (C, J)."""
+    mid, slope = _pairs(grid)
     return expit(slope[:, None] * (np.asarray(x, dtype=float)[None, :] - mid[:, None]))
 
 
-def _mixture_weights(grid: Grid, p: np.ndarray):
-    """Weights of (uniform, learned, unlearned) given p(learn); each shaped like p."""
-    cfg = grid.settings
-    partial = cfg.partial_weight * 4.0 * p * (1.0 - p)
-    rest = 1.0 - cfg.outlier_weight - partial
-    return cfg.outlier_weight + partial, rest * p, rest * (1.0 - p)
+def _share_probs(grid: Grid, x) -> np.ndarray:
+    """P(share node | hypothesis) at sizes x (J,): (Q, J, L), Q = C * K, kappa fastest."""
+    mid, slope = _pairs(grid)
+    z = slope[:, None] * (np.asarray(x, dtype=float)[None, :] - mid[:, None])  # (C, J)
+    idx = np.rint((np.clip(z, -_Z_MAX, _Z_MAX) + _Z_MAX) / _Z_STEP).astype(int)  # (C, J)
+    probs = grid.share_table[:, idx, :]  # (K, C, J, L)
+    return probs.transpose(1, 0, 2, 3).reshape(-1, idx.shape[1], probs.shape[-1])  # (Q, J, L)
 
 
-def _dot(a: np.ndarray, b: np.ndarray) -> float:
-    """Plain dot product without BLAS: threaded BLAS stalls on a busy 2-core machine."""
-    return float(np.einsum("h,h->", a, b))
+def _run_densities(grid: Grid, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Density of each score y (N,) under each share node and asymptote, (N, L, A), and under
+    the outlier share, (N, A)."""
+    cfg, c = grid.settings, grid.chance
+    asym = grid.asymptotes  # (A,)
+    centres = _node_centres(asym, c, cfg.n_nodes)  # (L, A)
+    sds = np.broadcast_to(_node_sds(asym, c, cfg), centres.shape).copy()  # (L, A)
+    sds[-1] = cfg.sd_learned
+    z = (y[:, None, None] - centres[None]) / sds[None]  # (N, L, A)
+    dens = np.exp(-0.5 * z**2) / (sds[None] * _SQRT_2PI)  # (N, L, A)
+    dens[:, -1, :] /= ndtr((1.0 - asym) / cfg.sd_learned)[None, :]  # truncated at 1
+    sd_u = cfg.sd_unlearned
+    flat = 1.0 / (c + sd_u * _SQRT_2PI * 0.5)
+    above = np.exp(-0.5 * (np.clip(y - c, 0.0, None) / sd_u) ** 2)  # (N,)
+    dens[:, 0, :] = (flat * above)[:, None]
+    outlier = np.where(y[:, None] <= asym[None, :], 1.0 / asym[None, :], 0.0)  # (N, A)
+    return dens, outlier
 
 
 def log_likelihood(grid: Grid, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -198,16 +284,15 @@ def log_likelihood(grid: Grid, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if x.size == 0:
         return np.zeros(grid.mid.size)  # (H,)
-    cfg = grid.settings
+    eps = grid.settings.outlier_weight
     xu, inverse = np.unique(x, return_inverse=True)  # (U,), (N,): runs share sizes
-    uni, lrn, unl = (v[:, inverse] for v in _mixture_weights(grid, _learn_prob(grid, xu)))
-    # uni, lrn, unl: (C, N)
-    z_l = (y[None, :] - grid.asymptotes[:, None]) / cfg.sd_learned  # (A, N)
-    dens_l = np.exp(-0.5 * z_l**2) / (cfg.sd_learned * _SQRT_2PI)  # (A, N)
-    z_u = (y - grid.chance) / cfg.sd_unlearned  # (N,)
-    dens_u = np.exp(-0.5 * z_u**2) / (cfg.sd_unlearned * _SQRT_2PI)  # (N,)
-    dens = (uni + unl * dens_u)[:, None, :] + lrn[:, None, :] * dens_l[None]  # (C, A, N)
-    return np.log(dens).sum(axis=2).ravel()  # (H,)
+    shares = _share_probs(grid, xu)  # (Q, U, L)
+    dens, outlier = _run_densities(grid, y)  # (N, L, A), (N, A)
+    total = np.zeros((shares.shape[0], grid.asymptotes.size))  # (Q, A)
+    for n, u in enumerate(inverse):
+        mix = (1.0 - eps) * (shares[:, u, :] @ dens[n]) + eps * outlier[n][None, :]  # (Q, A)
+        total += np.log(np.maximum(mix, 1e-300))
+    return total.ravel()  # (H,)
 
 
 def normalize(log_w: np.ndarray) -> np.ndarray:
@@ -218,6 +303,15 @@ def normalize(log_w: np.ndarray) -> np.ndarray:
     return w / w.sum()
 
 
+def _outcome_bins(grid: Grid, x: float) -> np.ndarray:
+    """P(accuracy bin | hypothesis) of one run at x: (Q, A, B)."""
+    eps = grid.settings.outlier_weight
+    shares = _share_probs(grid, [x])[:, 0, :]  # (Q, L)
+    n_l, n_a, n_b = grid.node_bins.shape
+    bins = (shares @ grid.node_bins.reshape(n_l, -1)).reshape(-1, n_a, n_b)  # (Q, A, B)
+    return (1.0 - eps) * bins + eps * grid.outlier_bins[None]
+
+
 def fantasy_update(grid: Grid, log_w: np.ndarray, x: float) -> np.ndarray:
     """Log weights after a pending run at x, observed at its expected log-likelihood.
 
@@ -225,36 +319,58 @@ def fantasy_update(grid: Grid, log_w: np.ndarray, x: float) -> np.ndarray:
     expectation over the current predictive distribution of y, shrinks the posterior about as much
     as a typical outcome would without betting on one mode of a bimodal prediction.
     """
-    n_a = grid.asymptotes.size
-    uni, lrn, unl = (v[:, 0] for v in _mixture_weights(grid, _learn_prob(grid, [x])))  # (C,)
-    bins = (uni[:, None] * grid.uniform_bins + unl[:, None] * grid.unlearned_bins)[
-        :, None, :
-    ] + lrn[:, None, None] * grid.learned_bins[None]  # (C, A, K)
-    w = normalize(log_w).reshape(-1, n_a)  # (C, A)
-    predictive = np.einsum("ca,cak->k", w, bins)  # (K,)
-    return log_w + np.einsum("cak,k->ca", np.log(bins), predictive).ravel()
+    bins = _outcome_bins(grid, x)  # (Q, A, B)
+    w = normalize(log_w).reshape(bins.shape[:2])  # (Q, A)
+    predictive = np.einsum("qa,qab->b", w, bins)  # (B,)
+    return log_w + (np.log(np.maximum(bins, 1e-300)) @ predictive).ravel()
 
 
 def expected_variance(
     grid: Grid, w: np.ndarray, x: np.ndarray, values: np.ndarray | None = None
 ) -> np.ndarray:
     """Expected posterior variance of ``values`` (H,) (default x80) after one more run at each
-    size: (J,). x: (J,)."""
+    size: (J,). x: (J,).
+
+    For outcome bin b, the moments s_m[b] = sum_h w_h z_h^m P(b | h) (z centred values) give the
+    posterior variance s2/s0 - (s1/s0)^2, weighted by P(b) = s0; P(b | h) is a sum over share
+    nodes, so the hypotheses are summed first, node by node: (Q x JL) @ (Q x A).
+    """
+    eps = grid.settings.outlier_weight
     n_a = grid.asymptotes.size
     values = grid.x80 if values is None else values
-    uni, lrn, unl = _mixture_weights(grid, _learn_prob(grid, x))  # (C, J) each
-    z = (values - _dot(w, values)).reshape(-1, n_a)  # (C, A) centred, for accuracy
-    wc = w.reshape(-1, n_a)  # (C, A)
+    x = np.atleast_1d(np.asarray(x, dtype=float))  # (J,)
+    shares = _share_probs(grid, x)  # (Q, J, L)
+    n_q, n_j, n_l = shares.shape
+    flat = shares.reshape(n_q, -1)  # (Q, J * L)
+    z = (values - _dot(w, values)).reshape(n_q, n_a)  # (Q, A) centred, for accuracy
+    wq = w.reshape(n_q, n_a)  # (Q, A)
     sums = []
-    for v in (wc, wc * z, wc * z * z):  # moments 0, 1, 2 of x80 jointly with each outcome bin
-        vc = v.sum(axis=1)  # (C,)
-        sums.append(
-            np.einsum("c,cj->j", vc, uni)[:, None] * grid.uniform_bins[None, :]
-            + np.einsum("ca,cj,ak->jk", v, lrn, grid.learned_bins, optimize=True)
-            + np.einsum("c,cj->j", vc, unl)[:, None] * grid.unlearned_bins[None, :]
-        )  # (J, K)
+    for v in (wq, wq * z, wq * z * z):  # moments 0, 1, 2 jointly with each outcome bin
+        g = (flat.T @ v).reshape(n_j, n_l, n_a)  # (J, L, A)
+        s = np.einsum("jla,lab->jb", g, grid.node_bins)  # (J, B)
+        sums.append((1.0 - eps) * s + eps * (v.sum(axis=0) @ grid.outlier_bins)[None, :])
     s0, s1, s2 = sums
     return (s2 - s1**2 / np.maximum(s0, 1e-300)).sum(axis=1)  # (J,)
+
+
+def seed_variance(grid: Grid, w: np.ndarray, x) -> np.ndarray:
+    """Posterior mean of the seed variance of accuracy at sizes x (J,): (J,).
+
+    Within one hypothesis the score varies by ``(A - c)^2 p (1 - p) / (kappa + 1)`` (the beta
+    share) plus the partial runs' noise; the mean over the posterior says how far seeds at x
+    disagree, and so how many repeats there can pay.
+    """
+    n_k, n_a = grid.kappas.size, grid.asymptotes.size
+    p = _learn_prob(grid, np.atleast_1d(np.asarray(x, dtype=float)))  # (C, J)
+    lift2 = (grid.asymptotes - grid.chance) ** 2  # (A,)
+    wc = w.reshape(-1, n_k, n_a)  # (C, K, A)
+    per_c = np.einsum("cka,k,a->c", wc, 1.0 / (grid.kappas + 1.0), lift2)  # (C,)
+    return per_c @ (p * (1.0 - p)) + grid.settings.sd_partial**2  # (J,)
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """Plain dot product without BLAS: threaded BLAS stalls on a busy 2-core machine."""
+    return float(np.einsum("h,h->", a, b))
 
 
 def _quantiles(values: np.ndarray, weights: np.ndarray, qs, order: np.ndarray) -> np.ndarray:
@@ -280,6 +396,9 @@ class PosteriorSummary:
     asymptote_mean: float
     mass_below: float  # P(x80 < x_lo): evidence that the transition lies below the range
     mass_above: float  # P(x80 > x_hi)
+    asymptote_lo: float = float("nan")  # 90% credible interval of the asymptote
+    asymptote_hi: float = float("nan")
+    bimodal_share: float = float("nan")  # P(kappa < 1): seeds learn or not, rather than graded
 
     @property
     def ratio(self) -> float:
@@ -296,6 +415,9 @@ def summarize(grid: Grid, w: np.ndarray, x_lo: float, x_hi: float) -> PosteriorS
     x80_q = _quantiles(grid.x80, w, q, grid.x80_order)
     mid_w = w.reshape(grid.mids.size, -1).sum(axis=1)  # (M,): mid is the slowest axis
     mid_q = _quantiles(grid.mids, mid_w, q, np.arange(grid.mids.size))
+    asym_w = w.reshape(-1, grid.asymptotes.size).sum(axis=0)  # (A,)
+    asym_cdf = np.cumsum(asym_w)
+    kappa_w = w.reshape(-1, grid.kappas.size, grid.asymptotes.size).sum(axis=(0, 2))  # (K,)
     mean = _dot(w, grid.x80)
     mid_mean = _dot(mid_w, grid.mids)
     return PosteriorSummary(
@@ -307,9 +429,12 @@ def summarize(grid: Grid, w: np.ndarray, x_lo: float, x_hi: float) -> PosteriorS
         mid_lo=float(mid_q[1]),
         mid_hi=float(mid_q[2]),
         mid_sd=float(np.sqrt(max(_dot(mid_w, (grid.mids - mid_mean) ** 2), 0.0))),
-        asymptote_mean=_dot(w, grid.asymptotes[grid.asym_index]),
+        asymptote_mean=float(asym_w @ grid.asymptotes),
         mass_below=float(w[grid.x80 < x_lo].sum()),
         mass_above=float(w[grid.x80 > x_hi].sum()),
+        asymptote_lo=float(grid.asymptotes[np.searchsorted(asym_cdf, 0.05)]),
+        asymptote_hi=float(grid.asymptotes[min(np.searchsorted(asym_cdf, 0.95), asym_w.size - 1)]),
+        bimodal_share=float(kappa_w[grid.kappas < 1].sum()),
     )
 
 
@@ -324,14 +449,16 @@ def curve_quantiles(grid: Grid, w: np.ndarray, x, qs=(0.05, 0.5, 0.95)) -> np.nd
     """Posterior quantiles of the expected accuracy ``c + (A - c) p(x)`` at sizes x: (Q, J).
 
     A credible band of the mean curve: at each size, the quantiles over hypotheses weighted by
-    the posterior w (H,). x: (J,) in ln parameters.
+    the posterior w (H,), the concentration summed out. x: (J,) in ln parameters.
     """
     x = np.atleast_1d(np.asarray(x, dtype=float))  # (J,)
+    n_a = grid.asymptotes.size
     p = _learn_prob(grid, x)  # (C, J)
     lift = grid.asymptotes - grid.chance  # (A,)
-    acc = (grid.chance + lift[None, :, None] * p[:, None, :]).reshape(-1, x.size)  # (H, J)
-    keep = w > 0  # hypotheses the runs ruled out cost time and change nothing
-    acc, wk = acc[keep], w[keep]  # (H', J), (H',)
+    acc = (grid.chance + lift[None, :, None] * p[:, None, :]).reshape(-1, x.size)  # (C*A, J)
+    wca = w.reshape(p.shape[0], grid.kappas.size, n_a).sum(axis=1).ravel()  # (C*A,)
+    keep = wca > 0  # hypotheses the runs ruled out cost time and change nothing
+    acc, wk = acc[keep], wca[keep]  # (H', J), (H',)
     order = np.argsort(acc, axis=0, kind="stable")  # (H', J)
     out = np.empty((len(qs), x.size))  # (Q, J)
     for j in range(x.size):
