@@ -139,7 +139,7 @@ def test_bench_train_json(tmp_path):
         check=True,
     )
     result = json.loads(proc.stdout)
-    assert [r["bucketing"] for r in result["train"]] == [True, False]
+    assert [r["batch_order"] for r in result["train"]] == ["binned", "random"]
     assert all(r["tokens_per_s"] > 0 and r["steps_per_s"] > 0 for r in result["train"])
     assert result["decode"][0]["sequences_per_s"] > 0
 

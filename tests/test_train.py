@@ -7,7 +7,6 @@ from threshold.model import KVCache
 from threshold.tasks import TaskConfig, load_task_data
 from threshold.train import (
     TrainConfig,
-    bucket_batches,
     evaluate_greedy,
     evaluate_teacher_forced,
     model_config_for,
@@ -92,25 +91,6 @@ def test_training_does_not_touch_global_rng(max5):
     torch.manual_seed(123)
     train(model_config_for(max5.config, 8), max5, TrainConfig(max_steps=2, eval_every=2))
     assert torch.equal(torch.rand(3), before)
-
-
-def test_bucketed_batches_cover_every_sequence_and_cut_padding(max5):
-    seqs = max5.train
-    n, bs = len(seqs), 64
-    batches = bucket_batches(seqs, bs, np.random.default_rng(0), chunk=16)
-    epoch = [next(batches) for _ in range(-(-n // bs))]
-    assert sorted(np.concatenate(epoch).tolist()) == list(range(n))
-
-    def padding(bucketing):
-        it = bucket_batches(seqs, bs, np.random.default_rng(1), 16, bucketing)
-        total = useful = 0
-        for _ in range(100):
-            b = next(it)
-            useful += seqs.lengths[b].sum()
-            total += len(b) * seqs.lengths[b].max()
-        return 1 - useful / total
-
-    assert padding(True) < padding(False) / 3
 
 
 @torch.no_grad()

@@ -13,11 +13,11 @@ from threshold.tasks import TaskData
 from threshold.train import (
     TrainConfig,
     batch_tensors,
-    bucket_batches,
     evaluate_greedy,
     init_model,
     make_optimizer,
     model_config_for,
+    train_batches,
     train_step,
 )
 
@@ -25,17 +25,15 @@ __all__ = ["bench_decode", "bench_train_steps"]
 
 
 def bench_train_steps(
-    data: TaskData, d_model: int, steps: int, bucketing: bool = True, warmup: int = 10
+    data: TaskData, d_model: int, steps: int, batch_order: str = "binned", warmup: int = 10
 ) -> dict:
     """Training throughput at ``d_model``: steps/s, and non-padding and padded tokens/s."""
-    cfg = TrainConfig(bucketing=bucketing)
+    cfg = TrainConfig(batch_order=batch_order)
     torch.set_num_threads(cfg.threads)
     model_cfg = model_config_for(data.config, d_model)
     model = init_model(model_cfg, seed=0)
     opt = make_optimizer(model, cfg)
-    batches = bucket_batches(
-        data.train, cfg.batch_size, np.random.default_rng(0), cfg.bucket_chunk, bucketing
-    )
+    batches = train_batches(data.train, cfg)
     useful = padded = 0
     elapsed = 0.0
     for i in range(warmup + steps):
@@ -50,7 +48,7 @@ def bench_train_steps(
     return {
         "d_model": d_model,
         "params_total": param_count(model_cfg)["total"],
-        "bucketing": bucketing,
+        "batch_order": batch_order,
         "steps": steps,
         "steps_per_s": steps / elapsed,
         "tokens_per_s": useful / elapsed,
@@ -85,10 +83,10 @@ def run_all(
     """Training steps at every d, bucketed and random batches at each, and decoding throughput."""
     out: dict = {"train": [], "decode": []}
     for d in d_models:
-        for bucketing in (True, False):
+        for order in ("binned", "random"):
             if on_item:
-                on_item(f"train d={d} {'bucketed' if bucketing else 'random'}")
-            out["train"].append(bench_train_steps(data, d, steps, bucketing))
+                on_item(f"train d={d} {order}")
+            out["train"].append(bench_train_steps(data, d, steps, order))
         if on_item:
             on_item(f"decode d={d}")
         out["decode"].append(bench_decode(data, d, 512))

@@ -81,8 +81,9 @@ class TrainConfig:
     warmup_steps: int = 200  # linear warm-up from zero
     min_lr_ratio: float = 0.1  # cosine decay ends at this fraction of lr at max_steps
     grad_clip: float = 1.0  # max global gradient norm
-    bucket_chunk: int = 32  # batches per sort chunk: larger means tighter lengths, less shuffling
-    bucketing: bool = True  # False draws batches at random (for benchmarks only)
+    batch_order: str = "binned"  # binned | bucketed (before 0.2) | random: see threshold.batches
+    length_bins: int = 16  # binned: equal-count length bins (tighter lengths, still well mixed)
+    bucket_chunk: int = 32  # bucketed: batches per sort chunk
     loss_on: str = "completion"  # "completion": only the chain of thought; "all": prompt too
     eval_every: int = 250  # steps between validation checks
     learned_tf: float = 0.99  # teacher-forced val answer accuracy (every op) that asks for a check
@@ -96,12 +97,19 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", tuple(self.betas))
-        for name in ("max_steps", "batch_size", "eval_every", "eval_batch_size", "threads"):
+        if not 0 <= self.seed < 2**63:
+            raise ConfigError(f"seed {self.seed} is not allowed: use 0 to 2**63 - 1")
+        names = ("max_steps", "batch_size", "eval_every", "eval_batch_size", "threads")
+        for name in (*names, "length_bins", "bucket_chunk"):
             value = getattr(self, name)
             if value < 1:
                 raise ConfigError(f"{name} {value} is not allowed: use 1 or more")
         if self.warmup_steps < 0:
             raise ConfigError(f"warmup_steps {self.warmup_steps} is not allowed: use 0 or more")
+        if self.batch_order not in ("binned", "bucketed", "random"):
+            raise ConfigError(
+                f"batch_order {self.batch_order!r} is not allowed: use binned, bucketed or random"
+            )
         if self.loss_on not in ("completion", "all"):
             raise ConfigError(f"loss_on {self.loss_on!r} is not allowed: use completion or all")
         if not self.lr > 0:
@@ -113,3 +121,11 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        """A stored config; ones written before ``batch_order`` existed read as what they ran."""
+        d = dict(d)
+        if "batch_order" not in d:
+            d["batch_order"] = "bucketed" if d.pop("bucketing", True) else "random"
+        return cls(**d)

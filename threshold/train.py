@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from threshold.batches import bucket_batches, make_batches
 from threshold.config import TrainConfig
 from threshold.model import KVCache, ModelConfig, RecurrentTransformer, param_count
 from threshold.tasks import SequenceSet, TaskConfig, TaskData
@@ -35,10 +36,16 @@ __all__ = [
     "evaluate_greedy",
     "evaluate_teacher_forced",
     "init_model",
+    "is_stuck",
+    "lr_factor",
     "majority_rate",
+    "make_batches",
     "make_optimizer",
     "model_config_for",
+    "prompt_groups",
+    "score_traces",
     "train",
+    "train_batches",
     "train_step",
 ]
 
@@ -82,31 +89,14 @@ def model_config_for(task: TaskConfig, d_model: int, **kwargs) -> ModelConfig:
     return ModelConfig(vocab_size=len(task.vocab), n_ctx=task.max_len, d_model=d_model, **kwargs)
 
 
-def bucket_batches(
-    seqs: SequenceSet, batch_size: int, rng: np.random.Generator, chunk: int, bucketing: bool = True
-) -> Iterator[np.ndarray]:
-    """Endless batches of indices; with ``bucketing``, each batch holds sequences of similar length.
-
-    Every epoch shuffles, sorts each run of ``chunk`` batches by length, cuts it into batches and
-    shuffles the batch order, so lengths inside a batch are close while the order stays random.
-    """
-    n = len(seqs)
-    lengths = seqs.lengths
-    while True:
-        order = rng.permutation(n)
-        batches = []
-        span = batch_size * chunk
-        for start in range(0, n, span):
-            part = order[start : start + span]
-            if bucketing:
-                part = part[np.argsort(lengths[part], kind="stable")]
-            batches.extend(part[i : i + batch_size] for i in range(0, len(part), batch_size))
-        for b in rng.permutation(len(batches)):
-            yield batches[b]
-
-
-def batch_tensors(seqs: SequenceSet, index: np.ndarray, pad_id: int, completion_only: bool):
+def batch_tensors(
+    seqs: SequenceSet, index: np.ndarray, pad_id: int, completion_only: bool, length: int = 0
+):
+    """Inputs and targets of sequences ``index``, right-padded to at least ``length`` + 1 tokens."""
     tokens = seqs.padded(index, pad_id)  # (B, L)
+    if tokens.shape[1] < length + 1:
+        extra = np.full((len(index), length + 1 - tokens.shape[1]), pad_id, dtype=tokens.dtype)
+        tokens = np.concatenate([tokens, extra], axis=1)
     x = torch.from_numpy(tokens[:, :-1])  # (B, T)
     y = tokens[:, 1:].copy()  # (B, T): y[:, t] is token t + 1
     y[y == pad_id] = IGNORE
@@ -116,7 +106,7 @@ def batch_tensors(seqs: SequenceSet, index: np.ndarray, pad_id: int, completion_
     return x, torch.from_numpy(y)
 
 
-def _lr_factor(cfg: TrainConfig) -> Callable[[int], float]:
+def lr_factor(cfg: TrainConfig) -> Callable[[int], float]:
     def factor(step: int) -> float:
         if step < cfg.warmup_steps:
             return (step + 1) / cfg.warmup_steps
@@ -161,15 +151,16 @@ def evaluate_teacher_forced(
 ) -> tuple[float, float]:
     """Teacher-forced answer accuracy and mean answer loss: the cheap signal for early stopping."""
     model.eval()
+    device = model.head.weight.device
     order = np.argsort(seqs.lengths, kind="stable")
     correct, loss = 0, 0.0
     for start in range(0, len(order), batch_size):
         index = order[start : start + batch_size]
-        tokens = torch.from_numpy(seqs.padded(index, pad_id))  # (B, L)
+        tokens = torch.from_numpy(seqs.padded(index, pad_id)).to(device)  # (B, L)
         logits = model(tokens[:, :-1])  # (B, T, V)
         where = torch.from_numpy(seqs.lengths[index] - 3)  # (B,): logits that predict the answer
-        answer_logits = logits[torch.arange(len(index)), where]  # (B, V)
-        answers = torch.from_numpy(seqs.answers[index].astype(np.int64))  # (B,)
+        answer_logits = logits[torch.arange(len(index)), where.to(device)]  # (B, V)
+        answers = torch.from_numpy(seqs.answers[index].astype(np.int64)).to(device)  # (B,)
         correct += int((answer_logits.argmax(-1) == answers).sum())
         loss += float(F.cross_entropy(answer_logits, answers, reduction="sum"))
     model.train()
@@ -187,34 +178,56 @@ def evaluate_greedy(
     away; no end token means a wrong answer.
     """
     model.eval()
+    device = model.head.weight.device
     n_ctx = model.cfg.n_ctx
     answer_ok = np.zeros(len(seqs), dtype=bool)
     strict_ok = np.zeros(len(seqs), dtype=bool)
+    for p, index in prompt_groups(seqs, batch_size):
+        prompts = torch.from_numpy(seqs.padded(index, 0)[:, :p]).to(device)  # (B, P)
+        cache = KVCache(model.cfg, len(index), device=device)
+        next_tok = model(prompts, cache)[:, -1].argmax(-1)  # (B,)
+        out = [next_tok]
+        done = next_tok == eos_id  # (B,)
+        while not bool(done.all()) and cache.length < n_ctx:
+            next_tok = model(next_tok[:, None], cache)[:, -1].argmax(-1)  # (B,)
+            out.append(next_tok)
+            done |= next_tok == eos_id
+        generated = torch.stack(out, 1).cpu().numpy()  # (B, G)
+        answer_ok[index], strict_ok[index] = score_traces(generated, seqs, index, p, eos_id)
+    model.train()
+    return answer_ok, strict_ok
+
+
+def prompt_groups(seqs: SequenceSet, batch_size: int):
+    """``(prompt length, indices)`` chunks of at most ``batch_size`` sequences: decoding batches."""
     prompt_len = seqs.prompt_len.astype(np.int64)
     for p in np.unique(prompt_len):
         group = np.flatnonzero(prompt_len == p)
         for start in range(0, len(group), batch_size):
-            index = group[start : start + batch_size]
-            prompts = torch.from_numpy(seqs.padded(index, 0)[:, :p])  # (B, P)
-            cache = KVCache(model.cfg, len(index))
-            next_tok = model(prompts, cache)[:, -1].argmax(-1)  # (B,)
-            out = [next_tok]
-            done = next_tok == eos_id  # (B,)
-            while not bool(done.all()) and cache.length < n_ctx:
-                next_tok = model(next_tok[:, None], cache)[:, -1].argmax(-1)  # (B,)
-                out.append(next_tok)
-                done |= next_tok == eos_id
-            generated = torch.stack(out, 1).numpy()  # (B, G)
-            for row, i in zip(generated, index, strict=True):
-                ends = np.flatnonzero(row == eos_id)
-                if len(ends) == 0 or ends[0] == 0:
-                    continue
-                reference = seqs[i][p:]
-                answer_ok[i] = row[ends[0] - 1] == reference[-2]
-                strict_ok[i] = ends[0] + 1 == len(reference) and np.array_equal(
-                    row[: ends[0] + 1], reference
-                )
-    model.train()
+            yield int(p), group[start : start + batch_size]
+
+
+def score_traces(
+    generated: np.ndarray, seqs: SequenceSet, index: np.ndarray, p: int, eos_id: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Whether each decoded trace ``generated`` (B, G) has the right answer, and is right whole.
+
+    Row b continues the prompt (``p`` tokens) of sequence ``index[b]``; the answer is the token
+    before the first end token, and no end token (or one at the start) is a wrong answer.
+    """
+    reference = seqs.padded(index, -1)[:, p:]  # (B, Lr): the completion, -1 beyond its end
+    ref_len = seqs.lengths[index] - p  # (B,)
+    width = max(generated.shape[1], reference.shape[1])
+    gen = np.full((len(index), width), -2, dtype=np.int64)  # (B, W)
+    gen[:, : generated.shape[1]] = generated
+    ref = np.full((len(index), width), -1, dtype=np.int64)  # (B, W)
+    ref[:, : reference.shape[1]] = reference
+    is_end = gen == eos_id  # (B, W)
+    first = is_end.argmax(1)  # (B,): the first end token (0 when there is none)
+    found = is_end.any(1) & (first > 0)
+    rows = np.arange(len(index))
+    answer_ok = found & (gen[rows, np.maximum(first - 1, 0)] == ref[rows, ref_len - 2])
+    strict_ok = found & (first + 1 == ref_len) & ((gen == ref) | (ref == -1)).all(1)
     return answer_ok, strict_ok
 
 
@@ -236,12 +249,13 @@ def train(
     cfg: TrainConfig,
     on_progress: Callable[[Progress], None] | None = None,
     progress_every: int = 25,
+    device: str | torch.device = "cpu",
 ) -> TrainResult:
     """Train a fresh model on ``data.train``, stop early on ``data.val``, report ``data.test``."""
     model = init_model(model_cfg, cfg.seed)
     if param_count(model_cfg) != model.num_params():
         raise AssertionError("parameter formula and model disagree")
-    return continue_training(model, data, cfg, on_progress, progress_every)
+    return continue_training(model, data, cfg, on_progress, progress_every, device)
 
 
 def continue_training(
@@ -250,16 +264,20 @@ def continue_training(
     cfg: TrainConfig,
     on_progress: Callable[[Progress], None] | None = None,
     progress_every: int = 25,
+    device: str | torch.device = "cpu",
 ) -> TrainResult:
-    """Train ``model`` with a fresh optimizer on ``data`` (also the transfer step)."""
+    """Train ``model`` with a fresh optimizer on ``data`` (also the transfer step).
+
+    The model trains on ``device`` and is handed back on the CPU.
+    """
     torch.set_num_threads(cfg.threads)
     vocab = data.vocab
     pad_id, eos_id = vocab.pad_id, vocab.eos_id
     measure = data.config.measured_op
-    rng = np.random.default_rng(cfg.seed)
+    model.to(device)
     opt = make_optimizer(model, cfg)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_factor(cfg))
-    batches = bucket_batches(data.train, cfg.batch_size, rng, cfg.bucket_chunk, cfg.bucketing)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg))
+    batches = train_batches(data.train, cfg)
     chance = majority_rate(data.val[measure])
 
     t0 = time.perf_counter()
@@ -272,7 +290,7 @@ def continue_training(
         ts = time.perf_counter()
         index = next(batches)
         x, y = batch_tensors(data.train, index, pad_id, cfg.loss_on == "completion")
-        value = train_step(model, opt, x, y, cfg.grad_clip)
+        value = train_step(model, opt, x.to(device), y.to(device), cfg.grad_clip)
         sched.step()
         step += 1
         tokens += int(data.train.lengths[index].sum())
@@ -301,7 +319,7 @@ def continue_training(
                 if all(a >= cfg.learned_acc for a in greedy.values()):
                     stop_reason = "learned"
                     break
-            if _is_stuck(history, cfg, chance, measure):
+            if is_stuck(history, cfg, chance, measure):
                 stop_reason = "stuck"
                 break
         if on_progress is not None and step % progress_every == 0:
@@ -319,7 +337,7 @@ def continue_training(
         accuracy[op], strict[op] = float(answer_ok.mean()), float(strict_ok.mean())
         teacher[op] = evaluate_teacher_forced(model, s, pad_id, cfg.eval_batch_size)[0]
     return TrainResult(
-        model=model,
+        model=model.cpu(),
         steps=step,
         stop_reason=stop_reason,
         wall_s=time.perf_counter() - t0,
@@ -332,7 +350,19 @@ def continue_training(
     )
 
 
-def _is_stuck(history: list[dict], cfg: TrainConfig, chance: float, measure: str) -> bool:
+def train_batches(train_set: SequenceSet, cfg: TrainConfig):
+    """The run's endless batches of training indices (its order, from its seed)."""
+    return make_batches(
+        train_set.lengths,
+        cfg.batch_size,
+        cfg.seed,
+        cfg.batch_order,
+        cfg.length_bins,
+        cfg.bucket_chunk,
+    )
+
+
+def is_stuck(history: list[dict], cfg: TrainConfig, chance: float, measure: str) -> bool:
     """Absolute rule: late in the budget, at chance, and the answer loss has stopped moving."""
     step = history[-1]["step"]
     if step < cfg.stuck_after * cfg.max_steps:

@@ -261,7 +261,7 @@ def _print_bench(results: dict) -> None:
         table.add_row(
             str(r["d_model"]),
             f"{r['params_total']:,}",
-            "bucketed" if r["bucketing"] else "random",
+            r["batch_order"],
             f"{r['steps_per_s']:.1f}",
             f"{r['tokens_per_s']:,.0f}",
             f"{r['padding_share']:.0%}",

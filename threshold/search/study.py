@@ -122,7 +122,7 @@ class StudySettings:
         try:
             return cls(
                 TaskConfig.from_dict(json.loads(attrs["task"])),
-                TrainConfig(**json.loads(attrs["train"])),
+                TrainConfig.from_dict(json.loads(attrs["train"])),
                 SearchConfig(**json.loads(attrs["search"])),
                 tuple(json.loads(attrs.get("pretrain", "[]"))),
             )

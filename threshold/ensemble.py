@@ -1,0 +1,270 @@
+"""Many recurrent transformers as one: weights stacked per member, zero-padded to the largest d.
+
+Member m of size ``d_m`` keeps each weight of its own :class:`RecurrentTransformer` in the leading
+corner of a stacked tensor whose feature size is the largest member's ``D``; everything beyond
+``d_m`` is zero. LayerNorm takes its statistics over the member's own ``d_m`` features and has zero
+gain and bias beyond them, attention scales by the member's own ``1/sqrt(d_m)``, and GELU(0) = 0,
+so the padding of the residual stream, of every activation and of every gradient stays exactly
+zero: each member computes what its own model computes, and training one member never touches
+another. One batched matmul per layer replaces a model-sized matmul per member, which is what
+makes many tiny models cheap (their single-model steps are mostly per-call overhead).
+
+Only the shape the domain fixes is supported: one head, untied head; members share vocabulary,
+context, recurrence steps and MLP ratio. Dimension names: M members, B batch, T time (new tokens),
+S time seen so far (cache), D padded d_model, F padded MLP width, V vocabulary, C context.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+
+from threshold.errors import ConfigError
+from threshold.model import ModelConfig, RecurrentTransformer
+
+__all__ = ["Ensemble", "EnsembleCache", "check_members", "shape_key"]
+
+LN_EPS = 1e-5  # nn.LayerNorm's default
+# stacked name -> (the member's state-dict key, whether nn.Linear stores it transposed, and what
+# each dimension of the (transposed) member tensor is: "d" model width, "qkv" three blocks of d,
+# "mlp" mlp_ratio * d, "fixed" vocabulary or context)
+_LAYOUT = {
+    "tok": ("tok.weight", False, ("fixed", "d")),  # (M, V, D)
+    "pos": ("pos.weight", False, ("fixed", "d")),  # (M, C, D)
+    "ln_1.w": ("block.ln_1.weight", False, ("d",)),  # (M, D)
+    "ln_1.b": ("block.ln_1.bias", False, ("d",)),
+    "qkv.w": ("block.attn.qkv.weight", True, ("d", "qkv")),  # (M, D, 3D): q, k, v D columns each
+    "qkv.b": ("block.attn.qkv.bias", False, ("qkv",)),  # (M, 3D)
+    "out.w": ("block.attn.out.weight", True, ("d", "d")),  # (M, D, D)
+    "out.b": ("block.attn.out.bias", False, ("d",)),
+    "ln_2.w": ("block.ln_2.weight", False, ("d",)),
+    "ln_2.b": ("block.ln_2.bias", False, ("d",)),
+    "up.w": ("block.mlp.up.weight", True, ("d", "mlp")),  # (M, D, F)
+    "up.b": ("block.mlp.up.bias", False, ("mlp",)),  # (M, F)
+    "down.w": ("block.mlp.down.weight", True, ("mlp", "d")),  # (M, F, D)
+    "down.b": ("block.mlp.down.bias", False, ("d",)),
+    "ln_f.w": ("ln_f.weight", False, ("d",)),
+    "ln_f.b": ("ln_f.bias", False, ("d",)),
+    "head.w": ("head.weight", True, ("d", "fixed")),  # (M, D, V)
+}
+DECAYED = ("tok", "pos", "qkv.w", "out.w", "up.w", "down.w", "head.w")  # matrices: AdamW's decay
+
+
+def shape_key(cfg: ModelConfig) -> tuple:
+    """Models whose configs share this key can be stacked into one ensemble."""
+    return tuple((k, v) for k, v in cfg.to_dict().items() if k != "d_model")
+
+
+def check_members(cfgs: list[ModelConfig]) -> None:
+    """Refuse configs the padded ensemble cannot stack (the message names the field)."""
+    for cfg in cfgs:
+        if cfg.n_head != 1 or cfg.tie_embeddings:
+            raise ConfigError(
+                f"batched training needs n_head 1 and an untied head (got n_head {cfg.n_head}, "
+                f"tie_embeddings {cfg.tie_embeddings}): train this model on its own"
+            )
+    if len({shape_key(c) for c in cfgs}) > 1:
+        raise ConfigError("members of one ensemble must share every model setting but d_model")
+
+
+def _slots(dims: tuple[str, ...], d: int, width: int, r: int) -> list[tuple[slice, ...]]:
+    """Where a member of size ``d`` sits in a tensor padded to ``width``: one index per block."""
+    per_dim = []
+    for kind in dims:
+        if kind == "qkv":  # three blocks of d, at 0, width and 2 * width
+            per_dim.append([slice(i * width, i * width + d) for i in range(3)])
+        else:
+            per_dim.append([{"d": slice(0, d), "mlp": slice(0, r * d), "fixed": slice(None)}[kind]])
+    return list(itertools.product(*per_dim))
+
+
+def _copy(
+    dst: torch.Tensor,
+    dst_width: int,
+    src: torch.Tensor,
+    src_width: int,
+    d: int,
+    dims: tuple[str, ...],
+    r: int,
+) -> None:
+    """Copy the size-``d`` member held in ``src`` (padded to ``src_width``) into ``dst``."""
+    lead = (slice(None),) * (dst.dim() - len(dims))  # the members dimension, if any
+    with torch.no_grad():
+        for a, b in zip(_slots(dims, d, dst_width, r), _slots(dims, d, src_width, r), strict=True):
+            dst[lead + a] = src[lead + b]
+
+
+def _size(dims: tuple[str, ...], shape: torch.Size, width: int, r: int) -> tuple[int, ...]:
+    sizes = {"d": width, "qkv": 3 * width, "mlp": r * width}
+    return tuple(sizes.get(kind, n) for kind, n in zip(dims, shape, strict=True))
+
+
+@dataclass
+class EnsembleCache:
+    """Keys and values of every member and recurrence step, for decoding one token at a time."""
+
+    k: torch.Tensor  # (R, M, B, C, D)
+    v: torch.Tensor  # (R, M, B, C, D)
+    length: int = 0  # positions filled; the same for every member and step
+
+    @classmethod
+    def empty(cls, ens: Ensemble, batch: int) -> EnsembleCache:
+        c = ens.cfg
+        shape = (c.n_recur, ens.n_members, batch, c.n_ctx, ens.width)
+        zeros = torch.zeros(shape, device=ens.device)
+        return cls(zeros, zeros.clone())
+
+
+class Ensemble:
+    """Stacked, padded weights of ``len(d_models)`` members and the forward pass over all of them.
+
+    ``params`` are plain leaf tensors (``requires_grad``), so an optimizer can own them.
+    """
+
+    def __init__(self, cfg: ModelConfig, d_models: list[int], params: dict[str, torch.Tensor]):
+        self.cfg = cfg  # the shared settings; its d_model is the padded width D
+        self.d_models = list(d_models)
+        self.params = params
+        device = params["tok"].device
+        d = torch.tensor(self.d_models, dtype=torch.float32, device=device)  # (M,)
+        feature = torch.arange(self.width, device=device)  # (D,)
+        self.mask = (feature[None, :] < d[:, None]).float()[:, None, None, :]  # (M, 1, 1, D)
+        self.inv_d = (1.0 / d)[:, None, None, None]  # (M, 1, 1, 1)
+        self.q_scale = d.rsqrt()[:, None, None, None]  # (M, 1, 1, 1): each member's 1/sqrt(d_m)
+        # Every member as wide as the stack: no padding, so torch's fused LayerNorm and the
+        # attention's own scale serve (a third faster on CPU than the masked forms).
+        self.uniform = len(set(self.d_models)) == 1
+
+    @property
+    def n_members(self) -> int:
+        return len(self.d_models)
+
+    @property
+    def width(self) -> int:
+        return self.cfg.d_model
+
+    @property
+    def device(self) -> torch.device:
+        return self.params["tok"].device
+
+    @classmethod
+    def from_models(cls, models: list[RecurrentTransformer], device="cpu") -> Ensemble:
+        cfgs = [m.cfg for m in models]
+        check_members(cfgs)
+        width = max(c.d_model for c in cfgs)
+        cfg, r = replace(cfgs[0], d_model=width), cfgs[0].mlp_ratio
+        params = {}
+        for name, (key, transposed, dims) in _LAYOUT.items():
+            stacked = None
+            for i, (model, c) in enumerate(zip(models, cfgs, strict=True)):
+                t = model.state_dict()[key].detach()
+                t = t.T if transposed else t
+                if stacked is None:
+                    stacked = torch.zeros((len(models), *_size(dims, t.shape, width, r)))
+                _copy(stacked[i], width, t, c.d_model, c.d_model, dims, r)
+            params[name] = stacked.to(device).requires_grad_()
+        return cls(cfg, [c.d_model for c in cfgs], params)
+
+    def member(self, i: int) -> RecurrentTransformer:
+        """Member ``i`` as its own model, on the CPU."""
+        d, r = self.d_models[i], self.cfg.mlp_ratio
+        model = RecurrentTransformer(replace(self.cfg, d_model=d))
+        state = {}
+        for name, (key, transposed, dims) in _LAYOUT.items():
+            like = model.state_dict()[key]
+            out = torch.empty_like(like.T if transposed else like)
+            _copy(out, d, self.params[name][i].detach().cpu(), self.width, d, dims, r)
+            state[key] = out.T if transposed else out
+        model.load_state_dict(state)
+        return model
+
+    def select(self, members: list[int]) -> Ensemble:
+        """A new ensemble of the given members (copies; the width shrinks to the largest left)."""
+        d_models = [self.d_models[i] for i in members]
+        width = max(d_models)
+        params = {
+            name: p.contiguous().requires_grad_()
+            for name, p in self.select_like(self.params, members, width).items()
+        }
+        return Ensemble(replace(self.cfg, d_model=width), d_models, params)
+
+    def select_like(
+        self, tensors: dict[str, torch.Tensor], members: list[int], width: int
+    ) -> dict[str, torch.Tensor]:
+        """Tensors laid out like :attr:`params` (optimizer state) cut to ``members``, ``width``."""
+        index = torch.tensor(members, device=self.device)
+        out = {}
+        for name, p in tensors.items():
+            part = p.detach().index_select(0, index)  # (M', ...)
+            if width < self.width:
+                dims, r = _LAYOUT[name][2], self.cfg.mlp_ratio
+                narrow = part.new_zeros((len(members), *_size(dims, part.shape[1:], width, r)))
+                _copy(narrow, width, part, self.width, width, dims, r)
+                part = narrow
+            out[name] = part
+        return out
+
+    def forward(self, idx: torch.Tensor, cache: EnsembleCache | None = None) -> torch.Tensor:
+        """Next-token logits (M, B, T, V) of every member for its tokens ``idx`` (M, B, T)."""
+        p, cfg = self.params, self.cfg
+        m, _, t = idx.shape
+        start = 0 if cache is None else cache.length
+        if start + t > cfg.n_ctx:
+            raise ValueError(f"sequence of {start + t} tokens exceeds n_ctx {cfg.n_ctx}")
+        v_size = cfg.vocab_size
+        offsets = torch.arange(m, device=idx.device)[:, None, None] * v_size  # (M, 1, 1)
+        x = F.embedding(idx + offsets, p["tok"].view(m * v_size, -1))  # (M, B, T, D)
+        x = x + p["pos"][:, None, start : start + t]  # (M, B, T, D)
+        for step in range(cfg.n_recur):
+            x = x + self._attention(self._ln(x, "ln_1"), cache, step)  # (M, B, T, D)
+            x = x + self._mlp(self._ln(x, "ln_2"))  # (M, B, T, D)
+        if cache is not None:
+            cache.length += t
+        return self._linear(self._ln(x, "ln_f"), "head.w", None)  # (M, B, T, V)
+
+    __call__ = forward
+
+    def _ln(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        w = self.params[f"{name}.w"][:, None, None, :]  # (M, 1, 1, D)
+        b = self.params[f"{name}.b"][:, None, None, :]
+        if self.uniform:
+            return torch.addcmul(b, F.layer_norm(x, (self.width,), eps=LN_EPS), w)
+        # the padding of x is zero, but masked here too so that no gradient reaches it
+        mean = (x * self.mask).sum(-1, keepdim=True) * self.inv_d  # (M, B, T, 1)
+        centred = (x - mean) * self.mask  # (M, B, T, D): zero beyond each member's d
+        var = centred.square().sum(-1, keepdim=True) * self.inv_d  # (M, B, T, 1)
+        return centred * torch.rsqrt(var + LN_EPS) * w + b  # (M, B, T, D)
+
+    def _linear(self, x: torch.Tensor, weight: str, bias: str | None) -> torch.Tensor:
+        m, b, t, _ = x.shape
+        flat = x.reshape(m, b * t, -1)  # (M, B*T, in)
+        w = self.params[weight]  # (M, in, out)
+        if bias is None:
+            y = torch.bmm(flat, w)  # (M, B*T, out)
+        else:
+            y = torch.baddbmm(self.params[bias][:, None, :], flat, w)  # (M, B*T, out)
+        return y.view(m, b, t, -1)
+
+    def _attention(self, x: torch.Tensor, cache: EnsembleCache | None, step: int) -> torch.Tensor:
+        q, k, v = self._linear(x, "qkv.w", "qkv.b").split(self.width, dim=-1)  # (M, B, T, D) each
+        scale = self.width**-0.5
+        if not self.uniform:
+            q, scale = q * self.q_scale, 1.0  # the member's own 1/sqrt(d); the padding is zero
+        causal = True
+        if cache is not None:
+            causal = cache.length == 0  # prefill is causal; one new token attends to all before it
+            if not causal and q.shape[2] != 1:
+                raise ValueError("with a filled cache, feed one token at a time")
+            end = cache.length + q.shape[2]
+            cache.k[step, :, :, cache.length : end] = k
+            cache.v[step, :, :, cache.length : end] = v
+            k, v = cache.k[step, :, :, :end], cache.v[step, :, :, :end]  # (M, B, S, D)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)  # (M, B, T, D)
+        return self._linear(y, "out.w", "out.b")  # (M, B, T, D)
+
+    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.gelu(self._linear(x, "up.w", "up.b"))  # (M, B, T, F)
+        return self._linear(h, "down.w", "down.b")  # (M, B, T, D)

@@ -1,0 +1,94 @@
+"""How many members fit in one batched pass: a peak-memory estimate and the packs it implies.
+
+The estimate counts the stacked weights with their gradients and two AdamW moments, the
+activations a training step keeps for its backward pass at the longest sequence, and the larger
+of the two evaluations (teacher-forced logits, or a decoding cache), with a margin. It errs high:
+a pack that is planned to fit should fit, and a CUDA out-of-memory error that happens anyway is
+handled by the trainer (it halves the pack).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import torch
+
+from threshold.config import ModelConfig, TrainConfig, param_count
+from threshold.errors import ConfigError
+
+__all__ = ["available_bytes", "pack_bytes", "plan_packs"]
+
+FLOAT = 4  # bytes: everything trains in float32
+MARGIN = 1.5  # allocator slack, temporaries of the optimizer step, the batch tensors
+
+
+def pack_bytes(members: list[tuple[ModelConfig, TrainConfig]]) -> int:
+    """Peak bytes of training ``members`` (model and train config each) as one padded stack."""
+    m = len(members)
+    cfg = replace(members[0][0], d_model=max(c.d_model for c, _ in members))
+    d, v, t, r = cfg.d_model, cfg.vocab_size, cfg.n_ctx, cfg.n_recur
+    f = cfg.mlp_ratio * d
+    weights = 4 * m * param_count(cfg)["total"]  # weights, gradients, two moments
+    per_token = r * (12 * d + 3 * f + t) + 4 * v  # kept for backward, per recurrence step, + loss
+    batch = max(c.batch_size for _, c in members)
+    train = m * batch * t * per_token
+    evaluation = max(c.eval_batch_size for _, c in members) * m
+    teacher = evaluation * t * (4 * d + f + t + 2 * v)
+    decode = evaluation * (2 * r * t * d + t * (4 * d + f + v))
+    return int(MARGIN * FLOAT * (weights + max(train, teacher, decode)))
+
+
+def available_bytes(device: torch.device) -> int:
+    """Memory a pack may use on ``device``: 90% of the GPU's free memory, 80% of the host's."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(0.9 * free)
+    try:
+        with open("/proc/meminfo") as f:
+            info = dict(line.split(":", 1) for line in f)
+        free = int(info["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return int(0.8 * free)
+
+
+def plan_packs(members, device: torch.device, memory_bytes: int | None = None) -> list[list[int]]:
+    """Member positions grouped into packs that stack together and fit in memory.
+
+    Members stack when their model settings agree but for d; within that, larger d go first, so
+    each pack pads to a width close to its members' own. A member that alone would not fit is
+    refused before anything trains.
+    """
+    from threshold.ensemble import shape_key  # torch-heavy; here to keep this module light
+
+    budget = available_bytes(device) if memory_bytes is None else memory_bytes
+    groups: dict[tuple, list[int]] = {}
+    for i, member in enumerate(members):
+        groups.setdefault(shape_key(member.model_cfg), []).append(i)
+    packs = []
+    for positions in groups.values():
+        positions.sort(key=lambda i: -members[i].model_cfg.d_model)
+        pack: list[int] = []
+        for i in positions:
+            if pack and _need(members, [*pack, i]) <= budget:
+                pack.append(i)
+                continue
+            if pack:
+                packs.append(pack)
+            need = _need(members, [i])
+            if need > budget:
+                one = members[i]
+                raise ConfigError(
+                    f"one model of d_model {one.model_cfg.d_model} at batch size "
+                    f"{one.cfg.batch_size} needs about {need / 2**30:.2f} GiB, more than the "
+                    f"{budget / 2**30:.2f} GiB this {device.type} allows: lower --batch-size or "
+                    "the sizes, or raise --memory-gb"
+                )
+            pack = [i]
+        packs.append(pack)
+    return packs
+
+
+def _need(members, positions: list[int]) -> int:
+    return pack_bytes([(members[j].model_cfg, members[j].cfg) for j in positions])
