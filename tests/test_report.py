@@ -7,6 +7,7 @@ in conftest.py, shared with the browser test).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import optuna
 import pytest
@@ -29,11 +30,16 @@ def stored(report_studies, name: str) -> tuple[dict, optuna.Study]:
     return json.loads(study.user_attrs["estimate"]), study
 
 
+def studies_of(results: dict) -> dict[str, dict]:
+    """Each study's data in a results.json, by name."""
+    return {s["data"]["name"]: s["data"] for s in results["studies"]}
+
+
 def test_numbers_are_the_stored_estimates(report_studies, built_report):
     out, results, printed = built_report
-    by_name = {s["name"]: s for s in results["studies"]}
+    by_name = studies_of(results)
     # No study named: every study of the storage, the baseline first.
-    assert results["studies"][0]["name"] == report_studies["a"]
+    assert results["studies"][0]["row"]["name"] == report_studies["a"]
     assert set(by_name) == {report_studies[k] for k in ("a", "b", "few")}
     for key in ("a", "b"):
         estimate, study = stored(report_studies, report_studies[key])
@@ -41,10 +47,12 @@ def test_numbers_are_the_stored_estimates(report_studies, built_report):
         assert s["status"] == "ok" and s["estimate_source"] == "stored"
         assert s["estimate"] == estimate
         row = next(r for r in results["comparison"] if r["name"] == s["name"])
-        for field in ("params_p80", "interval_params", "d_p80", "interval_d", "midpoint_params"):
+        for field in ("params_p80", "interval_params", "d_p80", "interval_d"):
             assert row[field] == estimate[field]
+        view = next(v for v in results["studies"] if v["row"]["name"] == s["name"])
+        assert view["midpoint_params"] == estimate["midpoint_params"]
         done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-        assert s["n_runs"] == len(done) == len(s["runs"])
+        assert s["n_runs"] == len(done) == len(s["runs"]) == row["n_runs"]
         assert s["efficiency"]["runs"] == len(done)
         assert s["efficiency"]["train_s"] == pytest.approx(
             sum(t.user_attrs["train_s"] for t in done), abs=0.1
@@ -63,9 +71,10 @@ def test_numbers_are_the_stored_estimates(report_studies, built_report):
 
 def test_reduction_factor_and_its_interval(report_studies, built_report):
     _, results, _ = built_report
-    by_name = {s["name"]: s for s in results["studies"]}
+    by_name = studies_of(results)
     base, b = by_name[report_studies["a"]], by_name[report_studies["b"]]
-    assert results["baseline"] == report_studies["a"] and base["reduction"] is None
+    assert results["baselines"] == [report_studies["a"]] and base["reduction"] is None
+    assert b["baseline"] == base["name"]
     r = b["reduction"]
     lo, hi = r["interval"]
     assert lo <= r["factor"] <= hi and lo <= r["median"] <= hi
@@ -74,62 +83,72 @@ def test_reduction_factor_and_its_interval(report_studies, built_report):
     assert (r["p_above_1"] > 0.5) == (r["factor"] > 1)
     # The ratio of two uncertain numbers is less certain than either.
     assert hi / lo > max(base["estimate"]["interval_ratio"], b["estimate"]["interval_ratio"])
+    # The same numbers as the search's own maths on the two full posteriors: the lattice
+    # marginals kept in results.json lose nothing.
+    from threshold.report import collect
+    from threshold.search.fit import reduction_factor
+
+    a_data, b_data = collect(report_studies["url"], [base["name"], b["name"]]).studies
+    full = reduction_factor(a_data.posterior, b_data.posterior)
+    assert r["interval"] == pytest.approx(full.pop("interval"), rel=1e-6)
+    assert {k: v for k, v in r.items() if k != "interval"} == pytest.approx(full, rel=1e-6)
+    # The sentence the page leads with says it.
+    finding = next(f for f in results["findings"] if f.startswith(b["label"] + ":"))
+    assert f"{lo:.2f} - {hi:.2f}x" in finding
 
 
-def test_another_op_gets_a_size_ratio_not_a_reduction(report_studies):
-    """A study of another op on the baseline's testbed and modulus: the same ratio of 80% points,
-    marked as a size ratio; on another modulus: neither number."""
+def test_each_study_is_compared_with_the_baseline_of_its_testbed(report_studies):
+    """Another op on the baseline's testbed and modulus: the same ratio as a size ratio; another
+    modulus with no baseline of its own: no factor and no note; with one: that one."""
     from dataclasses import replace
 
-    from threshold.report.data import _reductions, collect
-    from threshold.report.text import OTHER_OP, comparison_rows
+    from threshold.report import collect
+    from threshold.report.data import compare
 
     a, b = report_studies["a"], report_studies["b"]
-    studies = collect(report_studies["url"], [a, b], a).studies
-    other = studies[1]
+    studies = collect(report_studies["url"], [a, b], [a]).studies
+    base, other = studies
     same_op = other.reduction
     task = other.settings.task
     other.settings = replace(other.settings, task=replace(task, measure="min"))
-    other.reduction = None
-    _reductions(studies, a)
-    assert other.reduction is None
-    assert f"it measures MIN (listops {task.n})" in other.reduction_note
+    compare(studies, [a])
+    assert other.reduction is None and other.reduction_note == ""
     assert other.size_ratio == same_op  # the same maths, under its own name
-    row = {"name": b, "label": "b", "n_runs": 3, "status": "ok", "status_text": "",
-           **other.estimate, "reduction": None, "reduction_note": other.reduction_note,
-           "size_ratio": other.size_ratio}  # fmt: skip
-    _, (cells,) = comparison_rows({"baseline": a, "comparison": [row]})
-    assert cells[8] == f"{same_op['factor']:.2f}x ({OTHER_OP})"
 
     other.settings = replace(other.settings, task=replace(task, measure="min", n=7))
-    other.size_ratio = None
-    _reductions(studies, a)
-    assert other.size_ratio is None and other.reduction is None
-    assert "MIN (listops 7)" in other.reduction_note
+    compare(studies, [a])
+    assert other.baseline is None and other.reduction is None and other.size_ratio is None
+    assert other.reduction_note == ""
+    # Two baselines, one each: b is its own group's baseline, compared with nothing.
+    compare(studies, [a, b])
+    assert (base.baseline, other.baseline) == (a, b)
+    assert other.reduction is None and other.size_ratio is None
 
 
 def test_a_study_with_too_few_runs_is_reported(report_studies, built_report):
     out, results, _ = built_report
-    few = next(s for s in results["studies"] if s["name"] == report_studies["few"])
+    few = studies_of(results)[report_studies["few"]]
     assert few["status"] == "too_few_runs" and few["n_runs"] == 1
     assert few["status_text"].startswith("too few runs to fit")
-    assert few["band"] is None and few["reduction"] is None
+    assert few["band"] is None and few["reduction"] is None and few["x80"] is None
     assert "too few runs" in few["reduction_note"]
     row = next(r for r in results["comparison"] if r["name"] == report_studies["few"])
-    assert row["params_p80"] is None
+    assert row["params_p80"] is None and row["ratio"] is None
     assert few["figure"] and (out / few["figure"]).is_file()  # its one run is still drawn
     for page in ("index.html", "summary.md"):
         assert "too few runs to fit: 1 completed" in (out / page).read_text()
+    (warning,) = results["warnings"]
+    assert warning["label"] == few["label"]
 
 
 def test_analyses_transfer_and_efficiency_are_in_the_report(report_studies, built_report):
     out, results, _ = built_report
-    a = next(s for s in results["studies"] if s["name"] == report_studies["a"])
+    a = studies_of(results)[report_studies["a"]]
     (analysis,) = a["analyses"]
     assert analysis["trial"] == 0 and analysis["summary"]["attn_share"] == 0.45
     assert set(analysis["report_figures"]) == {"embedding", "layer_usage", "ablation"}
     (transfer,) = results["transfer"]
-    assert transfer["seeds"] == [0, 1] and transfer["transfer"] == [0.6, 0.5]
+    assert transfer["seeds"] == [[0, 0.6, 0.2], [1, 0.5, 0.2]]
     assert (out / transfer["figure"]).is_file()
     html = (out / "index.html").read_text()
     for name in (*analysis["report_figures"].values(), transfer["figure"]):
@@ -137,6 +156,73 @@ def test_analyses_transfer_and_efficiency_are_in_the_report(report_studies, buil
     grid = a["efficiency"]["grid"]
     assert grid["runs"] == len(grid["sizes"]) * 3 and grid["steps"] == grid["runs"] * 40
     assert "Dense grid (the papers" in html
+
+
+def test_a_report_renders_again_from_its_results_alone(built_report, tmp_path, monkeypatch):
+    """`threshold report --from results.json`: no storage (a URL that cannot be opened), the same
+    numbers, figures and analyses; in place with --force too."""
+    import shutil
+
+    out, results, _ = built_report
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    monkeypatch.setenv("THRESHOLD_STORAGE", "sqlite:///no/such/folder/x.db")
+    again = invoke(
+        ["report", "--from", str(copy / "results.json"), "-o", "new", "--json"],
+        tmp_path,
+        monkeypatch,
+    )
+    assert again.exit_code == 0, again.output
+    new = json.loads((tmp_path / "new" / "results.json").read_text())
+    assert new["comparison"] == results["comparison"]
+    assert new["findings"] == results["findings"]
+    assert [s["data"] for s in new["studies"]] == [s["data"] for s in results["studies"]]
+    assert new["created"] == results["created"]
+    assert new["rendered_from"] == str(copy / "results.json")
+    assert set(new["files"]) == {p.name for p in (tmp_path / "new").iterdir()}
+    for name in new["files"]:
+        if name.startswith("analysis-"):
+            assert (tmp_path / "new" / name).read_bytes() == (out / name).read_bytes()
+    # In place: the earlier report's files are replaced, the analysis figures survive.
+    inplace = invoke(
+        ["report", "--from", str(copy / "results.json"), "-o", str(copy), "--force"],
+        tmp_path,
+        monkeypatch,
+    )
+    assert inplace.exit_code == 0, inplace.output
+    kept = json.loads((copy / "results.json").read_text())
+    assert kept["comparison"] == results["comparison"]
+    assert all((copy / name).stat().st_size > 0 for name in kept["files"])
+    assert not (tmp_path / "no").exists()
+
+
+def test_an_older_results_file_is_checked_against_the_maths(built_report, tmp_path):
+    """A results.json without the posterior (format 1) is rebuilt from its runs, and refused when
+    the runs no longer give the stored estimate."""
+    from threshold.errors import ConfigError
+    from threshold.report import load_results
+
+    out, results, _ = built_report
+    old = json.loads((out / "results.json").read_text())
+    old["format"] = "threshold-report/1"
+    for s in old["studies"]:
+        s["data"].pop("x80")
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(old))
+    loaded = {s.name: s for s in load_results(path).studies}
+    for s in results["studies"]:
+        data = s["data"]
+        if data["reduction"]:
+            got = dict(loaded[data["name"]].reduction)
+            want = dict(data["reduction"])
+            assert got.pop("interval") == pytest.approx(want.pop("interval"), rel=1e-6)
+            assert got == pytest.approx(want, rel=1e-6)
+    first = old["studies"][0]["data"]
+    first["estimate"]["params_p80"] *= 1.1
+    path.write_text(json.dumps(old))
+    with pytest.raises(ConfigError, match="the posterior's maths changed") as info:
+        load_results(path)
+    assert first["name"] in str(info.value)
 
 
 def test_refuses_a_used_folder_unless_forced(report_studies, tmp_path, monkeypatch):
@@ -165,7 +251,7 @@ def test_refuses_a_used_folder_unless_forced(report_studies, tmp_path, monkeypat
     gone = {f for f in files if f.startswith("study-")}
     assert gone and not gone & now and "mine.txt" in now
     results = json.loads((out / "results.json").read_text())
-    assert [st["name"] for st in results["studies"]] == [s["b"]]
+    assert [st["data"]["name"] for st in results["studies"]] == [s["b"]]
 
 
 @pytest.mark.parametrize(
@@ -176,18 +262,33 @@ def test_refuses_a_used_folder_unless_forced(report_studies, tmp_path, monkeypat
         (["--transfer", "missing.json"], "transfer file 'missing.json' cannot be read"),
         (["--transfer", "s.db"], "is not `threshold transfer --json` output"),
         (["--storage", "sqlite:///nowhere/x.db"], "does not exist"),
+        (["-o", "/proc/x"], "output folder '/proc/x' cannot be written"),
+        (["-o", "/proc/x/y/z"], "output folder '/proc/x/y/z' cannot be written"),
+        (["--from", "s.db"], "is not JSON"),
+        (["--from", "missing.json"], "results file 'missing.json' cannot be read"),
+        (["--from", "reports/all/results.json", "--baseline", "nope"], "'nope' is not in"),
+        (["--from", "reports/all/results.json", "--storage", "x"], "--from renders the studies"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(report_studies, tmp_path, monkeypatch, extra, words):
+def test_bad_input_is_one_line_and_exit_2(
+    report_studies, built_report, tmp_path, monkeypatch, extra, words
+):
     s = report_studies
-    args = ["report", "-o", str(tmp_path / "rep")]
-    if "--storage" not in extra:
-        args += ["--storage", s["url"]]
+    out = tmp_path / "rep"
+    if "-o" in extra:
+        out = Path(extra[extra.index("-o") + 1])
+    else:
+        extra = [*extra, "-o", str(out)]
+    args = (
+        ["report"]
+        if any(a in extra for a in ("--storage", "--from"))
+        else ["report", "--storage", s["url"]]
+    )
     result = invoke([*args, *extra], s["cwd"], monkeypatch)
     assert result.exit_code == 2, (result.output, result.exception)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], lines
-    assert not (tmp_path / "rep").exists()
+    assert not out.exists()
 
 
 def test_report_never_writes_to_the_storage(report_studies, built_report, monkeypatch):
@@ -201,8 +302,9 @@ def test_report_never_writes_to_the_storage(report_studies, built_report, monkey
         return study.user_attrs, system, [t.user_attrs for t in study.trials]
 
     before = {name: state(name) for name in (s["a"], s["b"], s["few"])}
-    result = invoke(["report", "--storage", s["url"], "-o", str(s["cwd"] / "again")], s["cwd"],
-                    monkeypatch)  # fmt: skip
+    result = invoke(
+        ["report", "--storage", s["url"], "-o", str(s["cwd"] / "again")], s["cwd"], monkeypatch
+    )
     assert result.exit_code == 0, result.output
     for name, was in before.items():
         assert state(name) == was
@@ -224,9 +326,24 @@ def test_dense_grid_cost():
 
 # MUL in S_3 trained with SGN and IMG (the CPU suite): runs crowd at d 18-26 on a plateau near
 # 0.5, one d = 48 run learns (0.894), and the posterior takes the plateau for the asymptote.
-PLATEAU_RUNS = [(48, 0.894), (8, 0.133), (8, 0.114), (11, 0.278), (15, 0.434), (18, 0.463),
-                (18, 0.531), (18, 0.419), (18, 0.415), (21, 0.731), (21, 0.390), (23, 0.588),
-                (23, 0.591), (23, 0.534), (26, 0.594), (26, 0.808)]  # fmt: skip
+PLATEAU_RUNS = [
+    (48, 0.894),
+    (8, 0.133),
+    (8, 0.114),
+    (11, 0.278),
+    (15, 0.434),
+    (18, 0.463),
+    (18, 0.531),
+    (18, 0.419),
+    (18, 0.415),
+    (21, 0.731),
+    (21, 0.390),
+    (23, 0.588),
+    (23, 0.591),
+    (23, 0.534),
+    (26, 0.594),
+    (26, 0.808),
+]
 
 
 def test_an_asymptote_far_below_the_best_run_is_flagged(tmp_path):
@@ -259,17 +376,23 @@ def test_an_asymptote_far_below_the_best_run_is_flagged(tmp_path):
                 optuna.trial.create_trial(
                     params={PARAM: d},
                     distributions={PARAM: optuna.distributions.IntDistribution(2, 512)},
-                    value=acc, user_attrs={"params_total": dict(policy.params_of_d)[d], "seed": i,
-                                           "steps": 40, "train_s": 1.0, "stop_reason": "max_steps",
-                                           "accuracy": json.dumps({"max": acc})},
+                    value=acc,
+                    user_attrs={
+                        "params_total": dict(policy.params_of_d)[d],
+                        "seed": i,
+                        "steps": 40,
+                        "train_s": 1.0,
+                        "stop_reason": "max_steps",
+                        "accuracy": json.dumps({"max": acc}),
+                    },
                 )
-            )  # fmt: skip
+            )
         study.set_user_attr("estimate", json.dumps(transition_estimate(policy, done)))
         names[study.study_name] = key
-    text = {names[s.name]: s.status_text for s in collect(url, list(names)).studies}
+    text = {names[s.name]: s.warning for s in collect(url, list(names)).studies}
     assert "may mark a plateau, not the transition" in text["plateau"]
     assert "below its best run (0.894)" in text["plateau"]
-    assert "plateau" not in text["learned"]
+    assert text["learned"] == ""
 
 
 def test_studies_past_ten_keep_a_style_of_their_own():

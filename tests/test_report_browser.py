@@ -1,84 +1,156 @@
-"""The report page in headless Chromium: every figure loads, the table and the plotly figure are
-there, and nothing is fetched from the network.
+"""The report page in headless Chromium at 1280 x 900: it fits the width, the transitions table's
+rows are one or two lines, every figure loads, the plotly figure is drawn, nothing is fetched from
+the network; and a full-page screenshot to look at.
 
-Uses the session's report (``built_report`` in conftest.py: three tiny studies, a baseline, an
-analysed trial and a transfer file) and the ``browser`` fixture (Debian's chromium under Selenium;
-skipped when missing, a failure in CI). Screenshots go to the test's tmp dir and are copied to
+Two pages: the session's report (``built_report`` in conftest.py: three tiny studies, a baseline,
+an analysed trial and a transfer file) and the committed showcase ``reports/cpu/all/`` (14 studies,
+four baselines). The ``browser`` fixture is Debian's chromium under Selenium (skipped when missing,
+a failure in CI). Screenshots go to the test's tmp dir and are copied to
 /tmp/threshold-report-shots/.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 SHOTS = Path("/tmp/threshold-report-shots")
 WAIT_S = 90
+WIDTH, HEIGHT = 1280, 900  # a laptop's browser window
+MAX_ROW_PX = 60  # two lines of the table's 13 px text, with padding
+SHOWCASE = Path(__file__).resolve().parents[1] / "reports" / "cpu" / "all"
 
 
-def test_report_page_in_a_browser(built_report, browser, tmp_path):
+def look(browser, page: Path, shot: Path) -> dict:
+    """Open ``page`` at WIDTH x HEIGHT, check what a reader needs, write a full-page screenshot;
+    returns the measurements."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    out, results, _ = built_report
-    browser.get((out / "index.html").as_uri())
+    browser.set_window_size(WIDTH, HEIGHT)
+    browser.get(page.as_uri())
     wait = WebDriverWait(browser, WAIT_S)
     wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
+    inner, scroll = browser.execute_script(
+        "return [window.innerWidth, document.documentElement.scrollWidth];"
+    )
+    assert inner == WIDTH
+    assert scroll <= inner, f"the page scrolls sideways: {scroll} px wide in a {inner} px window"
+    heights = browser.execute_script(
+        "return Array.from(document.querySelectorAll('table.transitions tbody tr'),"
+        " r => r.getBoundingClientRect().height);"
+    )
+    assert heights and max(heights) < MAX_ROW_PX, heights
+    widths = browser.execute_script(
+        "return Array.from(document.querySelectorAll('table'),"
+        " t => t.getBoundingClientRect().right);"
+    )
+    assert max(widths) <= inner  # no table runs past the window, cut off
 
     # Every image has loaded (a broken src leaves naturalWidth at 0).
     images = browser.execute_script(
         "return Array.from(document.images, i => [i.getAttribute('src'), i.complete,"
         " i.naturalWidth]);"
     )
-    expected = {results["figures"]["comparison"], results["transfer"][0]["figure"]}
-    expected |= {s["figure"] for s in results["studies"] if s["figure"]}
-    expected |= {f for s in results["studies"] for a in s["analyses"]
-                 for f in a["report_figures"].values()}  # fmt: skip
-    assert {src for src, _, _ in images} == expected
     broken = [src for src, done, width in images if not (done and width > 0)]
     assert not broken, broken
 
-    # The transitions table: a row per study, the baseline marked, the too-few study said so.
-    table = browser.find_element(By.ID, "transitions")
-    rows = table.find_elements(By.CSS_SELECTOR, "tbody tr")
-    assert len(rows) == len(results["studies"])
-    text = table.text
-    assert "baseline" in text and "too few runs to fit" in text
-    first = results["comparison"][0]
-    assert f"{first['params_p80']:,.0f}" in rows[0].text
-
-    # The plotly figure rendered: its SVG is drawn, with the fitted studies' traces.
+    # The plotly figure is drawn: its SVG, one legend entry a fitted study.
     plot = wait.until(
         lambda d: d.find_element(By.CSS_SELECTOR, "#comparison-plot .main-svg")
     ).find_element(By.XPATH, "./ancestor::div[@id='comparison-plot']")
-    n_traces = browser.execute_script("return arguments[0].data.length;", plot)
-    fitted = sum(s["status"] == "ok" for s in results["studies"])
-    assert n_traces == 4 * fitted  # band, median, 80% point, runs
-    assert "learning transitions" in plot.text
+    traces = browser.execute_script(
+        "return arguments[0].data.map(t => [t.name, t.showlegend !== false]);", plot
+    )
+    legend = browser.execute_script(
+        "return arguments[0].querySelectorAll('.legend .traces').length;", plot
+    )
 
     # Self-contained: every script, image and link points at a local file (plotly's bundle is
-    # copied beside the page, not fetched from a CDN).
+    # beside the page, not fetched from a CDN).
     urls = browser.execute_script(
         "return Array.from(document.querySelectorAll('[src], [href]'), e => e.src || e.href);"
     )
     assert any(u.endswith("/plotly.min.js") for u in urls)
     assert all(u.startswith("file://") for u in urls), urls
 
-    # Screenshots: the top of the page, the interactive figure, and the whole page.
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    shots = []
-    top = tmp_path / "report-top.png"
-    assert browser.save_screenshot(str(top))
-    shots.append(top)
-    browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", plot)
-    figure = tmp_path / "report-plotly.png"
-    assert browser.save_screenshot(str(figure))
-    shots.append(figure)
+    # A warning is shown in the warning colour, not as a success.
+    colours = browser.execute_script(
+        "return Array.from(document.querySelectorAll('.warn'), e => getComputedStyle(e)"
+        ".backgroundColor);"
+    )
+    assert all(c == "rgb(255, 244, 229)" for c in colours), colours
+
+    # The whole page, as a reader scrolls it.
     height = browser.execute_script("return document.documentElement.scrollHeight;")
-    browser.set_window_size(1400, min(int(height) + 100, 16000))
-    whole = tmp_path / "report-page.png"
-    assert browser.save_screenshot(str(whole))
-    shots.append(whole)
-    for path in shots:
-        shutil.copy(path, SHOTS / path.name)
-        print(f"screenshot: {path} (copy: {SHOTS / path.name})")
+    png = browser.execute_cdp_cmd(
+        "Page.captureScreenshot",
+        {
+            "captureBeyondViewport": True,
+            "clip": {"x": 0, "y": 0, "width": WIDTH, "height": height, "scale": 1},
+        },
+    )
+    shot.write_bytes(base64.b64decode(png["data"]))
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(shot, SHOTS / shot.name)
+    measured = {
+        "page": str(page),
+        "inner_width": inner,
+        "scroll_width": scroll,
+        "rows": len(heights),
+        "max_row_px": max(heights),
+        "images": len(images),
+        "traces": len(traces),
+        "legend_entries": legend,
+        "warnings": len(colours),
+        "height": height,
+        "screenshot": str(SHOTS / shot.name),
+    }
+    print(json.dumps(measured))
+    return measured | {"traces_list": traces, "plot_text": plot.text, "images_list": images}
+
+
+def test_report_page_in_a_browser(built_report, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    out, results, _ = built_report
+    seen = look(browser, out / "index.html", tmp_path / "report-page.png")
+
+    expected = {results["figures"]["comparison"], results["transfer"][0]["figure"]}
+    expected |= {s["data"]["figure"] for s in results["studies"] if s["data"]["figure"]}
+    expected |= {
+        f for s in results["studies"] for a in s["data"]["analyses"]
+        for f in a["report_figures"].values()
+    }  # fmt: skip
+    assert {src for src, _, _ in seen["images_list"]} == expected
+
+    # The transitions table: a row per study, the baseline marked, the too-few study said so.
+    rows = browser.find_elements(By.CSS_SELECTOR, "table.transitions tbody tr")
+    assert len(rows) == len(results["studies"]) == seen["rows"]
+    text = " ".join(r.text for r in rows)
+    assert "baseline" in text and "too few runs" in text
+    first = results["comparison"][0]
+    assert f"{first['params_p80']:,.0f}" in rows[0].text
+
+    # One legend entry a fitted study; its band, point and runs go with it.
+    fitted = sum(s["row"]["status"] == "ok" for s in results["studies"])
+    assert seen["traces"] == 4 * fitted
+    assert sum(shown for _, shown in seen["traces_list"]) == fitted == seen["legend_entries"]
+    assert "curves and runs" in seen["plot_text"]
+    assert seen["warnings"] >= 1  # the study with too few runs
+
+
+def test_the_showcase_reads_at_a_glance(browser, tmp_path):
+    """The committed reports/cpu/all/: 14 studies under four baselines."""
+    page = SHOWCASE / "index.html"
+    if not page.is_file():
+        pytest.skip(f"{page} is not in this checkout")
+    results = json.loads((SHOWCASE / "results.json").read_text())
+    seen = look(browser, page, tmp_path / "showcase-page.png")
+    assert seen["rows"] == len(results["studies"])
+    fitted = sum(s["row"]["status"] == "ok" for s in results["studies"])
+    assert seen["legend_entries"] == fitted  # 14 entries, not 28

@@ -399,7 +399,9 @@ def test_tiny_suite_runs_every_step(tiny_runs):
         assert '<script src="../plotly.min.js">' in (out / name / "index.html").read_text()
     assert (out / "plotly.min.js").stat().st_size > 1_000_000
     results = json.loads((out / "all" / "results.json").read_text())
-    (entry,) = [s for s in results["studies"] if s["name"] == first["studies"][0]["study"]]
+    (entry,) = [
+        s["data"] for s in results["studies"] if s["row"]["name"] == first["studies"][0]["study"]
+    ]
     assert [a["trial"] for a in entry["analyses"]] == [trial["trial"]]  # the analysis is in it
     (survey,) = first["surveys"]
     scored = json.loads((cwd / survey["file"]).read_text())

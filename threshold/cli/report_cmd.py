@@ -28,10 +28,14 @@ class _Steps:
         )
 
         self.progress = Progress(
-            TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), console=Console(stderr=True), disable=not enabled,
+            TextColumn("{task.description:<16}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            disable=not enabled,
             transient=False,
-        )  # fmt: skip
+        )
         self.bars: dict[str, int] = {}
         self.started = False
 
@@ -59,8 +63,11 @@ def report(
         typer.Argument(help="Studies to report (default: every study in the storage)."),
     ] = None,
     baseline: Annotated[
-        str | None,
-        typer.Option(help="Study whose 80% point the others' reduction factors divide."),
+        list[str] | None,
+        typer.Option(
+            help="Study whose 80% point the others' factors divide: each study is compared with "
+            "the baseline of its testbed and modulus (repeatable)."
+        ),
     ] = None,
     transfer: Annotated[
         list[Path] | None,
@@ -70,6 +77,14 @@ def report(
     analysis_dir: Annotated[
         Path, typer.Option(help="Where `threshold analyze` wrote its figures.")
     ] = Path("studies/analysis"),
+    from_results: Annotated[
+        Path | None,
+        typer.Option(
+            "--from",
+            help="Render again from a report's results.json, no storage needed (its studies, "
+            "transfer results and baselines, plus any --baseline).",
+        ),
+    ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Write over an existing report folder.")
     ] = False,
@@ -78,18 +93,30 @@ def report(
     """Transitions, curves, reduction factors, analyses, transfer and search cost as a report."""
 
     def body():
-        from threshold.report import check_output, collect, write_report
+        from threshold.errors import ConfigError
+        from threshold.report import check_output, collect, load_results, write_report
 
+        if from_results is not None and (studies or transfer or storage):
+            raise ConfigError(
+                "--from renders the studies and transfer results of its results.json: leave out "
+                "STUDY, --transfer and --storage"
+            )
         check_output(out, force)  # before the slow part
         with _Steps(enabled=not as_json) as steps:
-            collected = collect(storage, studies or (), baseline, transfer or (), analysis_dir,
-                                on_progress=steps)  # fmt: skip
-            results = write_report(collected, out, force, on_progress=steps)
+            if from_results is not None:
+                collected = load_results(from_results, baseline or ())
+                source = str(from_results)
+            else:
+                collected = collect(
+                    storage, studies or (), baseline or (), transfer or (), analysis_dir, steps
+                )
+                source = "storage"
+            results = write_report(collected, out, force, steps, rendered_from=source)
         if as_json:
             summary = {
                 "out": str(out),
                 "index": str(out / "index.html"),
-                "baseline": results["baseline"],
+                "baselines": results["baselines"],
                 "comparison": results["comparison"],
                 "files": results["files"],
             }
@@ -109,10 +136,11 @@ def _print(results: dict, out: Path) -> None:
     table = Table(title="learning transitions (posterior median, 90% interval)")
     for column in ("study", "runs", "80% point", "90% interval", "d"):
         table.add_column(column, justify="left" if column == "study" else "right")
-    if results["baseline"] is not None:
-        table.add_column("reduction (90%)", justify="right")
+    with_factor = bool(results["baselines"])
+    if with_factor:
+        table.add_column("factor vs its baseline (90%)", justify="right")
     for row in results["comparison"]:
-        cells = terminal_cells(row, results["baseline"])
+        cells = terminal_cells(row, with_factor)
         table.add_row(row["label"], str(row["n_runs"]), *cells)
     console = Console()
     console.print(table)

@@ -1,9 +1,11 @@
 """Reports: read studies (through :mod:`threshold.search`), write ``reports/NAME/``.
 
 Never trains and never writes to a storage. :func:`collect` gathers every study's runs, estimate,
-posterior band, reduction factor against a baseline, analyses and search cost, and reads transfer
-results; :func:`write_report` draws the figures and writes ``index.html``, ``summary.md`` and
-``results.json``.
+posterior band, factor against the baseline of its testbed and modulus, analyses and search cost,
+and reads transfer results; :func:`load_results` reads the same back from a report's
+``results.json`` (no storage needed); :func:`write_report` builds the view model
+(:mod:`threshold.report.view`), draws the figures and renders ``index.html``, ``summary.md`` and
+``results.json`` from it (:mod:`threshold.report.render`, templates in ``templates/``).
 """
 
 from threshold.report.data import (
@@ -14,14 +16,17 @@ from threshold.report.data import (
     read_transfer,
     step_cost,
 )
-from threshold.report.write import check_output, write_report
+from threshold.report.results import load_results
+from threshold.report.write import PLOTLY_JS, check_output, write_report
 
 __all__ = [
+    "PLOTLY_JS",
     "Collected",
     "StudyData",
     "check_output",
     "collect",
     "dense_grid",
+    "load_results",
     "read_transfer",
     "step_cost",
     "write_report",

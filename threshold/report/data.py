@@ -22,7 +22,9 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 from optuna.trial import TrialState
@@ -31,7 +33,11 @@ from scipy.optimize import nnls
 from threshold.errors import ConfigError, ThresholdError
 from threshold.search.fit import reduction_factor, transition_estimate, transition_posterior
 from threshold.search.notes import MIN_RUNS, curve_sizes, stop_status
-from threshold.search.posterior import curve_quantiles
+from threshold.search.posterior import (
+    curve_quantiles,
+    difference_distribution,
+    weighted_quantiles,
+)
 from threshold.search.results import load_analyses
 from threshold.search.sampler import PARAM, policy_settings, split_trials
 from threshold.search.settings import SearchSettings
@@ -43,10 +49,16 @@ __all__ = [
     "Collected",
     "StudyData",
     "collect",
+    "compare",
     "dense_grid",
+    "factor",
+    "judge",
+    "label",
     "read_transfer",
     "step_cost",
     "study_title",
+    "where",
+    "x80_marginal",
 ]
 
 log = logging.getLogger(__name__)
@@ -83,9 +95,12 @@ class StudyData:
     policy: SearchSettings | None = None
     posterior: tuple | None = None  # (grid, weights) behind the estimate
     band: dict | None = None  # credible band of the mean curve: params, lo, median, hi
+    x80: dict | None = None  # the posterior of ln x80 on a lattice (x80_marginal): for factors
     efficiency: dict = field(default_factory=dict)
     analyses: list[dict] = field(default_factory=list)
-    reduction: dict | None = None  # against the baseline; None without one
+    warning: str = ""  # what makes the estimate doubtful (a plateau), or why there is none
+    baseline: str | None = None  # the study this one is compared with: same testbed and modulus
+    reduction: dict | None = None  # against its baseline; None without one
     reduction_note: str = ""  # why there is no factor, when there is a baseline
     # A study of another op on the baseline's testbed and modulus gets no reduction factor but the
     # same ratio under its own name: baseline 80% point / this one's, how much larger a model the
@@ -105,6 +120,7 @@ class StudyData:
             "title": study_title(s),
             "status": self.status,
             "status_text": self.status_text,
+            "warning": self.warning or None,
             "search_status": self.search_status,
             "settings": {
                 "task": s.task.to_dict(),
@@ -121,11 +137,14 @@ class StudyData:
             "estimate": self.estimate,
             "estimate_source": self.estimate_source,
             "band": self.band,
+            "x80": self.x80,
+            "baseline": self.baseline,
             "reduction": self.reduction,
             "reduction_note": self.reduction_note or None,
             "size_ratio": self.size_ratio,
             "efficiency": self.efficiency,
-            "analyses": self.analyses,
+            # Without where a report read back from its folder copies the figures from.
+            "analyses": [{k: v for k, v in a.items() if k != "copy_from"} for a in self.analyses],
             "runs": self.runs,
         }
 
@@ -134,9 +153,12 @@ class StudyData:
 class Collected:
     storage: str  # the URL, password hidden
     studies: list[StudyData]
-    baseline: str | None
+    baselines: list[str]  # study names; each study is compared with the one of its testbed
     transfer: list[dict]
     analysis_dir: str
+    created: str = ""  # when the studies were read (a re-rendered report keeps the original's)
+    version: str = ""  # threshold's version and commit that read them
+    git_commit: str = ""
 
 
 def study_title(settings: StudySettings) -> str:
@@ -149,7 +171,7 @@ def study_title(settings: StudySettings) -> str:
     return f"{measured}{mix}{before}, {where}"
 
 
-def _label(studies: list[StudyData]) -> None:
+def label(studies: list[StudyData]) -> None:
     """Titles, with the name's hash where two studies share a title."""
     titles = [study_title(s.settings) for s in studies]
     for s, title in zip(studies, titles, strict=True):
@@ -233,8 +255,9 @@ def _efficiency(runs: list[dict], settings: StudySettings, d_range, n_failed: in
     timed = [r for r in runs if r["train_s"] is not None and r["steps"]]
     used_s = float(sum(r["train_s"] for r in timed))
     used_steps = int(sum(r["steps"] for r in timed))
-    fitted = step_cost([r["d"] for r in timed], [r["train_s"] for r in timed],
-                       [r["steps"] for r in timed])  # fmt: skip
+    fitted = step_cost(
+        [r["d"] for r in timed], [r["train_s"] for r in timed], [r["steps"] for r in timed]
+    )
     if fitted is not None:
         cost, source = fitted, "fitted to this study's runs"
     else:
@@ -340,29 +363,10 @@ def _study_data(study, settings: StudySettings, analysis_dir: Path) -> StudyData
         estimate_source=source,
         policy=policy,
     )
-    if not runs:
-        data.status, data.status_text = "no_runs", "no completed runs yet: nothing to fit"
-    elif len(completed) < MIN_RUNS or policy is None or not estimate.get("params_p80"):
-        data.status = "too_few_runs"
-        data.status_text = (
-            f"too few runs to fit: {len(completed)} completed, the estimate needs the "
-            f"{MIN_RUNS} runs of the initial bracket"
-        )
+    judge(data, len(completed))
     if data.ok:
-        ratio, precision = estimate["interval_ratio"], settings.search.precision
-        data.status_text = f"90% interval {ratio:.2f}x wide" + (
-            f", within the study's precision of {precision:g}x"
-            if ratio <= precision
-            else f", wider than the study's precision of {precision:g}x"
-        )
-        best = max((r["accuracy"] for r in runs if r["accuracy"] is not None), default=None)
-        asymptote = estimate.get("asymptote")
-        if best is not None and asymptote is not None and best - asymptote > PLATEAU_GAP:
-            data.status_text += (
-                f"; its asymptote {asymptote:.2f} lies {best - asymptote:.2f} below its best run "
-                f"({best:.3f}): the 80% point may mark a plateau, not the transition"
-            )
         data.posterior = transition_posterior(policy, completed)
+        data.x80 = x80_marginal(data.posterior)
         params = np.array([r["params"] for r in runs if r["params"]], dtype=float)
         xs = curve_sizes(params, *estimate["interval_params"])  # (P,)
         lo, median, hi = curve_quantiles(*data.posterior, np.log(xs))  # (P,) each
@@ -380,6 +384,37 @@ def _study_data(study, settings: StudySettings, analysis_dir: Path) -> StudyData
     data.efficiency = _efficiency(runs, settings, d_range, n_failed)
     data.analyses = _analyses(study, name, runs, analysis_dir)
     return data
+
+
+def judge(data: StudyData, n_completed: int) -> None:
+    """Set a study's status, its one-sentence status text and its warning from its runs and
+    estimate (with the study's stored data, or again when a report is re-rendered)."""
+    estimate, runs = data.estimate, data.runs
+    data.status, data.warning = "ok", ""
+    if not runs:
+        data.status, data.status_text = "no_runs", "no completed runs yet: nothing to fit"
+    elif n_completed < MIN_RUNS or data.policy is None or not estimate.get("params_p80"):
+        data.status = "too_few_runs"
+        data.status_text = (
+            f"too few runs to fit: {n_completed} completed, the estimate needs the "
+            f"{MIN_RUNS} runs of the initial bracket"
+        )
+    if not data.ok:
+        data.warning = data.status_text
+        return
+    ratio, precision = estimate["interval_ratio"], data.settings.search.precision
+    data.status_text = f"90% interval {ratio:.2f}x wide" + (
+        f", within the study's precision of {precision:g}x"
+        if ratio <= precision
+        else f", wider than the study's precision of {precision:g}x"
+    )
+    best = max((r["accuracy"] for r in runs if r["accuracy"] is not None), default=None)
+    asymptote = estimate.get("asymptote")
+    if best is not None and asymptote is not None and best - asymptote > PLATEAU_GAP:
+        data.warning = (
+            f"its asymptote {asymptote:.2f} lies {best - asymptote:.2f} below its best run "
+            f"({best:.3f}): the 80% point may mark a plateau, not the transition"
+        )
 
 
 def read_transfer(path: Path) -> dict:
@@ -434,27 +469,31 @@ def read_transfer(path: Path) -> dict:
 def collect(
     url: str | None = None,
     names: Sequence[str] = (),
-    baseline: str | None = None,
+    baselines: Sequence[str] = (),
     transfer_files: Sequence[Path] = (),
     analysis_dir: Path = Path("studies/analysis"),
     on_progress: Progress | None = None,
 ) -> Collected:
     """Everything the report shows. ``names`` empty: every threshold study in the storage.
 
-    The baseline is added to the studies when not named; every other study with a fit gets its
-    reduction factor against it. Unknown studies, an unknown baseline and unreadable transfer files
-    raise :class:`ThresholdError`.
+    The baselines are added to the studies when not named; every other study with a fit gets its
+    reduction factor against the baseline of its testbed and modulus (:func:`compare`). Unknown
+    studies, an unknown baseline and unreadable transfer files raise :class:`ThresholdError`.
     """
+    import threshold
+
     transfer = [read_transfer(p) for p in transfer_files]  # bad files fail before slow work
     storage = open_storage(url, create=False)
     summaries = storage.get_all_studies()
     known = [s.study_name for s in summaries]
-    if baseline is not None and baseline not in known:
-        listed = ", ".join(known[:5]) or "none"
-        raise ThresholdError(
-            f"baseline study {baseline!r} is not in this storage (studies: {listed}): "
-            "name one of them with --baseline"
-        )
+    baselines = list(dict.fromkeys(baselines))
+    for baseline in baselines:
+        if baseline not in known:
+            listed = ", ".join(known[:5]) or "none"
+            raise ThresholdError(
+                f"baseline study {baseline!r} is not in this storage (studies: {listed}): "
+                "name one of them with --baseline"
+            )
     if names:
         wanted = list(dict.fromkeys(names))
     else:
@@ -471,8 +510,8 @@ def collect(
                 f"storage {_public_url(storage_url(url))!r} has no threshold study: "
                 "run `threshold find` first, or give --storage"
             )
-    if baseline is not None:  # first: the row the others are compared with
-        wanted = [baseline, *(name for name in wanted if name != baseline)]
+    # The baselines first, each the first row of its group.
+    wanted = [*baselines, *(name for name in wanted if name not in baselines)]
     loaded = [load_study(name, storage) for name in wanted]  # unknown names fail here, fast
     studies = []
     for i, (study, settings) in enumerate(loaded):
@@ -481,23 +520,93 @@ def collect(
         studies.append(_study_data(study, settings, Path(analysis_dir)))
     if on_progress is not None:
         on_progress("reading studies", len(loaded), len(loaded))
-    if baseline is not None:
-        _reductions(studies, baseline)
-    _label(studies)
+    compare(studies, baselines)
+    label(studies)
     return Collected(
         storage=_public_url(storage_url(url)),
         studies=studies,
-        baseline=baseline,
+        baselines=baselines,
         transfer=transfer,
         analysis_dir=str(analysis_dir),
+        created=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        version=threshold.__version__,
+        git_commit=git_commit(),
     )
 
 
-def _reductions(studies: list[StudyData], baseline: str) -> None:
-    base = next(s for s in studies if s.name == baseline)
+def git_commit() -> str:
+    """The commit of the checkout threshold runs from, or "unknown"."""
+    import subprocess
+
+    import threshold
+
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(threshold.__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+        return out.stdout.strip() if out.returncode == 0 else "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+def x80_marginal(posterior) -> dict:
+    """The posterior of ln x80 (grid, weights) as ``results.json`` keeps it: its median and its
+    masses on the lattice ``start + k step`` that :func:`reduction_factor` convolves on (0.01
+    nats), empty tails cut. Factors from two of these equal those from the full posteriors, so a
+    report read back from its file gives the same factors whatever the search's maths is by then.
+    """
+    grid, w = posterior
+    values, probs = difference_distribution(grid.x80, w, [0.0], [1.0])  # (K,) each: A - 0
+    keep = np.flatnonzero(probs > 1e-12)
+    lo, hi = int(keep[0]), int(keep[-1]) + 1
+    return {
+        "median": float(weighted_quantiles(grid.x80, w, [0.5])[0]),
+        "start": float(values[lo]),
+        "step": float(values[1] - values[0]) if values.size > 1 else 0.01,
+        "probs": [float(p) for p in probs[lo:hi]],
+    }
+
+
+def factor(base: dict, study: dict) -> dict:
+    """:func:`reduction_factor` of two :func:`x80_marginal` s: baseline x80 / study's."""
+
+    def lattice(m: dict):
+        values = m["start"] + m["step"] * np.arange(len(m["probs"]))  # (K,)
+        return SimpleNamespace(x80=values), np.asarray(m["probs"], dtype=float)
+
+    out = reduction_factor(lattice(base), lattice(study))
+    return out | {"factor": float(np.exp(base["median"] - study["median"]))}
+
+
+def where(s: StudyData) -> tuple[str, int]:
+    """A study's testbed and modulus (degree for permutations): what a baseline must share."""
+    return s.settings.task.testbed, s.settings.task.n
+
+
+def compare(studies: list[StudyData], baselines: Sequence[str]) -> None:
+    """Give each study the baseline of its testbed and modulus, and its factor against it.
+
+    Of several baselines on one testbed and modulus, a study takes the one measuring its own op
+    (else the first named). A study of the baseline's op gets a reduction factor (baseline 80%
+    point / study's); one of another op the same ratio as a size ratio; a study with no baseline
+    of its testbed and modulus gets neither, and no note.
+    """
+    by_name = {s.name: s for s in studies}
+    bases = [by_name[name] for name in baselines]
     for s in studies:
-        if s.name == baseline:
+        s.baseline, s.reduction, s.size_ratio, s.reduction_note = None, None, None, ""
+        if s.name in baselines:
+            s.baseline = s.name
             continue
+        mine = [b for b in bases if where(b) == where(s)]
+        if not mine:
+            continue
+        base = next((b for b in mine if _measured(b) == _measured(s)), mine[0])
+        s.baseline = base.name
         if not base.ok:
             s.reduction_note = f"none: the baseline has {base.status.replace('_', ' ')}"
         elif not s.ok:
@@ -507,14 +616,10 @@ def _reductions(studies: list[StudyData], baseline: str) -> None:
         ):
             s.reduction_note = "none: the two studies define the transition differently"
         elif _measured(s) != _measured(base):
-            s.reduction_note = f"none: it measures {_measured(s)}, the baseline {_measured(base)}"
-            same = (s.settings.task.testbed, s.settings.task.n)
-            if same == (base.settings.task.testbed, base.settings.task.n):
-                s.size_ratio = reduction_factor(base.posterior, s.posterior)
+            s.size_ratio = factor(base.x80, s.x80)
         else:
-            s.reduction = reduction_factor(base.posterior, s.posterior)
+            s.reduction = factor(base.x80, s.x80)
 
 
 def _measured(s: StudyData) -> str:
-    task = s.settings.task
-    return f"{task.measured_op.upper()} ({task.testbed} {task.n})"
+    return s.settings.task.measured_op

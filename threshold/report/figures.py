@@ -9,15 +9,13 @@ with the dashboard's own curve maths (:func:`threshold.search.notes.fit_accuracy
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
 from threshold.report.data import StudyData
-from threshold.report.text import OTHER_OP
 from threshold.search.notes import fit_accuracy
 
 __all__ = [
@@ -32,8 +30,10 @@ __all__ = [
 ]
 
 # matplotlib's tab10, shared by the PNGs and the plotly figure so a study keeps its colour.
-COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-          "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]  # fmt: skip
+COLORS = [
+    *("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"),
+    *("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"),
+]
 # After ten studies the colours come round again with another line style (matplotlib, plotly).
 DASHES = [("-", "solid"), ("--", "dash"), (":", "dot")]
 LEGEND_INSIDE = 6  # more studies than this and the curves' legend moves beside the axes
@@ -60,9 +60,17 @@ def _thousands(value, _pos=None) -> str:
     return f"{value:g}"
 
 
+def _log_ticks(axis, label) -> None:
+    """Ticks at 1, 2 and 5 times powers of ten, each labelled; none on the minor ticks (which
+    matplotlib labels on an axis short of a decade, in scientific notation)."""
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(label))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def _log_params_axis(ax) -> None:
     ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(FuncFormatter(_thousands))
+    _log_ticks(ax.xaxis, _thousands)
     ax.grid(True, which="major", alpha=0.3)
     ax.grid(True, which="minor", alpha=0.1)
 
@@ -125,39 +133,96 @@ def study_figure(s: StudyData, path: Path) -> Path:
         ys = [r["accuracy_ops"].get(op) for r in runs]
         keep = [i for i, y in enumerate(ys) if y is not None]
         if keep:
-            ax.scatter(params[keep], [ys[i] for i in keep], marker=next(markers, "o"), s=22,
-                       facecolors="none", edgecolors="0.55", linewidths=0.8,
-                       label=f"{op.upper()} (not measured)", zorder=2)  # fmt: skip
+            ax.scatter(
+                params[keep],
+                [ys[i] for i in keep],
+                marker=next(markers, "o"),
+                s=22,
+                facecolors="none",
+                edgecolors="0.55",
+                linewidths=0.8,
+                label=f"{op.upper()} (not measured)",
+                zorder=2,
+            )
     est = s.estimate if s.ok else None
     if est is not None:
         band = s.band
-        ax.fill_between(band["params"], band["lo"], band["hi"], color=COLORS[0], alpha=0.2,
-                        linewidth=0, label="posterior: 90% credible band")  # fmt: skip
+        ax.fill_between(
+            band["params"],
+            band["lo"],
+            band["hi"],
+            color=COLORS[0],
+            alpha=0.2,
+            linewidth=0,
+            label="posterior: 90% credible band",
+        )
         ax.plot(band["params"], band["median"], color=COLORS[0], label="posterior: median curve")
         fit = est.get("fit")
         if fit:
             xs = np.asarray(band["params"])
-            ax.plot(xs, fit_accuracy(fit, xs), color=COLORS[3], linestyle="--", linewidth=1.2,
-                    label="least-squares logistic")  # fmt: skip
+            ax.plot(
+                xs,
+                fit_accuracy(fit, xs),
+                color=COLORS[3],
+                linestyle="--",
+                linewidth=1.2,
+                label="least-squares logistic",
+            )
         lo, hi = est["interval_params"]
         p80 = est["params_p80"]
         point = f"{s.settings.search.level:.0%} point"
-        ax.errorbar([p80], [level_accuracy(s)], xerr=[[p80 - lo], [hi - p80]], fmt="D",
-                    color=COLORS[1], markersize=8, capsize=4, zorder=5,
-                    label=f"{point} {p80:,.0f} (90%: {lo:,.0f} - {hi:,.0f})")  # fmt: skip
+        ax.errorbar(
+            [p80],
+            [level_accuracy(s)],
+            xerr=[[p80 - lo], [hi - p80]],
+            fmt="D",
+            color=COLORS[1],
+            markersize=8,
+            capsize=4,
+            zorder=5,
+            label=f"{point} {p80:,.0f} (90%: {lo:,.0f} - {hi:,.0f})",
+        )
         mid = est.get("midpoint_params")
         if mid:
             m_lo, m_hi = est.get("midpoint_interval_params", [mid, mid])
-            ax.errorbar([mid], [level_accuracy(s, 0.5)], xerr=[[mid - m_lo], [m_hi - mid]],
-                        fmt="o", color=COLORS[4], markersize=7, capsize=4, zorder=5,
-                        label=f"midpoint {mid:,.0f} (90%: {m_lo:,.0f} - {m_hi:,.0f})")  # fmt: skip
-        ax.axhline(est["chance"], color="0.4", linestyle=":", linewidth=1,
-                   label=f"chance (majority answer) {est['chance']:.2f}")  # fmt: skip
-    ax.scatter(params, [r["accuracy"] for r in runs], color="black", s=26, alpha=0.8, zorder=4,
-               label=f"{measure.upper()} test accuracy, one point per run")  # fmt: skip
+            ax.errorbar(
+                [mid],
+                [level_accuracy(s, 0.5)],
+                xerr=[[mid - m_lo], [m_hi - mid]],
+                fmt="o",
+                color=COLORS[4],
+                markersize=7,
+                capsize=4,
+                zorder=5,
+                label=f"midpoint {mid:,.0f} (90%: {m_lo:,.0f} - {m_hi:,.0f})",
+            )
+        ax.axhline(
+            est["chance"],
+            color="0.4",
+            linestyle=":",
+            linewidth=1,
+            label=f"chance (majority answer) {est['chance']:.2f}",
+        )
+    ax.scatter(
+        params,
+        [r["accuracy"] for r in runs],
+        color="black",
+        s=26,
+        alpha=0.8,
+        zorder=4,
+        label=f"{measure.upper()} test accuracy, one point per run",
+    )
     if est is None:
-        ax.text(0.5, 0.5, "too few runs to fit", transform=ax.transAxes, ha="center",
-                va="center", fontsize=14, color="0.4")  # fmt: skip
+        ax.text(
+            0.5,
+            0.5,
+            "too few runs to fit",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            fontsize=14,
+            color="0.4",
+        )
         if params.size:
             ax.set_xlim(params.min() / 2, params.max() * 2)
     _log_params_axis(ax)
@@ -170,29 +235,38 @@ def study_figure(s: StudyData, path: Path) -> Path:
     return _save(fig, path)
 
 
-def curves_figure(studies: list[StudyData], path: Path) -> Path:
+def curves_figure(studies: list[StudyData], styles: dict, path: Path) -> Path:
     """Every fitted study's posterior median curve and 90% band on one axis, 80% points marked."""
     outside = len(studies) > LEGEND_INSIDE
     fig = Figure(figsize=(11.0 if outside else 8.2, 4.6), layout="constrained")
     ax = fig.subplots()
-    for i, s in enumerate(studies):
+    for s in studies:
         if not s.ok:
             continue
-        color, (dash, _) = study_style(i)
+        color, (dash, _) = styles[s.name]
         band, est = s.band, s.estimate
-        ax.fill_between(band["params"], band["lo"], band["hi"], color=color, alpha=0.15,
-                        linewidth=0)  # fmt: skip
+        ax.fill_between(
+            band["params"], band["lo"], band["hi"], color=color, alpha=0.15, linewidth=0
+        )
         ax.plot(band["params"], band["median"], color=color, linestyle=dash, label=s.label)
         lo, hi = est["interval_params"]
         p80 = est["params_p80"]
-        ax.errorbar([p80], [level_accuracy(s)], xerr=[[p80 - lo], [hi - p80]], fmt="D",
-                    color=color, capsize=3, markersize=6)  # fmt: skip
+        ax.errorbar(
+            [p80],
+            [level_accuracy(s)],
+            xerr=[[p80 - lo], [hi - p80]],
+            fmt="D",
+            color=color,
+            capsize=3,
+            markersize=6,
+        )
     _log_params_axis(ax)
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("total parameters (log scale)")
     ax.set_ylabel("measured-op test accuracy")
-    ax.set_title("posterior median curves, 90% bands; diamonds: 80% points with 90% intervals",
-                 fontsize=10)  # fmt: skip
+    ax.set_title(
+        "posterior median curves, 90% bands; diamonds: 80% points with 90% intervals", fontsize=10
+    )
     if outside:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), handlelength=2.6)
     else:
@@ -200,68 +274,99 @@ def curves_figure(studies: list[StudyData], path: Path) -> Path:
     return _save(fig, path)
 
 
-def comparison_figure(studies: list[StudyData], baseline: str | None, path: Path) -> Path:
-    """Each study's 80% point and midpoint with 90% intervals; beside it, with a baseline, each
-    study's reduction factor with its 90% interval."""
-    rows = list(reversed(studies))  # first study on top
-    with_factors = baseline is not None
-    fig = Figure(figsize=(10.5 if with_factors else 8.2, 1.4 + 0.55 * len(rows)),
-                 layout="constrained")  # fmt: skip
-    axes = fig.subplots(1, 2, width_ratios=[3, 2]) if with_factors else [fig.subplots()]
-    ax = axes[0]
-    y = np.arange(len(rows))
-    for yi, s in zip(y, rows, strict=True):
-        color, _ = study_style(studies.index(s))
-        if not s.ok:
-            ax.text(0.02, yi, s.status_text.split(":")[0], transform=ax.get_yaxis_transform(),
-                    va="center", fontsize=8, color="0.4")  # fmt: skip
+def comparison_figure(groups, styles: dict, path: Path) -> Path:
+    """The headline: a block of rows for each baseline (``groups``, view Groups), each study's
+    80% point with its 90% interval on the left and, in a group with a baseline, its
+    factor against it with its 90% interval on the right (hollow: a size ratio, another op)."""
+    rows = []  # (y label, row or None for a group's title)
+    for g in groups:
+        title = f"against {g.baseline_label}" if g.baseline else "no baseline"
+        rows.append((title, None))
+        rows.extend((r.label, r) for r in g.rows)
+    with_factors = any(g.baseline for g in groups)
+    height = 1.0 + 0.3 * len(rows)
+    fig = Figure(figsize=(10.5 if with_factors else 8.2, height), layout="constrained")
+    axes = (
+        fig.subplots(1, 2, width_ratios=[3, 2], sharey=True) if with_factors else [fig.subplots()]
+    )
+    y = np.arange(len(rows))[::-1]  # first row on top
+    left = axes[0]
+    for yi, (_, row) in zip(y, rows, strict=True):
+        for ax in axes:
+            if row is None:
+                ax.axhspan(yi - 0.5, yi + 0.5, color="0.93", linewidth=0, zorder=0)
+        if row is None:
             continue
-        est = s.estimate
-        lo, hi = est["interval_params"]
-        p80 = est["params_p80"]
-        ax.errorbar([p80], [yi + 0.12], xerr=[[p80 - lo], [hi - p80]], fmt="D", color=color,
-                    capsize=4, label="80% point" if yi == y[-1] else None)  # fmt: skip
-        mid = est.get("midpoint_params")
-        if mid:
-            m_lo, m_hi = est.get("midpoint_interval_params", [mid, mid])
-            ax.errorbar([mid], [yi - 0.12], xerr=[[mid - m_lo], [m_hi - mid]], fmt="o",
-                        mfc="white", color=color, capsize=3, alpha=0.8)  # fmt: skip
-    ax.set_yticks(y, [s.label for s in rows], fontsize=8.5)
-    ax.set_ylim(-0.6, len(rows) - 0.4)
-    _log_params_axis(ax)
-    ax.set_xlabel("total parameters")
-    ax.set_title("80% point (diamond) and midpoint (circle), 90% intervals", fontsize=9.5)
+        color = styles[row.name][0]
+        if not row.ok:
+            left.text(
+                0.02,
+                yi,
+                row.status.replace("_", " "),
+                transform=left.get_yaxis_transform(),
+                va="center",
+                fontsize=8,
+                color="0.4",
+            )
+            continue
+        lo, hi = row.interval_params
+        p80 = row.params_p80
+        left.errorbar(
+            [p80],
+            [yi],
+            xerr=[[p80 - lo], [hi - p80]],
+            fmt="D",
+            color=color,
+            capsize=3,
+            markersize=6 if row.is_baseline else 5,
+            mfc=color if row.is_baseline else "white",
+        )
+    left.set_yticks(y, [name for name, _ in rows], fontsize=8.5)
+    for tick, (_, row) in zip(left.get_yticklabels(), rows, strict=True):
+        if row is None:
+            tick.set_fontweight("bold")
+    left.set_ylim(-0.6, len(rows) - 0.4)
+    _log_params_axis(left)
+    left.set_xlabel("80% point: total parameters (posterior median, 90% interval)")
+    left.set_title("80% points (filled: the baseline)", fontsize=9.5)
     if with_factors:
         right = axes[1]
         right.axvline(1.0, color="0.4", linestyle=":")
-        for yi, s in zip(y, rows, strict=True):
-            color, _ = study_style(studies.index(s))
-            if s.name == baseline:
-                right.text(1.0, yi, "  baseline", va="center", fontsize=8)
-            elif s.reduction is not None or s.size_ratio is not None:
-                r = s.reduction or s.size_ratio
-                lo, hi = r["interval"]
-                f = r["factor"]
-                other = s.reduction is None  # another op: hollow, and said so
-                right.errorbar([f], [yi], xerr=[[f - lo], [hi - f]], fmt="s", color=color,
-                               capsize=4, mfc="white" if other else color)  # fmt: skip
-                right.annotate(f"{f:.2g}x" + (f", {OTHER_OP}" if other else ""), (f, yi),
-                               textcoords="offset points", xytext=(0, 7), ha="center",
-                               fontsize=8)  # fmt: skip
-            else:
-                note = textwrap.fill(s.reduction_note, 34)
-                right.text(0.02, yi, note, transform=right.get_yaxis_transform(), va="center",
-                           fontsize=7, color="0.4")  # fmt: skip
-        right.set_yticks(y, [""] * len(rows))
-        right.set_ylim(-0.6, len(rows) - 0.4)
+        for yi, (_, row) in zip(y, rows, strict=True):
+            if row is None or row.ratio is None:
+                if row is not None and row.is_baseline:
+                    right.text(1.0, yi, "  baseline", va="center", fontsize=8, color="0.3")
+                continue
+            r = row.ratio
+            other = r.kind == "size ratio"
+            right.errorbar(
+                [r.factor],
+                [yi],
+                xerr=[[r.factor - r.lo], [r.hi - r.factor]],
+                fmt="s",
+                color=styles[row.name][0],
+                capsize=3,
+                markersize=5,
+                mfc="white" if other else styles[row.name][0],
+            )
+            right.annotate(
+                f"{r.factor:.2g}x",
+                (r.factor, yi),
+                textcoords="offset points",
+                xytext=(0, 6),
+                ha="center",
+                va="bottom",
+                fontsize=7.5,
+                color="0.25",
+            )
         right.set_xscale("log")
-        right.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}x"))
+        _log_ticks(right.xaxis, lambda v, _p: f"{v:g}x")
         right.grid(True, alpha=0.3)
-        right.set_xlabel("reduction factor")
-        hollow = any(s.reduction is None and s.size_ratio is not None for s in rows)
-        right.set_title("baseline 80% point / study's, 90% interval"
-                        + ("\n(hollow: another op, a size ratio)" if hollow else ""),
-                        fontsize=9.5)  # fmt: skip
+        right.set_xlabel("baseline's 80% point / study's (> 1: smaller)")
+        hollow = any(r.ratio is not None and r.ratio.kind == "size ratio" for _, r in rows if r)
+        right.set_title(
+            "factor, 90% interval" + (" (hollow: another op)" if hollow else ""), fontsize=9.5
+        )
     return _save(fig, path)
 
 
@@ -281,8 +386,11 @@ def transfer_figure(t: dict, path: Path) -> Path:
     ax.set_xlabel("training step on the target")
     ax.set_ylabel(f"{t['measure'].upper()} validation accuracy (teacher-forced)")
     source = "+".join(t["pretrain"]).upper()
-    ax.set_title(f"{'+'.join(t['tasks']).upper()} at d = {t['d_model']}: pretrained on "
-                 f"{source} (solid) vs from scratch (dashed)", fontsize=10)  # fmt: skip
+    ax.set_title(
+        f"{'+'.join(t['tasks']).upper()} at d = {t['d_model']}: pretrained on "
+        f"{source} (solid) vs from scratch (dashed)",
+        fontsize=10,
+    )
     ax.legend(fontsize=7.5, ncol=2, loc="lower right")
     return _save(fig, path)
 
@@ -292,65 +400,115 @@ def _rgba(color: str, alpha: float) -> str:
     return f"rgba({r}, {g}, {b}, {alpha})"
 
 
-def comparison_plotly(studies: list[StudyData]):
-    """The interactive comparison: each fitted study's median curve and 90% band, its 80% point
-    with its interval, and its runs (hidden until clicked in the legend)."""
+def comparison_plotly(studies: list[StudyData], styles: dict):
+    """The interactive figure: each fitted study's median curve and 90% band, its 80% point
+    with its interval, and its runs. One legend entry a study (band, point and runs go with it);
+    two buttons show or hide every study's runs."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for i, s in enumerate(studies):
+    runs_traces = []
+    for s in studies:
         if not s.ok:
             continue
-        color, (_, dash) = study_style(i)
+        color, (_, dash) = styles[s.name]
         band, est = s.band, s.estimate
-        group = s.name
         xs = band["params"]
+        common = {"legendgroup": s.name, "showlegend": False}
         fig.add_trace(
             go.Scatter(
-                x=xs + xs[::-1], y=band["hi"] + band["lo"][::-1], fill="toself",
-                fillcolor=_rgba(color, 0.15), line={"width": 0}, hoverinfo="skip",
-                legendgroup=group, showlegend=False, name=f"{s.label}: 90% band",
+                x=xs + xs[::-1],
+                y=band["hi"] + band["lo"][::-1],
+                fill="toself",
+                fillcolor=_rgba(color, 0.12),
+                line={"width": 0},
+                hoverinfo="skip",
+                name=f"{s.label}: 90% band",
+                **common,
             )
-        )  # fmt: skip
+        )
         fig.add_trace(
             go.Scatter(
-                x=xs, y=band["median"], mode="lines", line={"color": color, "dash": dash},
+                x=xs,
+                y=band["median"],
+                mode="lines",
+                line={"color": color, "dash": dash},
                 name=s.label,
-                legendgroup=group,
+                legendgroup=s.name,
                 hovertemplate="%{x:,.0f} params: median accuracy %{y:.3f}<extra>"
-                + s.label + "</extra>",
+                + s.label
+                + "</extra>",
             )
-        )  # fmt: skip
+        )
         lo, hi = est["interval_params"]
         p80 = est["params_p80"]
         fig.add_trace(
             go.Scatter(
-                x=[p80], y=[level_accuracy(s)], mode="markers", legendgroup=group,
-                showlegend=False, marker={"symbol": "diamond", "size": 11, "color": color},
-                error_x={"type": "data", "symmetric": False, "array": [hi - p80],
-                         "arrayminus": [p80 - lo], "color": color},
+                x=[p80],
+                y=[level_accuracy(s)],
+                mode="markers",
+                marker={"symbol": "diamond", "size": 10, "color": color},
+                error_x={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [hi - p80],
+                    "arrayminus": [p80 - lo],
+                    "color": color,
+                },
                 name=f"{s.label}: 80% point",
                 hovertemplate=f"80% point {p80:,.0f} params (90%: {lo:,.0f} - {hi:,.0f}), "
                 f"d = {est['d_p80']:.1f}<extra>{s.label}</extra>",
+                **common,
             )
-        )  # fmt: skip
+        )
         runs = [r for r in s.runs if r["params"]]
+        runs_traces.append(len(fig.data))
         fig.add_trace(
             go.Scatter(
-                x=[r["params"] for r in runs], y=[r["accuracy"] for r in runs], mode="markers",
-                marker={"color": color, "size": 7, "opacity": 0.7, "line": {"width": 0}},
-                name=f"{s.label}: runs", legendgroup=group, visible="legendonly",
+                x=[r["params"] for r in runs],
+                y=[r["accuracy"] for r in runs],
+                mode="markers",
+                marker={"color": color, "size": 6, "opacity": 0.75, "line": {"width": 0}},
+                name=f"{s.label}: runs",
+                visible=False,
                 text=[f"trial {r['trial']}, d = {r['d']}, seed {r['seed']}" for r in runs],
-                hovertemplate="%{text}<br>%{x:,} params, accuracy %{y:.3f}<extra></extra>",
+                hovertemplate="%{text}<br>%{x:,} params, accuracy %{y:.3f}<extra>"
+                + s.label
+                + "</extra>",
+                **common,
             )
-        )  # fmt: skip
+        )
+
+    def runs_visible(shown: bool) -> list:
+        return [shown if i in runs_traces else True for i in range(len(fig.data))]
+
+    buttons = [
+        {"label": "curves", "method": "restyle", "args": [{"visible": runs_visible(False)}]},
+        {
+            "label": "curves and runs",
+            "method": "restyle",
+            "args": [{"visible": runs_visible(True)}],
+        },
+    ]
     fig.update_layout(
-        title={"text": "learning transitions: accuracy against size", "x": 0.02},
         template="none",
         xaxis={"type": "log", "title": "total parameters", "showgrid": True},
         yaxis={"title": "measured-op test accuracy", "range": [0, 1.02], "showgrid": True},
-        legend={"orientation": "h", "y": -0.2},
-        margin={"l": 60, "r": 20, "t": 50, "b": 60},
-        height=520,
+        legend={"font": {"size": 11}, "tracegroupgap": 2, "itemwidth": 30},
+        updatemenus=[
+            {
+                "type": "buttons",
+                "direction": "right",
+                "buttons": buttons,
+                "x": 0.0,
+                "y": 1.01,
+                "xanchor": "left",
+                "yanchor": "bottom",
+                "showactive": True,
+                "pad": {"r": 4},
+            }
+        ],
+        margin={"l": 60, "r": 10, "t": 50, "b": 50},
+        height=540,
     )
     return fig

@@ -2,6 +2,7 @@
 
 The folder must be new or empty; ``force`` lets a report replace an earlier one there: the files
 the earlier report listed in its ``results.json`` are removed first, anything else is left alone.
+A folder that cannot be made or written is a :class:`ConfigError` (one line at the command line).
 """
 
 from __future__ import annotations
@@ -9,31 +10,54 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
-import threshold
 from threshold.errors import ConfigError
-from threshold.report.data import GRID_SEEDS, GRID_SIZES, Collected, Progress
-from threshold.report.html import PLOTLY_JS, render_html
-from threshold.report.markdown import render_markdown
+from threshold.report.data import GRID_SEEDS, GRID_SIZES, Collected, Progress, git_commit
+from threshold.report.render import render
+from threshold.report.results import FORMATS, RESULTS
+from threshold.report.view import Report, build
 
-__all__ = ["RESULTS", "check_output", "write_report"]
+__all__ = ["PLOTLY_JS", "RESULTS", "check_output", "write_report"]
 
-RESULTS = "results.json"
-_HEADLINE = ("params_p80", "interval_params", "d_p80", "interval_d", "midpoint_params",
-             "midpoint_interval_params", "midpoint_d", "interval_ratio")  # fmt: skip
-FORMAT = "threshold-report/1"
+PLOTLY_JS = "plotly.min.js"
+
+
+def _cannot(out: Path, e: OSError) -> ConfigError:
+    return ConfigError(
+        f"output folder {str(out)!r} cannot be written ({e.strerror or e}): give -o a folder "
+        "that you can create and write"
+    )
+
+
+def _probe(out: Path) -> None:
+    """Make ``out`` (and its missing parents) and remove them again: can the report go there?"""
+    missing = []
+    for folder in [out, *out.parents]:
+        if folder.exists():
+            break
+        missing.append(folder)
+    try:
+        out.mkdir(parents=True)
+    except OSError as e:
+        raise _cannot(out, e) from None
+    for folder in missing:  # deepest first
+        folder.rmdir()
 
 
 def check_output(out: Path, force: bool) -> list[str]:
-    """Refuse a folder with other content unless ``force``; returns an earlier report's files."""
+    """Refuse a folder with other content unless ``force``, or one that cannot be made or
+    written; returns an earlier report's files. Leaves no folder behind."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"output {str(out)!r} is a file: give a folder with -o")
-    if not out.is_dir() or not any(out.iterdir()):
+    if not out.is_dir():
+        _probe(out)
+        return []
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise _cannot(out, PermissionError(13, "Permission denied"))
+    if not any(out.iterdir()):
         return []
     if not force:
         raise ConfigError(
@@ -42,7 +66,7 @@ def check_output(out: Path, force: bool) -> list[str]:
         )
     try:
         earlier = json.loads((out / RESULTS).read_text())
-        files = earlier["files"] if earlier.get("format") == FORMAT else []
+        files = earlier["files"] if earlier.get("format") in FORMATS else []
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         files = []
     return [f for f in files if isinstance(f, str) and "/" not in f and f not in ("", ".", "..")]
@@ -50,17 +74,6 @@ def check_output(out: Path, force: bool) -> list[str]:
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
-
-
-def _commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(threshold.__file__).parent,
-            capture_output=True, text=True, timeout=5,
-        )  # fmt: skip
-        return out.stdout.strip() if out.returncode == 0 else "unknown"
-    except OSError:
-        return "unknown"
 
 
 def _plotly_script(out: Path, shared: Path | None) -> tuple[str, str | None]:
@@ -88,57 +101,104 @@ def _plotly_script(out: Path, shared: Path | None) -> tuple[str, str | None]:
     return Path(os.path.relpath(shared, out)).as_posix(), None
 
 
+class _Names:
+    """File names in the report folder, each used once."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+
+    def __call__(self, name: str) -> str:
+        stem, dot, ext = name.rpartition(".")
+        candidate, i = name, 1
+        while candidate in self.used:
+            i += 1
+            candidate = f"{stem}-{i}{dot}{ext}"
+        self.used.add(candidate)
+        return candidate
+
+
 def write_report(
     collected: Collected,
     out: Path,
     force: bool = False,
     on_progress: Progress | None = None,
     shared_plotly: Path | None = None,
+    rendered_from: str = "storage",
 ) -> dict:
-    """Draw the figures and write the report into ``out``; returns the results dict.
+    """Build the view, draw the figures and write the report into ``out``; returns what
+    ``results.json`` holds.
 
-    ``shared_plotly``: link this copy of plotly's script instead of writing one into ``out``.
+    ``shared_plotly``: link this copy of plotly's script instead of writing one into ``out``;
+    ``rendered_from``: "storage", or the ``results.json`` the studies were read back from.
     """
+    out = Path(out)
+    earlier = check_output(out, force)
+    try:
+        return _write(collected, out, earlier, on_progress, shared_plotly, rendered_from)
+    except OSError as e:
+        raise _cannot(out, e) from None
+
+
+def _write(collected, out, earlier, on_progress, shared_plotly, rendered_from) -> dict:
     from threshold.report import figures
 
-    out = Path(out)
-    for name in check_output(out, force):
+    studies = collected.studies
+    # Analysis figures are copied from their folders, or from this very folder when a report
+    # is rendered again in place: read them before the earlier report's files go.
+    sources = {
+        src: Path(src).read_bytes()
+        for s in studies
+        for a in s.analyses
+        for src in (a.get("copy_from") or a["figures"]).values()
+    }
+    for name in earlier:
         (out / name).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    studies = collected.studies
-    jobs = []  # (file name, draw(path)): figures, drawn under one progress bar
-    names: dict[str, str] = {}
-    used: set[str] = set()
-
-    def unique(name: str) -> str:
-        stem, dot, ext = name.rpartition(".")
-        candidate, i = name, 1
-        while candidate in used:
-            i += 1
-            candidate = f"{stem}-{i}{dot}{ext}"
-        used.add(candidate)
-        return candidate
-
-    fitted = [s for s in studies if s.ok]
-    if fitted:
-        baseline = collected.baseline
-        jobs.append(
-            (unique("comparison.png"), lambda p: figures.comparison_figure(studies, baseline, p))
-        )
-        jobs.append((unique("curves.png"), lambda p: figures.curves_figure(studies, p)))
-        names["comparison"], names["curves"] = jobs[0][0], jobs[1][0]
-    study_figs = {}
+    unique = _Names()
+    fitted = any(s.ok for s in studies)
+    names = (
+        {"comparison": unique("comparison.png"), "curves": unique("curves.png")} if fitted else {}
+    )
+    entries = []
+    copies = {}  # file in out: source
     for s in studies:
-        if s.runs:
-            name = unique(f"study-{_slug(s.name)}.png")
-            study_figs[s.name] = name
-            jobs.append((name, lambda p, s=s: figures.study_figure(s, p)))
-    transfer_figs = []
-    for i, t in enumerate(collected.transfer):
-        name = unique(f"transfer-{i + 1}-{_slug(Path(t['file']).stem)}.png")
-        transfer_figs.append(name)
+        entry = s.to_json() | {"figure": unique(f"study-{_slug(s.name)}.png") if s.runs else None}
+        for a in entry["analyses"]:
+            a["report_figures"] = {}
+            source = next(x for x in s.analyses if x["trial"] == a["trial"])
+            for kind, src in (source.get("copy_from") or a["figures"]).items():
+                name = unique(f"analysis-{_slug(s.name)}-trial{a['trial']}-{kind}.png")
+                copies[name] = src
+                a["report_figures"][kind] = name
+        entries.append(entry)
+    transfer_figs = [
+        unique(f"transfer-{i + 1}-{_slug(Path(t['file']).stem)}.png")
+        for i, t in enumerate(collected.transfer)
+    ]
+    plotly_src, plotly_local = None, None
+    if fitted:
+        plotly_src, plotly_local = _plotly_script(out, shared_plotly)
+    rendered = (datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), rendered_from, git_commit())
+    view = build(
+        collected, entries, transfer_figs, names, plotly_src, rendered, (GRID_SIZES, GRID_SEEDS)
+    )
+    # One style a study, in the order the page lists them: the PNGs and plotly agree.
+    order = [v.row.name for v in view.studies]
+    styles = {name: figures.study_style(i) for i, name in enumerate(order)}
+    by_name = {s.name: s for s in studies}
+    ordered = [by_name[name] for name in order]
+    jobs = []  # (file name, draw(path)): drawn under one progress bar
+    if fitted:
+        jobs.append(
+            (names["comparison"], lambda p: figures.comparison_figure(view.groups, styles, p))
+        )
+        jobs.append((names["curves"], lambda p: figures.curves_figure(ordered, styles, p)))
+    for s, entry in zip(studies, entries, strict=True):
+        if entry["figure"]:
+            jobs.append((entry["figure"], lambda p, s=s: figures.study_figure(s, p)))
+    for t, name in zip(collected.transfer, transfer_figs, strict=True):
         jobs.append((name, lambda p, t=t: figures.transfer_figure(t, p)))
-    written = []
+    written = [plotly_local] if plotly_local else []
     for i, (name, draw) in enumerate(jobs):
         if on_progress is not None:
             on_progress("drawing figures", i, len(jobs))
@@ -146,63 +206,25 @@ def write_report(
         written.append(name)
     if on_progress is not None:
         on_progress("drawing figures", len(jobs), len(jobs))
-
-    study_json = []
-    for s in studies:
-        entry = s.to_json() | {"figure": study_figs.get(s.name)}
-        for a in entry["analyses"]:
-            a["report_figures"] = {}
-            for kind, src in a["figures"].items():
-                name = unique(f"analysis-{_slug(s.name)}-trial{a['trial']}-{kind}.png")
-                shutil.copyfile(src, out / name)
-                written.append(name)
-                a["report_figures"][kind] = name
-        study_json.append(entry)
-    transfer_json = [t | {"figure": f} for t, f in zip(collected.transfer, transfer_figs,
-                                                       strict=True)]  # fmt: skip
-    comparison = []
-    for s in study_json:
-        est = s["estimate"] if s["status"] == "ok" else {}
-        comparison.append(
-            {
-                "name": s["name"],
-                "label": s["label"],
-                "measured_op": s["settings"]["measured_op"],
-                "status": s["status"],
-                "status_text": s["status_text"],
-                "n_runs": s["n_runs"],
-                **{key: est.get(key) for key in _HEADLINE},
-                "reduction": s["reduction"],
-                "reduction_note": s["reduction_note"],
-                "size_ratio": s["size_ratio"],
-            }
-        )
-    plotly_div, plotly_src = None, None
+    for name, src in copies.items():
+        (out / name).write_bytes(sources[src])
+        written.append(name)
+    plotly_div = None
     if fitted:
-        fig = figures.comparison_plotly(studies)
-        plotly_div = fig.to_html(
-            full_html=False, include_plotlyjs=False, div_id="comparison-plot",
+        plotly_div = figures.comparison_plotly(ordered, styles).to_html(
+            full_html=False,
+            include_plotlyjs=False,
+            div_id="comparison-plot",
             config={"displaylogo": False, "responsive": True},
-        )  # fmt: skip
-        plotly_src, local = _plotly_script(out, shared_plotly)
-        written += [local] if local else []
-    results = {
-        "format": FORMAT,
-        "created": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "version": threshold.__version__,
-        "git_commit": _commit(),
-        "storage": collected.storage,
-        "baseline": collected.baseline,
-        "analysis_dir": collected.analysis_dir,
-        "grid": {"sizes": GRID_SIZES, "seeds": GRID_SEEDS},
-        "comparison": comparison,
-        "studies": study_json,
-        "transfer": transfer_json,
-        "figures": names,
-    }
-    (out / "index.html").write_text(render_html(results, plotly_div, plotly_src), encoding="utf-8")
-    (out / "summary.md").write_text(render_markdown(results), encoding="utf-8")
+        )
+    _write_pages(view, plotly_div, out)
     written += ["index.html", "summary.md", RESULTS]
-    results["files"] = written
+    results = view.to_json() | {"files": written}
     (out / RESULTS).write_text(json.dumps(results, indent=1), encoding="utf-8")
     return results
+
+
+def _write_pages(view: Report, plotly_div: str | None, out: Path) -> None:
+    html = render("report.html.j2", r=view, plotly_div=plotly_div)
+    (out / "index.html").write_text(html, encoding="utf-8")
+    (out / "summary.md").write_text(render("summary.md.j2", r=view), encoding="utf-8")

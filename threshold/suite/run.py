@@ -36,7 +36,14 @@ import threshold
 from threshold.errors import ThresholdError
 from threshold.search.find import snapshot, start_workers, stop_workers
 from threshold.search.study import create_or_load_study, open_storage, storage_url
-from threshold.suite.spec import Analysis, Suite, SuiteError, SuiteStudy, TransferSpec
+from threshold.suite.spec import (
+    ALL_REPORT,
+    Analysis,
+    Suite,
+    SuiteError,
+    SuiteStudy,
+    TransferSpec,
+)
 
 __all__ = [
     "ANALYSIS_DIR",
@@ -492,10 +499,26 @@ def _run_surveys(
 # Reports -------------------------------------------------------------------------------------
 
 
+def _report_baselines(suite: Suite, spec) -> list[str]:
+    """The baselines (labels) of a report: its own; the report of every study takes the suite's
+    and those of the [[report]]s, the first of each testbed and modulus, so each study there is
+    compared with the baseline of its own (ADD mod 6 studies with ADD mod 6)."""
+    if spec.name != ALL_REPORT:
+        return [spec.baseline] if spec.baseline else []
+    chosen, seen = [], set()
+    for label in [spec.baseline, *(r.baseline for r in suite.reports)]:
+        if label is None:
+            continue
+        task = suite.study(label).settings.task
+        if (task.testbed, task.n) not in seen:
+            seen.add((task.testbed, task.n))
+            chosen.append(label)
+    return chosen
+
+
 def _write_reports(suite: Suite, db, url: str, emit) -> list[dict]:
     """Every report of the suite, by :mod:`threshold.report` (the one call site of it here)."""
-    from threshold.report import collect, write_report
-    from threshold.report.html import PLOTLY_JS
+    from threshold.report import PLOTLY_JS, collect, write_report
 
     known = {s.study_name for s in db.get_all_studies()}
     transfers = {t.label: transfer_file(suite, t) for t in suite.transfers}
@@ -507,81 +530,33 @@ def _write_reports(suite: Suite, db, url: str, emit) -> list[dict]:
         if not names:
             out.append(row | {"status": "skipped: none of its studies exists yet"})
             continue
-        baseline = suite.study(spec.baseline).name if spec.baseline else None
-        baseline = baseline if baseline in known else None
+        labels = [lb for lb in _report_baselines(suite, spec) if suite.study(lb).name in known]
+        baselines = [suite.study(lb).name for lb in labels]
         files = [transfers[lb] for lb in spec.transfers if transfers[lb].is_file()]
-        collected = collect(url, names, baseline, files, ANALYSIS_DIR)
+        collected = collect(url, names, baselines, files, ANALYSIS_DIR)
         shared = suite.reports_dir / PLOTLY_JS  # one copy of plotly's script for all reports
         results = write_report(collected, folder, force=True, shared_plotly=shared)
-        labels = {suite.study(lb).name: lb for lb in (*spec.studies, spec.baseline) if lb}
-        rows = [r | {"suite_label": labels.get(r["name"])} for r in results["comparison"]]
+        by_name = {suite.study(lb).name: lb for lb in (*spec.studies, *labels)}
+        rows = [r | {"suite_label": by_name.get(r["name"])} for r in results["comparison"]]
         out.append(
             row
             | {
                 "status": "written",
-                "baseline": baseline,
-                "baseline_label": spec.baseline if baseline else None,
+                "baseline": baselines[0] if baselines else None,
+                "baseline_label": labels[0] if labels else None,
+                "baselines": baselines,
                 "comparison": rows,
                 "transfers": [str(f) for f in files],
             }
         )
-        emit(Event("report", spec.name, {"folder": str(folder), "baseline": baseline}))
+        emit(Event("report", spec.name, {"folder": str(folder), "baselines": baselines}))
     return out
-
-
-def _headline(report: dict) -> list[str]:
-    """A report's transitions as a Markdown table: posterior median 80% point, 90% intervals."""
-    from threshold.report.markdown import markdown_table
-    from threshold.report.text import terminal_cells
-
-    base = report["baseline"]
-    header = ["study", "measured op", "runs", "80% point (params)", "90% interval", "d at 80%"]
-    header += ["reduction vs baseline (90%)"] if base else []
-    rows = [
-        [row["suite_label"] or row["name"], row["measured_op"].upper(), str(row["n_runs"]),
-         *terminal_cells(row, base), row["status_text"]]
-        for row in report["comparison"]
-    ]  # fmt: skip
-    title = f"### {report['name']}" + (f" (baseline {report['baseline_label']})" if base else "")
-    return [title, "", *markdown_table([*header, "status"], rows)]
-
-
-def _survey_table(surveys: list[dict]) -> list[str]:
-    """The surveys' summaries as a Markdown table: median (range) of each score over the runs."""
-    from collections import Counter
-
-    from threshold.report.markdown import markdown_table
-    from threshold.report.text import spread_words as spread
-
-    rows = []
-    for v in surveys:
-        summ = v["summary"]
-        beyond = summ["beyond_null"]
-        ks = Counter(summ["cyclic_frequencies"])
-        rows.append([
-            v["study"], f"{v['min_accuracy']:g}", str(summ["n_runs"]),
-            f"{spread(summ['ordering'])}; {beyond['ordering']} beyond",
-            f"{spread(summ['cyclic'])}; {beyond['cyclic']} beyond; k: "
-            + (", ".join(f"{k} ({n})" for k, n in sorted(ks.items())) or "-"),
-            spread(summ["attn_share"]),
-            ", ".join(f"{key.removeprefix('separation ')} {n}" for key, n in beyond.items()
-                      if key.startswith("separation ")),
-        ])  # fmt: skip
-    header = ["study", "accuracy at least", "runs", "ordering |rho|", "cyclic share",
-              "attention share", "separation beyond null"]  # fmt: skip
-    return [
-        "### Surveys",
-        "",
-        "Every run of the study at or above the accuracy, scored (`threshold survey`): median "
-        "(range) over the runs, and how many lie beyond their permutation null's 95th "
-        "percentile; k: the cyclic share's frequencies (runs). Every run: `surveys/STUDY.json`.",
-        "",
-        *markdown_table(header, rows),
-    ]
 
 
 def _write_record(suite: Suite, url: str, record: dict) -> dict:
     """``suite.json`` (what ran, from which file and commit), ``suite.toml`` and a README."""
+    from threshold.report.suite import suite_readme
+
     commit, dirty = git_state(Path(threshold.__file__).parent, ignore=suite.reports_dir)
     record = {
         "format": FORMAT,
@@ -598,30 +573,7 @@ def _write_record(suite: Suite, url: str, record: dict) -> dict:
     out = suite.reports_dir
     out.mkdir(parents=True, exist_ok=True)
     _write_atomic(out / "suite.toml", suite.source)
-    lines = [
-        f"# Suite {suite.name}",
-        "",
-        f"From `{suite.path}` (a copy: `suite.toml`, sha256 {record['suite_sha256'][:12]}), "
-        f"git commit {commit}{' with uncommitted changes' if dirty else ''}, storage "
-        f"`{record['storage']}`, finished {record['finished']}. What each step did: `suite.json`.",
-        "",
-    ]
-    for r in record["reports"]:
-        if r["status"] == "written":
-            base = f", baseline {r['baseline_label']} (`{r['baseline']}`)" if r["baseline"] else ""
-            lines.append(
-                f"- [{r['name']}]({r['name']}/index.html) ([summary]({r['name']}/"
-                f"summary.md)): {len(r['studies'])} studies{base}"
-            )
-        else:
-            lines.append(f"- {r['name']}: {r['status']}")
-    for r in record["reports"]:
-        if r["status"] == "written":
-            lines += ["", *_headline(r)]
-    surveys = [v for v in record.get("surveys", []) if v["status"] == "done"]
-    if surveys:
-        lines += ["", *_survey_table(surveys)]
-    _write_atomic(out / "README.md", "\n".join(lines) + "\n")
+    _write_atomic(out / "README.md", suite_readme(record))
     _write_atomic(out / SUITE_JSON, json.dumps(record, indent=1))
     return record
 
