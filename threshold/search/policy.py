@@ -17,7 +17,9 @@ same inputs give the same decision. Phases, in order:
    sizes already run (so repeats with new seeds happen when they pay most), the expected drop in
    the posterior variance of x80 (plus ``mid_weight`` times that of the midpoint) from one more
    run, divided by the run's expected cost; the best wins, ties to the smaller size. Widening
-   only offers sizes: a far edge is run when it pays.
+   only offers sizes: a far edge is run when it pays. The gain at a size already run is
+   discounted by what the seed spread there justifies (``repeat_discount``): repeats of bimodal
+   seeds pay, repeats of graded runs that agree soon do not, and the runs spread instead.
 
 Pending runs enter the posterior at their expected log-likelihood (``fantasy_update``), so
 parallel workers with different pending lists spread out unless one size is genuinely best.
@@ -27,9 +29,10 @@ The stop rule and the reported estimate use completed runs only.
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -37,11 +40,12 @@ from threshold.errors import ConfigError
 from threshold.search.posterior import (
     Grid,
     PosteriorSummary,
-    expected_variance,
+    expected_variances,
     fantasy_update,
-    log_likelihood,
     make_grid,
     normalize,
+    seed_variance,
+    size_log_likelihood,
     summarize,
 )
 from threshold.search.settings import SearchSettings
@@ -53,6 +57,7 @@ __all__ = [
     "decide",
     "posterior_of",
     "posterior_summary",
+    "repeat_discount",
     "rounded",
     "search_range",
 ]
@@ -105,6 +110,35 @@ def search_range(settings: SearchSettings, sizes: Iterable[int]) -> tuple[int, i
     return min([settings.d_lo, *sizes]), max([settings.d_hi, *sizes])
 
 
+@lru_cache(maxsize=8)
+def _grid(posterior, chance: float, level: float, corrected: bool, x_lo: float, x_hi: float):
+    """``make_grid``, cached: a search rebuilds the same grid at every decision."""
+    return make_grid(posterior, chance, level, corrected, x_lo, x_hi)
+
+
+# Log-likelihood terms of recent (grid, size, accuracies) groups: a study's next decision sees
+# the same runs plus one, so only the term of that run's size is computed afresh. Each term sums
+# its runs in sorted order, and the terms are added in size order, so the total is bitwise the
+# same whether or not it came from the cache.
+_TERMS: OrderedDict = OrderedDict()
+_TERMS_SIZE = 64
+
+
+def _log_likelihood(grid: Grid, key: tuple, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    total = np.zeros(grid.mid.size)  # (H,)
+    for xu in np.unique(x):
+        ys = tuple(sorted(y[x == xu].tolist()))
+        term_key = (key, float(xu), ys)
+        if term_key in _TERMS:
+            _TERMS.move_to_end(term_key)
+        else:
+            _TERMS[term_key] = size_log_likelihood(grid, float(xu), np.array(ys))
+            while len(_TERMS) > _TERMS_SIZE:
+                _TERMS.popitem(last=False)
+        total += _TERMS[term_key]
+    return total
+
+
 def posterior_of(
     settings: SearchSettings, completed, cover: Sequence[int] = ()
 ) -> tuple[Grid, np.ndarray, tuple[int, int]]:
@@ -112,15 +146,16 @@ def posterior_of(
     together with the initial range and the sizes in ``cover`` (pending runs, new edges)."""
     ds, ys = _runs(settings, completed)
     d_lo, d_hi = search_range(settings, [*ds.tolist(), *cover])
-    grid = make_grid(
+    key = (
         settings.posterior,
-        settings.chance,
-        settings.level,
-        settings.chance_corrected,
+        float(settings.chance),
+        float(settings.level),
+        bool(settings.chance_corrected),
         float(settings.x_of(d_lo)),
         float(settings.x_of(d_hi)),
     )
-    return grid, log_likelihood(grid, settings.x_of(ds), ys), (d_lo, d_hi)
+    grid = _grid(*key)
+    return grid, _log_likelihood(grid, key, settings.x_of(ds), ys), (d_lo, d_hi)
 
 
 def _summary(settings: SearchSettings, grid: Grid, w: np.ndarray, d_range) -> PosteriorSummary:
@@ -166,6 +201,24 @@ def _widen(settings: SearchSettings, s: PosteriorSummary, d_range) -> tuple[int,
     if s.mass_above > settings.widen_mass and hi < settings.d_max:
         hi = settings.nearest(min(hi * settings.widen_factor, settings.d_max))
     return lo, hi
+
+
+def repeat_discount(
+    settings: SearchSettings, grid: Grid, w: np.ndarray, xc: np.ndarray, x_used: np.ndarray
+) -> np.ndarray:
+    """Share of the look-ahead gain that one more run at each candidate xc (J,) keeps: (J,).
+
+    Runs at one size share its departure from the curve (sd ``size_sd``), so n runs there hold
+    the information of n / (1 + n r) independent ones, r = size_sd^2 / seed variance at that
+    size; the next run adds 1 / ((1 + n r)(1 + (n + 1) r)), scaled to 1 at n = 0. n counts the
+    runs (completed and pending, x_used) within ``repeat_nats`` of the candidate, smoothly.
+    """
+    if settings.size_sd == 0 or x_used.size == 0:
+        return np.ones(xc.size)
+    r = settings.size_sd**2 / seed_variance(grid, w, xc)  # (J,)
+    near = np.exp(-0.5 * ((xc[:, None] - x_used[None, :]) / settings.repeat_nats) ** 2)
+    n = near.sum(axis=1)  # (J,)
+    return (1.0 + r) / ((1.0 + n * r) * (1.0 + (n + 1.0) * r))
 
 
 def decide(settings: SearchSettings, completed, pending: Sequence[int]) -> Decision:
@@ -220,10 +273,13 @@ def decide(settings: SearchSettings, completed, pending: Sequence[int]) -> Decis
 
     cands = _candidates(settings, wide, counts)  # (J,)
     xc = settings.x_of(cands)  # (J,)
-    gain = now.x80_sd**2 - expected_variance(grid, w, xc)  # (J,)
+    targets = [grid.x80, grid.mid] if settings.mid_weight > 0 else [grid.x80]
+    after = expected_variances(grid, w, xc, targets)  # (V, J)
+    gain = now.x80_sd**2 - after[0]  # (J,)
     if settings.mid_weight > 0:
-        mid_var = now.mid_sd**2
-        gain = gain + settings.mid_weight * (mid_var - expected_variance(grid, w, xc, grid.mid))
+        gain = gain + settings.mid_weight * (now.mid_sd**2 - after[1])
+    x_used = settings.x_of(np.array([*ds, *pending], dtype=int))  # (N + P,)
+    gain = gain * repeat_discount(settings, grid, w, xc, x_used)
     cost = settings.cost(cands)  # (J,)
     best = int(np.argmax(gain / cost))  # first maximum: the smaller size on a tie
     d = int(cands[best])

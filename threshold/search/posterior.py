@@ -17,7 +17,8 @@ runs decide which kind of study it is, and one model holds for all of them. What
 mean accuracy is ``c + (A - c) p(x)``: the 80% point is a property of the mean curve.
 
 Observation noise around ``c + (A - c) u``: fully learned runs scatter by ``sd_learned`` below A
-(the normal is truncated at 1); partial runs by ``sd_partial``; unlearned runs lie anywhere at or
+(scores above 1 read as 1: the normal is censored, not truncated); partial runs by
+``sd_partial``; unlearned runs lie anywhere at or
 below chance (greedy decoding of a chain of thought can score below the majority rate) with a
 half-normal tail of ``sd_unlearned`` above it. A small ``outlier_weight`` share is uniform on
 [0, A]: a run may fail or diverge, but no run lands far *above* its hypothesis' asymptote, so the
@@ -35,6 +36,7 @@ accuracy bins, Z tabulated logits.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy.special import betainc, expit, logit, ndtr
@@ -48,12 +50,14 @@ __all__ = [
     "curve_quantiles",
     "difference_distribution",
     "expected_variance",
+    "expected_variances",
     "fantasy_update",
     "level_fraction",
     "log_likelihood",
     "make_grid",
     "normalize",
     "seed_variance",
+    "size_log_likelihood",
     "summarize",
     "weighted_quantiles",
 ]
@@ -71,15 +75,27 @@ class PosteriorSettings:
     # Asymptotes: learned runs of a hard op can plateau well below 1 (MUL in S_3 at 0.6-0.9).
     # 0.05 apart with sd_learned 0.03: the step is no coarser than the seed spread of learned runs.
     asymptotes: tuple[float, ...] = tuple(round(0.4 + 0.05 * i, 2) for i in range(13))
-    # Beta concentrations of the learned share: 0.2 bimodal (learn or not), 1 flat (partial
-    # runs), 5 and 25 graded (seeds near the mean curve, sd of the share 0.2 and 0.1 at p = 0.5).
-    concentrations: tuple[float, ...] = (0.2, 1.0, 5.0, 25.0)
+    # Beta concentrations of the learned share: 0.02 bimodal (learn or not: 97% of runs at the
+    # ends), 1 flat (partial runs), 5 and 25 graded (seeds near the mean curve, sd of the share
+    # 0.2 and 0.1 at p = 0.5). A bimodal 0.2 read the runs as steeper than they were.
+    concentrations: tuple[float, ...] = (0.02, 0.02, 1.0, 5.0, 25.0)
+    # Per concentration, the share of runs that end partially learned instead, their share drawn
+    # from a beta of mean p and concentration partial_kappa: bimodal seeds with a few runs caught
+    # mid-way, whose accuracy still says how far along the curve their size is. Without it such
+    # runs read as "near the midpoint" wherever they are, and pull the 80% point down.
+    partial_shares: tuple[float, ...] = (0.0, 0.15, 0.0, 0.0, 0.0)
+    partial_kappa: float = 3.0
     m_step: float = 0.05  # nats between midpoints: 5% in parameters, far below any precision asked
     margin: float = 1.5  # nats of midpoints beyond the size range: room for edge mass to show
     sd_learned: float = 0.03  # seed sd of fully learned runs (0.02) widened by half the A step
     sd_partial: float = 0.04  # scatter of partly learned runs around c + (A - c) u
     sd_unlearned: float = 0.06  # tail above chance of unlearned runs (0.1..0.25 for mod 10)
     outlier_weight: float = 0.02  # uniform on [0, A]: one diverged run must not veto a curve
+    # Sd of each size's logit offset from the smooth curve, shared by its runs: no logistic is
+    # the true curve (0.3 is about 0.05 in p, 0.04 in accuracy, mid-curve), so seeds at one size
+    # cannot pin the curve there more finely. 0 treats every run as independent.
+    size_logit_sd: float = 0.3
+    size_nodes: int = 5  # Gauss-Hermite nodes for that offset
     n_nodes: int = 21  # learned-share nodes u = 0, 0.05, ..., 1
     n_bins: int = 20  # accuracy bins of a predicted outcome in the look-ahead (0.05 wide)
 
@@ -89,6 +105,14 @@ class PosteriorSettings:
             object.__setattr__(self, name, values)
             if not values or min(values) <= 0:
                 raise ConfigError(f"{name} {values} is not allowed: give positive values")
+        shares = tuple(float(v) for v in self.partial_shares)
+        object.__setattr__(self, "partial_shares", shares)
+        if len(shares) != len(self.concentrations) or not all(0 <= v < 1 for v in shares):
+            raise ConfigError(
+                f"partial_shares {shares} must give one value in [0, 1) per concentration"
+            )
+        if not self.partial_kappa > 0:
+            raise ConfigError(f"partial_kappa {self.partial_kappa} is not allowed: use above 0")
         if max(self.asymptotes) > 1:
             raise ConfigError(f"asymptotes {self.asymptotes} exceed 1: accuracies lie in [0, 1]")
         for name in ("m_step", "sd_learned", "sd_partial", "sd_unlearned"):
@@ -100,6 +124,8 @@ class PosteriorSettings:
             raise ConfigError(
                 f"outlier_weight {self.outlier_weight} is not allowed: use a value in [0, 1)"
             )
+        if self.size_logit_sd < 0 or self.size_nodes < 1:
+            raise ConfigError("size_logit_sd must be 0 or more and size_nodes 1 or more")
         if self.n_nodes < 3 or self.n_bins < 2:
             raise ConfigError(
                 f"n_nodes {self.n_nodes} and n_bins {self.n_bins}: use at least 3 and 2"
@@ -110,7 +136,7 @@ class PosteriorSettings:
 class Grid:
     """The hypotheses of one search range and the per-hypothesis constants the maths needs."""
 
-    mids: np.ndarray  # (M,) midpoints, x units
+    mids: np.ndarray  # (M,) location axis, x units: where p reaches the largest A's level share
     slopes: np.ndarray  # (S,)
     kappas: np.ndarray  # (K,) beta concentrations of the learned share
     asymptotes: np.ndarray  # (A,) those whose level lies strictly between chance and A
@@ -120,6 +146,7 @@ class Grid:
     asym_index: np.ndarray  # (H,) index into asymptotes
     x80: np.ndarray  # (H,) where the mean curve reaches the level
     x80_order: np.ndarray  # (H,) argsort of x80
+    mid_order: np.ndarray  # (H,) argsort of mid
     share_table: np.ndarray  # (K, Z, L) P(learned-share node | logit p, kappa)
     node_bins: np.ndarray  # (L, A, B) P(accuracy bin | share node, asymptote), outliers apart
     outlier_bins: np.ndarray  # (A, B) P(accuracy bin | outlier, asymptote)
@@ -137,12 +164,29 @@ def level_fraction(asymptote, chance: float, level: float, chance_corrected: boo
     return np.where(lift > 0, (level * asymptote - chance) / safe, np.nan)
 
 
-def _share_table(kappas: np.ndarray, n_nodes: int) -> np.ndarray:
-    """P(share node | logit p, kappa) for a beta share with mean p: (K, Z, L).
+@lru_cache(maxsize=4)
+def _share_table(
+    kappa_values: tuple[float, ...],
+    partial_shares: tuple[float, ...],
+    partial_kappa: float,
+    n_nodes: int,
+) -> np.ndarray:
+    """P(share node | logit p, share model) for beta shares with mean p: (K, Z, L).
 
-    Node l stands for u in [(l - 0.5) / (L - 1), (l + 0.5) / (L - 1)], the end nodes for half
-    bins; the probability is the beta mass of that bin.
+    Model k is ``(1 - w_k) Beta(kappa_k) + w_k Beta(partial_kappa)``, each of mean p. Node l
+    stands for u in [(l - 0.5) / (L - 1), (l + 0.5) / (L - 1)], the end nodes for half bins; the
+    probability is the beta mass of that bin. Cached: the same for every grid.
     """
+    main = _beta_nodes(np.asarray(kappa_values), n_nodes)  # (K, Z, L)
+    partial = _beta_nodes(np.array([partial_kappa]), n_nodes)  # (1, Z, L)
+    w = np.asarray(partial_shares)[:, None, None]  # (K, 1, 1)
+    probs = (1.0 - w) * main + w * partial
+    probs.setflags(write=False)
+    return probs
+
+
+def _beta_nodes(kappas: np.ndarray, n_nodes: int) -> np.ndarray:
+    """Beta masses of the share bins for each kappa (K,) and tabulated logit: (K, Z, L)."""
     z = np.arange(-_Z_MAX, _Z_MAX + 0.5 * _Z_STEP, _Z_STEP)  # (Z,)
     p = expit(z)  # (Z,)
     edges = np.concatenate([[0.0], (np.arange(1, n_nodes) - 0.5) / (n_nodes - 1), [1.0]])
@@ -209,19 +253,24 @@ def make_grid(
         )
     asym, frac = all_asym[keep], frac[keep]  # (A,)
     lo, hi = x_lo - settings.margin, x_hi + settings.margin
-    mids = np.linspace(lo, hi, int(np.ceil((hi - lo) / settings.m_step)) + 1)  # (M,)
+    # The location axis is where p reaches the level's share f0 (that of the largest asymptote),
+    # not the midpoint: x80 then moves little with the slope, and a slope that falls between
+    # two grid values cannot drag x80 away from where the runs put it.
+    anchors = np.linspace(lo, hi, int(np.ceil((hi - lo) / settings.m_step)) + 1)  # (M,)
+    f0 = float(frac[-1])
     slopes = np.asarray(settings.slopes)  # (S,)
     kappas = np.asarray(settings.concentrations)  # (K,)
     m, s, k, a = np.meshgrid(
-        mids, slopes, np.arange(kappas.size), np.arange(asym.size), indexing="ij"
+        anchors, slopes, np.arange(kappas.size), np.arange(asym.size), indexing="ij"
     )  # (M, S, K, A) each
-    mid, slope, kappa_index, asym_index = m.ravel(), s.ravel(), k.ravel(), a.ravel()  # (H,)
+    anchor, slope, kappa_index, asym_index = m.ravel(), s.ravel(), k.ravel(), a.ravel()  # (H,)
+    mid = anchor - float(logit(f0)) / slope  # (H,)
     x80 = mid + logit(frac)[asym_index] / slope  # (H,)
     inner = np.linspace(0.0, 1.0, settings.n_bins + 1)[1:-1]  # (B - 1,)
     node_bins = _bins_of(_node_cdfs(inner, asym, float(chance), settings))  # (L, A, B)
     out_cdf = np.clip(inner[None, :] / asym[:, None], 0.0, 1.0)  # (A, B - 1): uniform on [0, A]
     return Grid(
-        mids=mids,
+        mids=anchors,
         slopes=slopes,
         kappas=kappas,
         asymptotes=asym,
@@ -231,7 +280,13 @@ def make_grid(
         asym_index=asym_index,
         x80=x80,
         x80_order=np.argsort(x80, kind="stable"),
-        share_table=_share_table(kappas, settings.n_nodes),
+        mid_order=np.argsort(mid, kind="stable"),
+        share_table=_share_table(
+            settings.concentrations,
+            settings.partial_shares,
+            settings.partial_kappa,
+            settings.n_nodes,
+        ),
         node_bins=node_bins,
         outlier_bins=_bins_of(out_cdf),
         chance=float(chance),
@@ -251,10 +306,11 @@ def _learn_prob(grid: Grid, x: np.ndarray) -> np.ndarray:
     return expit(slope[:, None] * (np.asarray(x, dtype=float)[None, :] - mid[:, None]))
 
 
-def _share_probs(grid: Grid, x) -> np.ndarray:
-    """P(share node | hypothesis) at sizes x (J,): (Q, J, L), Q = C * K, kappa fastest."""
+def _share_probs(grid: Grid, x, offset: float = 0.0) -> np.ndarray:
+    """P(share node | hypothesis) at sizes x (J,), logit p shifted by ``offset``: (Q, J, L),
+    Q = C * K, kappa fastest."""
     mid, slope = _pairs(grid)
-    z = slope[:, None] * (np.asarray(x, dtype=float)[None, :] - mid[:, None])  # (C, J)
+    z = slope[:, None] * (np.asarray(x, dtype=float)[None, :] - mid[:, None]) + offset  # (C, J)
     idx = np.rint((np.clip(z, -_Z_MAX, _Z_MAX) + _Z_MAX) / _Z_STEP).astype(int)  # (C, J)
     probs = grid.share_table[:, idx, :]  # (K, C, J, L)
     return probs.transpose(1, 0, 2, 3).reshape(-1, idx.shape[1], probs.shape[-1])  # (Q, J, L)
@@ -270,7 +326,6 @@ def _run_densities(grid: Grid, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     sds[-1] = cfg.sd_learned
     z = (y[:, None, None] - centres[None]) / sds[None]  # (N, L, A)
     dens = np.exp(-0.5 * z**2) / (sds[None] * _SQRT_2PI)  # (N, L, A)
-    dens[:, -1, :] /= ndtr((1.0 - asym) / cfg.sd_learned)[None, :]  # truncated at 1
     sd_u = cfg.sd_unlearned
     flat = 1.0 / (c + sd_u * _SQRT_2PI * 0.5)
     above = np.exp(-0.5 * (np.clip(y - c, 0.0, None) / sd_u) ** 2)  # (N,)
@@ -279,20 +334,43 @@ def _run_densities(grid: Grid, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return dens, outlier
 
 
+def size_log_likelihood(grid: Grid, x: float, y) -> np.ndarray:
+    """log p(accuracies y of every run at one size x | hypothesis): (H,).
+
+    Runs at one size share that size's departure from the smooth curve: a logit offset
+    ``N(0, size_logit_sd^2)`` on p(x), integrated out by Gauss-Hermite quadrature. Many seeds at
+    one size then pin p there only up to that offset, so the posterior does not grow more
+    certain of a curve shape than the sizes it has seen allow. The runs are summed in sorted
+    order: the result does not depend on the order they came in.
+    """
+    y = np.sort(np.atleast_1d(np.asarray(y, dtype=float)))  # (R,)
+    cfg = grid.settings
+    eps = cfg.outlier_weight
+    dens, outlier = _run_densities(grid, y)  # (R, L, A), (R, A)
+    if cfg.size_logit_sd > 0:
+        nodes, weights = np.polynomial.hermite_e.hermegauss(cfg.size_nodes)
+        offsets, log_wq = cfg.size_logit_sd * nodes, np.log(weights / weights.sum())
+    else:
+        offsets, log_wq = np.zeros(1), np.zeros(1)
+    terms = []
+    for offset, log_w in zip(offsets, log_wq, strict=True):
+        shares = _share_probs(grid, [x], offset)[:, 0, :]  # (Q, L)
+        total = np.full((shares.shape[0], grid.asymptotes.size), log_w)  # (Q, A)
+        for r in range(y.size):
+            mix = (1.0 - eps) * (shares @ dens[r]) + eps * outlier[r][None, :]  # (Q, A)
+            total += np.log(np.maximum(mix, 1e-300))
+        terms.append(total)
+    return np.logaddexp.reduce(np.stack(terms), axis=0).ravel()  # (H,)
+
+
 def log_likelihood(grid: Grid, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Sum over runs of log p(accuracy | hypothesis): shape (H,). x, y: (N,)."""
+    """Sum over sizes of ``size_log_likelihood``: log p(all accuracies | hypothesis), (H,).
+    x, y: (N,)."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if x.size == 0:
-        return np.zeros(grid.mid.size)  # (H,)
-    eps = grid.settings.outlier_weight
-    xu, inverse = np.unique(x, return_inverse=True)  # (U,), (N,): runs share sizes
-    shares = _share_probs(grid, xu)  # (Q, U, L)
-    dens, outlier = _run_densities(grid, y)  # (N, L, A), (N, A)
-    total = np.zeros((shares.shape[0], grid.asymptotes.size))  # (Q, A)
-    for n, u in enumerate(inverse):
-        mix = (1.0 - eps) * (shares[:, u, :] @ dens[n]) + eps * outlier[n][None, :]  # (Q, A)
-        total += np.log(np.maximum(mix, 1e-300))
-    return total.ravel()  # (H,)
+    total = np.zeros(grid.mid.size)  # (H,)
+    for xu in np.unique(x):
+        total += size_log_likelihood(grid, float(xu), y[x == xu])
+    return total
 
 
 def normalize(log_w: np.ndarray) -> np.ndarray:
@@ -329,7 +407,12 @@ def expected_variance(
     grid: Grid, w: np.ndarray, x: np.ndarray, values: np.ndarray | None = None
 ) -> np.ndarray:
     """Expected posterior variance of ``values`` (H,) (default x80) after one more run at each
-    size: (J,). x: (J,).
+    size: (J,). x: (J,)."""
+    return expected_variances(grid, w, x, [grid.x80 if values is None else values])[0]
+
+
+def expected_variances(grid: Grid, w: np.ndarray, x: np.ndarray, values: list) -> np.ndarray:
+    """``expected_variance`` of each array in ``values`` (V arrays of shape (H,)): (V, J).
 
     For outcome bin b, the moments s_m[b] = sum_h w_h z_h^m P(b | h) (z centred values) give the
     posterior variance s2/s0 - (s1/s0)^2, weighted by P(b) = s0; P(b | h) is a sum over share
@@ -337,20 +420,25 @@ def expected_variance(
     """
     eps = grid.settings.outlier_weight
     n_a = grid.asymptotes.size
-    values = grid.x80 if values is None else values
     x = np.atleast_1d(np.asarray(x, dtype=float))  # (J,)
     shares = _share_probs(grid, x)  # (Q, J, L)
     n_q, n_j, n_l = shares.shape
     flat = shares.reshape(n_q, -1)  # (Q, J * L)
-    z = (values - _dot(w, values)).reshape(n_q, n_a)  # (Q, A) centred, for accuracy
     wq = w.reshape(n_q, n_a)  # (Q, A)
-    sums = []
-    for v in (wq, wq * z, wq * z * z):  # moments 0, 1, 2 jointly with each outcome bin
+
+    def moment(v: np.ndarray) -> np.ndarray:  # (Q, A) -> (J, B)
         g = (flat.T @ v).reshape(n_j, n_l, n_a)  # (J, L, A)
         s = np.einsum("jla,lab->jb", g, grid.node_bins)  # (J, B)
-        sums.append((1.0 - eps) * s + eps * (v.sum(axis=0) @ grid.outlier_bins)[None, :])
-    s0, s1, s2 = sums
-    return (s2 - s1**2 / np.maximum(s0, 1e-300)).sum(axis=1)  # (J,)
+        return (1.0 - eps) * s + eps * (v.sum(axis=0) @ grid.outlier_bins)[None, :]
+
+    s0 = np.maximum(moment(wq), 1e-300)  # (J, B)
+    out = []
+    for v in values:
+        z = (v - _dot(w, v)).reshape(n_q, n_a)  # (Q, A) centred, for accuracy
+        wz = wq * z
+        s1, s2 = moment(wz), moment(wz * z)
+        out.append((s2 - s1**2 / s0).sum(axis=1))  # (J,)
+    return np.array(out)  # (V, J)
 
 
 def seed_variance(grid: Grid, w: np.ndarray, x) -> np.ndarray:
@@ -364,7 +452,10 @@ def seed_variance(grid: Grid, w: np.ndarray, x) -> np.ndarray:
     p = _learn_prob(grid, np.atleast_1d(np.asarray(x, dtype=float)))  # (C, J)
     lift2 = (grid.asymptotes - grid.chance) ** 2  # (A,)
     wc = w.reshape(-1, n_k, n_a)  # (C, K, A)
-    per_c = np.einsum("cka,k,a->c", wc, 1.0 / (grid.kappas + 1.0), lift2)  # (C,)
+    cfg = grid.settings
+    shares = np.asarray(cfg.partial_shares)  # (K,)
+    factor = (1.0 - shares) / (grid.kappas + 1.0) + shares / (cfg.partial_kappa + 1.0)  # (K,)
+    per_c = np.einsum("cka,k,a->c", wc, factor, lift2)  # (C,)
     return per_c @ (p * (1.0 - p)) + grid.settings.sd_partial**2  # (J,)
 
 
@@ -413,13 +504,12 @@ def summarize(grid: Grid, w: np.ndarray, x_lo: float, x_hi: float) -> PosteriorS
     """Medians, 90% intervals and edge masses of the posterior w (H,) on grid."""
     q = (0.5, 0.05, 0.95)
     x80_q = _quantiles(grid.x80, w, q, grid.x80_order)
-    mid_w = w.reshape(grid.mids.size, -1).sum(axis=1)  # (M,): mid is the slowest axis
-    mid_q = _quantiles(grid.mids, mid_w, q, np.arange(grid.mids.size))
+    mid_q = _quantiles(grid.mid, w, q, grid.mid_order)
     asym_w = w.reshape(-1, grid.asymptotes.size).sum(axis=0)  # (A,)
     asym_cdf = np.cumsum(asym_w)
     kappa_w = w.reshape(-1, grid.kappas.size, grid.asymptotes.size).sum(axis=(0, 2))  # (K,)
     mean = _dot(w, grid.x80)
-    mid_mean = _dot(mid_w, grid.mids)
+    mid_mean = _dot(w, grid.mid)
     return PosteriorSummary(
         x80_median=float(x80_q[0]),
         x80_lo=float(x80_q[1]),
@@ -428,7 +518,7 @@ def summarize(grid: Grid, w: np.ndarray, x_lo: float, x_hi: float) -> PosteriorS
         mid_median=float(mid_q[0]),
         mid_lo=float(mid_q[1]),
         mid_hi=float(mid_q[2]),
-        mid_sd=float(np.sqrt(max(_dot(mid_w, (grid.mids - mid_mean) ** 2), 0.0))),
+        mid_sd=float(np.sqrt(max(_dot(w, (grid.mid - mid_mean) ** 2), 0.0))),
         asymptote_mean=float(asym_w @ grid.asymptotes),
         mass_below=float(w[grid.x80 < x_lo].sum()),
         mass_above=float(w[grid.x80 > x_hi].sum()),

@@ -41,6 +41,13 @@ class SearchSettings:
     # reported, and x80 alone is myopic: it piles runs onto x80 and learns the slope (which x80
     # needs) slowly. 0.5 cut the simulated compute by about a sixth at the same coverage.
     mid_weight: float = 0.5
+    # Repeats: runs at one size share that size's departure from any smooth curve (a misfit of
+    # about this much accuracy), which more seeds there cannot average away. The (n+1)-th run at
+    # a size then adds the information of 1 / ((1 + n r)(1 + (n + 1) r)) independent runs, r =
+    # size_sd^2 / seed variance there: where seeds are bimodal (variance about 0.15) repeats pay
+    # almost fully; where runs are graded (variance about 0.005) the fourth is worth a fifth.
+    size_sd: float = 0.03
+    repeat_nats: float = 0.05  # sizes closer than this in ln(parameters) count as the same size
     n_candidates: int = 16  # log-spaced sizes scored per decision (plus the sizes already run)
     widen_mass: float = 0.15  # widen the range when this posterior mass of x80 lies beyond an edge
     widen_factor: float = 2.0  # each widening moves an edge by this factor in d
@@ -91,6 +98,8 @@ class SearchSettings:
             raise ConfigError("cost_a and cost_b must be 0 or more, and not both 0")
         if self.mid_weight < 0:
             raise ConfigError(f"mid_weight {self.mid_weight} is not allowed: use 0 or more")
+        if self.size_sd < 0 or not self.repeat_nats > 0:
+            raise ConfigError("size_sd must be 0 or more and repeat_nats above 0")
         if self.n_candidates < 2:
             raise ConfigError(f"n_candidates {self.n_candidates} is not allowed: use 2 or more")
         if not 0 < self.widen_mass < 1 or not 0 < self.give_up_mass <= 1:
