@@ -13,12 +13,15 @@ width as a hi/lo ratio in parameters.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
 import numpy as np
 
 from threshold.errors import ConfigError
+from threshold.search.families import CHANCE, FAMILIES, draw_family_truth
+from threshold.search.policy import decide, posterior_summary
 from threshold.search.settings import SearchSettings
 from threshold.search.simulate import (
     ResponseModel,
@@ -29,7 +32,7 @@ from threshold.search.simulate import (
     run_policy,
 )
 
-__all__ = ["METHODS", "bench_search"]
+__all__ = ["METHODS", "bench_families", "bench_search"]
 
 logger = logging.getLogger(__name__)
 
@@ -133,4 +136,97 @@ def bench_search(
         "median_compute_vs_grid": {
             m: v["median_compute"] / grid["median_compute"] for m, v in out.items() if grid
         },
+    }
+
+
+def _drive(settings: SearchSettings, truth, rng: np.random.Generator, max_runs: int):
+    """``decide`` in a loop with one worker until it stops (or max_runs): the runs."""
+    completed: list[tuple[int, float]] = []
+    while len(completed) < max_runs:
+        decision = decide(settings, completed, [])
+        if decision.stop:
+            break
+        completed.append((decision.d, truth.sample(rng, float(settings.x_of(decision.d)))))
+    return completed
+
+
+def _scored(settings: SearchSettings, runs, truth_x80: float) -> dict:
+    s, _ = posterior_summary(settings, runs)
+    return {
+        "runs": len(runs),
+        "compute": float(settings.cost(np.array([d for d, _ in runs])).sum()),
+        "covered": bool(s.x80_lo <= truth_x80 <= s.x80_hi),
+        "error": float(s.x80_median - truth_x80),  # ln(estimate / truth), parameters
+    }
+
+
+def _family_row(rows: list[dict], grid_compute: float) -> dict:
+    err = np.abs([r["error"] for r in rows])
+    return {
+        "median_runs": float(np.median([r["runs"] for r in rows])),
+        "compute_vs_grid": float(np.mean([r["compute"] for r in rows]) / grid_compute),
+        "median_compute_vs_grid": float(np.median([r["compute"] for r in rows]) / grid_compute),
+        "coverage": float(np.mean([r["covered"] for r in rows])),
+        "median_abs_log_error": float(np.median(err)),
+        "within_20": float(np.mean(np.abs(np.expm1([r["error"] for r in rows])) <= 0.2)),
+        "median_signed_log_error": float(np.median([r["error"] for r in rows])),
+    }
+
+
+def bench_families(
+    n_studies: int = 100,
+    seed: int = 0,
+    families: tuple[str, ...] = FAMILIES,
+    checkpoints: tuple[int, ...] = (12, 24, 48),
+    settings: SearchSettings | None = None,
+    grid_range: tuple[int, int] = (8, 256),
+    grid_sizes: int = 16,
+    grid_seeds: int = 3,
+) -> dict:
+    """The sampler on each truth family: with its stop switched off, scored after each number of
+    runs in ``checkpoints`` (one trajectory per study, read at each count), and at its own stop.
+
+    Per family and column: median runs, mean compute over the dense grid's (``grid_sizes`` sizes
+    x ``grid_seeds`` seeds), coverage of the 90% interval, median |ln(estimate / truth)| in
+    parameters, the share of studies within 20% of the truth, and the median signed error (the
+    bias). The grid's own posterior on its 48 runs is scored beside them (``grid``).
+    """
+    unknown = set(families) - set(FAMILIES)
+    if unknown:
+        raise ConfigError(f"unknown families {sorted(unknown)}: choose from {FAMILIES}")
+    if not checkpoints or min(checkpoints) < 3:
+        raise ConfigError(f"checkpoints {checkpoints}: give run counts of 3 or more")
+    settings = settings or SearchSettings(listops_table(), chance=CHANCE)
+    off = dataclasses.replace(settings, precision=1.0 + 1e-9, budget=max(checkpoints))
+    sizes = sorted({settings.nearest(v) for v in np.geomspace(*grid_range, grid_sizes)})
+    grid_compute = float(settings.cost(np.array(sizes)).sum()) * grid_seeds
+    out: dict = {}
+    for family in families:
+        start = time.perf_counter()
+        cols: dict[str, list[dict]] = {str(n): [] for n in checkpoints} | {"stop": [], "grid": []}
+        for study in range(n_studies):
+            streams = np.random.SeedSequence([seed, FAMILIES.index(family), study]).spawn(4)
+            rngs = [np.random.default_rng(s) for s in streams]
+            truth = draw_family_truth(rngs[0], family, settings.level, settings.chance_corrected)
+            runs = _drive(off, truth, rngs[1], max(checkpoints))
+            for n in checkpoints:
+                cols[str(n)].append(_scored(settings, runs[:n], truth.x80))
+            own = _drive(settings, truth, rngs[2], settings.budget)
+            cols["stop"].append(_scored(settings, own, truth.x80))
+            grid_runs = [
+                (d, truth.sample(rngs[3], float(settings.x_of(d))))
+                for d in sizes
+                for _ in range(grid_seeds)
+            ]
+            cols["grid"].append(_scored(settings, grid_runs, truth.x80))
+        out[family] = {k: _family_row(v, grid_compute) for k, v in cols.items()}
+        out[family]["seconds"] = round(time.perf_counter() - start, 1)
+        logger.info("family %s done in %.0f s", family, out[family]["seconds"])
+    return {
+        "n_studies": n_studies,
+        "seed": seed,
+        "checkpoints": list(checkpoints),
+        "grid_sizes": [int(d) for d in sizes],
+        "grid_seeds": grid_seeds,
+        "families": out,
     }

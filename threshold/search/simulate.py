@@ -14,8 +14,9 @@ the chance to give the search); ``partial_rate`` is the share of runs within a f
 the transition whose accuracy lies between the two modes (more than 3 sd from each), divided by
 the average of 4p(1-p) there (about 0.7). The slope range should cover the fitted slopes of real
 curves, and ``d80_range`` the transitions the tool is asked about. The search's own likelihood
-(``PosteriorSettings``: sd_learned, sd_unlearned, partial_weight) should then be set a little wider
-than these numbers, so that an unexpected run is not taken as decisive.
+(``PosteriorSettings``: sd_learned, sd_unlearned, sd_partial) should then be set a little wider
+than these numbers, so that an unexpected run is not taken as decisive. This simulator is the
+``bimodal`` family of ``families.py``; the other families break the posterior's assumptions.
 """
 
 from __future__ import annotations

@@ -1,0 +1,242 @@
+"""Truth families for the search benchmark: ways runs end that the posterior was not written for.
+
+The posterior (``posterior.py``) assumes a logistic mean curve in ln(parameters), a beta-
+distributed learned share and normal noise. A benchmark whose simulator makes the same
+assumptions can only confirm them, so each family here breaks at least one:
+
+- ``bimodal``: the original simulator (``simulate.ResponseModel``): seeds learn or not, a few end
+  partially learned; logistic curve.
+- ``graded``: no bimodality at all; every seed ends near a *probit* mean curve, with normal noise
+  that is widest mid-curve (runs cut by the step budget).
+- ``shallow``: learn-or-not seeds on a *complementary log-log* curve (asymmetric) with slopes of
+  0.5-1.2 per nat: 10-90% of learning over a factor 40-2,000 in parameters.
+- ``partial``: each seed has its own logistic curve, shifted by a seed-level normal offset, so
+  seeds near the transition end anywhere between chance and the asymptote (logit-normal shares).
+- ``plateau``: learned runs first plateau at 0.85 and reach the true asymptote 0.98 only at a
+  second, larger transition (0.7-2 nats above the first): runs just above the transition sit on
+  the plateau (ADD mod 10, MUL in S_3). Its transitions lie at d 10-100, so that the asymptote
+  shows below d = 256 (where no run shows it, no method can know it).
+- ``censored``: as ``bimodal``, but learners near the transition run out of steps and are
+  reported at chance: the observed curve lies to the right of the true one. No posterior that
+  trusts its runs can find the truth here; it measures how much a step budget misleads.
+
+The truth is always the size where the *mean* accuracy curve, E[accuracy | x], reaches the level
+(``level * A`` or ``c + level * (A - c)`` with A and c its limits at large and small size),
+computed numerically from the family's own model. Sizes follow ``simulate.listops_params``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import brentq
+from scipy.special import expit, ndtr
+
+from threshold.errors import ConfigError
+from threshold.search.simulate import ResponseModel, listops_params, make_truth, sample_accuracy
+
+__all__ = ["FAMILIES", "FamilyTruth", "draw_family_truth"]
+
+CHANCE = 0.15  # unlearned runs of ListOps mod 10 (majority rate); the search is told this
+D80_RANGE = (10.0, 200.0)  # true transitions, log-uniform in d
+_GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(40)  # E[f(Z)], Z ~ N(0, 1)
+_GH_W = _GH_W / _GH_W.sum()
+
+
+def _clipped_mean(mean, sd):
+    """E[clip(Z, 0, 1)] for Z ~ N(mean, sd), elementwise."""
+    mean, sd = np.asarray(mean, dtype=float), np.asarray(sd, dtype=float)
+    a, b = (0.0 - mean) / sd, (1.0 - mean) / sd
+    pdf = lambda t: np.exp(-0.5 * t * t) / np.sqrt(2 * np.pi)  # noqa: E731
+    inner = mean * (ndtr(b) - ndtr(a)) + sd * (pdf(a) - pdf(b))
+    return inner + (1.0 - ndtr(b))
+
+
+@dataclass(frozen=True)
+class FamilyTruth:
+    """One simulated task of a family: its parameters, limits and true 80% point (x units)."""
+
+    family: str
+    mid: float  # location of the family's curve in x = ln(parameters)
+    slope: float  # per nat
+    asymptote: float  # E[accuracy] at large size
+    chance: float  # E[accuracy] at small size
+    x80: float
+    extra: tuple[float, ...] = ()  # family-specific draws (plateau gap, asymptote of learners)
+
+    def mean(self, x) -> np.ndarray:
+        """E[accuracy] at x."""
+        return _MEAN[self.family](self, np.asarray(x, dtype=float) - self.mid)
+
+    def sample(self, rng: np.random.Generator, x: float) -> float:
+        """One run's final accuracy at x."""
+        return float(np.clip(_SAMPLE[self.family](self, rng, float(x) - self.mid), 0.0, 1.0))
+
+
+# --- means, with z = x - mid -------------------------------------------------------------------
+
+
+def _graded_sd(q):
+    return 0.02 + 0.06 * 4 * q * (1 - q)
+
+
+def _mean_graded(t: FamilyTruth, z):
+    a = t.extra[0]
+    q = ndtr(t.slope * z)
+    return _clipped_mean(CHANCE + (a - CHANCE) * q, _graded_sd(q))
+
+
+def _cloglog(z):
+    return -np.expm1(-np.exp(np.clip(z, -50, 50)))
+
+
+def _mean_bimodal_like(p, a_learned, sd_learned=0.02, chance_sd=0.04):
+    learned = _clipped_mean(a_learned, sd_learned)
+    unlearned = _clipped_mean(CHANCE, chance_sd)
+    return unlearned + (learned - unlearned) * p
+
+
+def _mean_shallow(t: FamilyTruth, z):
+    return _mean_bimodal_like(_cloglog(t.slope * z), t.extra[0])
+
+
+PARTIAL_OFFSET_SD = 0.6  # nats: sd of a seed's own midpoint around the task's
+
+
+def _mean_partial(t: FamilyTruth, z):
+    a, shape = t.extra[0], np.shape(z)
+    z = np.atleast_1d(z)  # (J,)
+    u = expit(t.slope * (z[:, None] - PARTIAL_OFFSET_SD * _GH_X[None, :])) @ _GH_W  # (J,) E[share]
+    return (CHANCE + (a - CHANCE) * u).reshape(shape)
+
+
+PLATEAU = 0.85
+PLATEAU_TOP = 0.98
+
+
+def _plateau_parts(t: FamilyTruth, z):
+    p = expit(t.slope * z)  # learns at all
+    r = expit(3.0 * (z - t.extra[0]))  # a learner passes the plateau
+    return p, r
+
+
+def _mean_plateau(t: FamilyTruth, z):
+    p, r = _plateau_parts(t, z)
+    unlearned = _clipped_mean(CHANCE, 0.04)
+    learned = (1 - r) * PLATEAU + r * _clipped_mean(PLATEAU_TOP, 0.01)
+    return unlearned + (learned - unlearned) * p
+
+
+_BIMODAL = ResponseModel()
+
+
+def _mean_bimodal(t: FamilyTruth, z):
+    return t.chance + (t.asymptote - t.chance) * expit(t.slope * z)
+
+
+_MEAN = {
+    "bimodal": _mean_bimodal,
+    "censored": _mean_bimodal,  # the truth is the uncensored curve
+    "graded": _mean_graded,
+    "shallow": _mean_shallow,
+    "partial": _mean_partial,
+    "plateau": _mean_plateau,
+}
+
+# --- samplers ----------------------------------------------------------------------------------
+
+
+def _sample_bimodal(t: FamilyTruth, rng, z):
+    truth = make_truth_at(t)
+    return sample_accuracy(rng, _BIMODAL, truth, z + truth.mid)
+
+
+def make_truth_at(t: FamilyTruth):
+    """The ``simulate.Truth`` of a bimodal family member, midpoint at 0 (samplers use z)."""
+    truth = make_truth(_BIMODAL, 20.0, t.slope)
+    return type(truth)(0.0, t.slope, truth.asymptote, truth.chance, truth.x80 - truth.mid)
+
+
+def _sample_censored(t: FamilyTruth, rng, z):
+    y = _sample_bimodal(t, rng, z)
+    # Learners near the transition learn late; those past the step budget read as failures.
+    if y > 0.5 and rng.random() < expit(-4.0 * (z - 0.3)):
+        return float(np.clip(rng.normal(CHANCE, 0.04), 0.0, 1.0))
+    return y
+
+
+def _sample_graded(t: FamilyTruth, rng, z):
+    q = float(ndtr(t.slope * z))
+    return rng.normal(CHANCE + (t.extra[0] - CHANCE) * q, _graded_sd(q))
+
+
+def _sample_shallow(t: FamilyTruth, rng, z):
+    if rng.random() < float(_cloglog(t.slope * z)):
+        return rng.normal(t.extra[0], 0.02)
+    return rng.normal(CHANCE, 0.04)
+
+
+def _sample_partial(t: FamilyTruth, rng, z):
+    share = float(expit(t.slope * (z - PARTIAL_OFFSET_SD * rng.normal())))
+    return CHANCE + (t.extra[0] - CHANCE) * share + rng.normal(0.0, 0.02)
+
+
+def _sample_plateau(t: FamilyTruth, rng, z):
+    p, r = _plateau_parts(t, z)
+    if rng.random() >= p:
+        return rng.normal(CHANCE, 0.04)
+    if rng.random() < r:
+        return rng.normal(PLATEAU_TOP, 0.01)
+    return rng.normal(PLATEAU, 0.02)
+
+
+_SAMPLE = {
+    "bimodal": _sample_bimodal,
+    "censored": _sample_censored,
+    "graded": _sample_graded,
+    "shallow": _sample_shallow,
+    "partial": _sample_partial,
+    "plateau": _sample_plateau,
+}
+
+FAMILIES = ("bimodal", "graded", "shallow", "partial", "plateau", "censored")
+
+# slope ranges per nat, log-uniform: each family's own kind of curve
+_SLOPES = {
+    "bimodal": (1.5, 6.0),
+    "censored": (1.5, 6.0),
+    "graded": (0.8, 3.0),  # probit slope: 10-90% over a factor 2.3-25 in parameters
+    "shallow": (0.5, 1.2),
+    "partial": (2.0, 6.0),  # each seed's own curve; the seed offsets make the mean shallower
+    "plateau": (1.5, 6.0),
+}
+
+
+def draw_family_truth(
+    rng: np.random.Generator,
+    family: str,
+    level: float = 0.8,
+    chance_corrected: bool = False,
+    d80_range: tuple[float, float] = D80_RANGE,
+) -> FamilyTruth:
+    """A task of ``family`` whose true 80% point is log-uniform in d over ``d80_range``."""
+    if family not in FAMILIES:
+        raise ConfigError(f"family {family!r} is not known: choose from {', '.join(FAMILIES)}")
+    if family == "plateau":  # its true asymptote shows up to 2.7x in d above the transition:
+        d80_range = (d80_range[0], min(d80_range[1], 100.0))  # keep that below the grid's 256
+    d80 = float(np.exp(rng.uniform(*np.log(d80_range))))
+    slope = float(np.exp(rng.uniform(*np.log(_SLOPES[family]))))
+    extra: tuple[float, ...] = ()
+    if family in ("graded", "shallow", "partial"):
+        extra = (float(rng.uniform(0.9, 0.99)),)  # where learners end
+    elif family == "plateau":
+        extra = (float(rng.uniform(0.7, 2.0)),)  # nats from learning to passing the plateau
+    base = make_truth_at(FamilyTruth(family, 0.0, slope, 1.0, CHANCE, 0.0))
+    probe = FamilyTruth(family, 0.0, slope, base.asymptote, base.chance, 0.0, extra)
+    hi, lo = float(probe.mean(60.0 / slope)), float(probe.mean(-60.0 / slope))
+    target = lo + level * (hi - lo) if chance_corrected else level * hi
+    span = 60.0 / slope
+    z80 = brentq(lambda z: float(probe.mean(z)) - target, -span, span, xtol=1e-6)
+    x80 = float(np.log(listops_params(d80)))
+    return FamilyTruth(family, x80 - z80, slope, hi, lo, x80, extra)
