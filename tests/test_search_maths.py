@@ -293,3 +293,78 @@ def test_gives_up_when_the_transition_is_outside_the_allowed_sizes(accuracy, rea
     assert final.reason == reason
     assert edge in [d for d, _ in completed]
     assert len(completed) < s.budget
+
+
+def test_graded_runs_are_read_as_graded_and_located():
+    """Runs near a smooth curve (no bimodal seeds): the posterior picks a graded seed model and
+    puts the 80% point near the curve's, not near its midpoint."""
+    from threshold.search.families import draw_family_truth
+
+    s = make_settings()
+    rng = np.random.default_rng(20)
+    truth = draw_family_truth(rng, "graded")
+    sizes = sorted({s.nearest(v) for v in np.geomspace(8, 256, 12)})
+    runs = [(d, truth.sample(rng, float(s.x_of(d)))) for d in sizes for _ in range(3)]
+    est = transition_estimate(s, runs)
+    assert est["bimodal_share"] < 0.5
+    lo, hi = np.log(est["interval_params"])
+    assert lo <= truth.x80 <= hi
+    assert abs(np.log(est["params_p80"]) - truth.x80) < 0.3
+
+
+def test_the_largest_runs_bound_the_asymptote():
+    """MUL in MUL+SGN+IMG (S_3, CPU suite): runs climb slowly through 0.4-0.6 and one d = 48 run
+    reaches 0.894; that run is no outlier, so the asymptote sits near it, not at the plateau."""
+    s = make_settings(d_lo=8, d_hi=48)
+    runs = [(8, 0.114), (8, 0.133), (11, 0.278), (15, 0.434), (18, 0.415), (18, 0.419),
+            (18, 0.463), (18, 0.531), (21, 0.39), (21, 0.731), (23, 0.534), (23, 0.588),
+            (23, 0.591), (26, 0.594), (26, 0.808), (48, 0.894)]  # fmt: skip
+    est = transition_estimate(s, runs)
+    assert est["asymptote"] > 0.85
+    assert est["asymptote_interval"][0] >= 0.8
+
+
+def test_repeats_pay_for_bimodal_seeds_not_for_graded_runs():
+    from threshold.search.policy import posterior_of, repeat_discount
+    from threshold.search.posterior import normalize
+
+    s = make_settings()
+    x = float(s.x_of(40))
+    bimodal = [(128, 0.98), (16, 0.15), (40, 0.15), (40, 0.97), (40, 0.16), (40, 0.98)]
+    graded = [(128, 0.98), (16, 0.15), (40, 0.55), (40, 0.57), (40, 0.56), (40, 0.54)]
+    shares = []
+    for runs in (bimodal, graded):
+        grid, log_w, _ = posterior_of(s, runs)
+        used = s.x_of(np.array([d for d, _ in runs]))
+        shares.append(repeat_discount(s, grid, normalize(log_w), np.array([x]), used)[0])
+    assert shares[0] > 0.8  # seeds that disagree: the fifth run at d = 40 still pays
+    assert shares[1] < 0.6  # seeds that agree: it is mostly a repeat
+
+
+@pytest.mark.parametrize("family", ["bimodal", "graded", "shallow", "partial", "plateau"])
+def test_family_truth_is_where_the_mean_curve_reaches_the_level(family):
+    from threshold.search.families import draw_family_truth
+
+    rng = np.random.default_rng(21)
+    truth = draw_family_truth(rng, family)
+    assert float(truth.mean(truth.x80)) == pytest.approx(0.8 * truth.asymptote, abs=1e-4)
+    draws = [truth.sample(rng, truth.x80) for _ in range(3000)]
+    assert np.mean(draws) == pytest.approx(0.8 * truth.asymptote, abs=0.03)
+    corrected = draw_family_truth(np.random.default_rng(21), family, chance_corrected=True)
+    lift = corrected.chance + 0.8 * (corrected.asymptote - corrected.chance)
+    assert float(corrected.mean(corrected.x80)) == pytest.approx(lift, abs=1e-4)
+
+
+def test_bench_families_small():
+    from threshold.search.benchmark import bench_families
+
+    result = bench_families(n_studies=2, seed=3, families=("graded", "plateau"), checkpoints=(6, 9))
+    for family in ("graded", "plateau"):
+        rows = result["families"][family]
+        assert set(rows) == {"6", "9", "stop", "grid", "seconds"}
+        assert rows["6"]["median_runs"] == 6 and rows["9"]["median_runs"] == 9
+        assert rows["grid"]["compute_vs_grid"] == pytest.approx(1.0)
+        for key in ("6", "9", "stop"):
+            assert 0 <= rows[key]["coverage"] <= 1 and 0 <= rows[key]["within_20"] <= 1
+    with pytest.raises(ConfigError, match="families"):
+        bench_families(n_studies=1, families=("smooth",))

@@ -8,6 +8,7 @@ from threshold.cli import (  # noqa: F401  (importing them registers their comma
     analysis_cmds,
     complexity_cmd,
     dashboard_cmd,
+    refit_cmd,
     report_cmd,
     search_cmds,
     suite_cmd,

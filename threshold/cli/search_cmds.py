@@ -12,6 +12,7 @@ from threshold.cli.common import (
     Arity,
     CacheDir,
     Depth,
+    Device,
     Heartbeat,
     Measure,
     Mod,
@@ -59,6 +60,7 @@ def find(
         typer.Option(help="Pretrain every run on these ops first, e.g. max,med (transfer)."),
     ] = None,
     workers: Annotated[int, typer.Option(help="Worker processes (one torch thread each).")] = 1,
+    device: Device = "auto",
     storage: Storage = None,
     study: Annotated[str | None, typer.Option(help="Study name \\[default: derived].")] = None,
     heartbeat: Heartbeat = 30,
@@ -68,6 +70,7 @@ def find(
     """Locate the learning transition of a mixture with an Optuna study."""
 
     def body():
+        from threshold.device import resolve_device
         from threshold.errors import ConfigError
         from threshold.search.find import prepare_study, snapshot, start_workers, stop_workers
         from threshold.search.study import SearchConfig, StudySettings, open_storage
@@ -77,6 +80,7 @@ def find(
             raise ConfigError(f"--workers {workers} is not allowed: use 1 or more")
         if heartbeat < 1:
             raise ConfigError(f"--heartbeat {heartbeat} is not allowed: use 1 or more seconds")
+        resolve_device(device)  # refused here, before the study is written
         task = task_config(
             tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
         )
@@ -101,7 +105,7 @@ def find(
         )
         t0 = time.perf_counter()
         name, url = prepare_study(settings, storage, study, heartbeat)
-        procs = start_workers(name, url, workers, heartbeat, cache_dir)
+        procs = start_workers(name, url, workers, heartbeat, cache_dir, device)
         db = open_storage(url, create=False)  # one connection pool for the whole live view
         try:
             with _LiveView(enabled=not as_json) as view:
@@ -139,6 +143,7 @@ def worker(
     heartbeat: Heartbeat = 30,
     max_trials: Annotated[int | None, typer.Option(help="Stop after this many trials.")] = None,
     quiet: Annotated[bool, typer.Option(help="Log warnings only.")] = False,
+    device: Device = "auto",
     cache_dir: CacheDir = None,
 ) -> None:
     """Join a study (from this or another machine) and run its trials until it is done."""
@@ -153,7 +158,7 @@ def worker(
         level = logging.WARNING if quiet else logging.INFO
         logging.basicConfig(level=level, format="%(asctime)s worker %(process)d %(message)s")
         optuna.logging.set_verbosity(level)
-        run_worker(study, storage, heartbeat, max_trials, cache_dir)
+        run_worker(study, storage, heartbeat, max_trials, cache_dir, device)
 
     run_guarded(body)
 
@@ -197,16 +202,32 @@ def status(
 
 @bench_app.command("search")
 def bench_search(
-    studies: Annotated[int, typer.Option(help="Simulated studies.")] = 200,
+    studies: Annotated[int, typer.Option(help="Simulated studies per family.")] = 100,
     seed: Annotated[int, typer.Option(help="Seed of the simulated truths.")] = 0,
+    families: Annotated[
+        str,
+        typer.Option(help="Truth families: bimodal, graded, shallow, partial, plateau, censored."),
+    ] = "bimodal,graded,shallow,partial,plateau,censored",
+    runs: Annotated[
+        str, typer.Option(help="Run counts at which the sampler, its stop off, is scored.")
+    ] = "12,24,48",
+    methods: Annotated[
+        bool,
+        typer.Option(
+            "--methods",
+            help="Instead: our sampler against a dense grid and plain Optuna (bimodal family).",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Our sampler against a dense grid and plain Optuna on simulated studies with known truth."""
+    """Our sampler on simulated studies with known truth, family by family (see README)."""
 
     def body():
         from threshold.errors import ConfigError
         from threshold.search import ResponseModel
+        from threshold.search.benchmark import bench_families
         from threshold.search.benchmark import bench_search as run_bench
+        from threshold.search.families import CHANCE
         from threshold.search.sampler import policy_settings
         from threshold.search.study import SearchConfig, StudySettings
         from threshold.tasks import TaskConfig
@@ -215,14 +236,30 @@ def bench_search(
         if studies < 1:
             raise ConfigError(f"--studies {studies} is not allowed: use 1 or more")
         # The tool's own defaults on ListOps mod 10 (vocabulary 22, context 60).
-        model = ResponseModel()
         defaults = StudySettings(TaskConfig(ops=("add",)), TrainConfig(), SearchConfig())
-        settings = policy_settings(defaults, chance=model.unlearned_mean)
-        result = run_bench(n_studies=studies, seed=seed, settings=settings, model=model)
+        if methods:
+            model = ResponseModel()
+            settings = policy_settings(defaults, chance=model.unlearned_mean)
+            result = run_bench(n_studies=studies, seed=seed, settings=settings, model=model)
+        else:
+            try:
+                counts = tuple(int(v) for v in runs.split(",") if v.strip())
+            except ValueError:
+                raise ConfigError(f"--runs {runs!r}: give run counts such as 12,24,48") from None
+            names = tuple(f.strip() for f in families.split(",") if f.strip())
+            result = bench_families(
+                n_studies=studies,
+                seed=seed,
+                families=names,
+                checkpoints=counts,
+                settings=policy_settings(defaults, chance=CHANCE),
+            )
         if as_json:
             typer.echo(json.dumps(result))
-            return
-        _print_bench_search(result)
+        elif methods:
+            _print_bench_search(result)
+        else:
+            _print_bench_families(result)
 
     run_guarded(body)
 
@@ -318,4 +355,33 @@ def _print_bench_search(result: dict) -> None:
             f"{m['coverage']:.2f}",
             f"{m['median_width_ratio']:.2f}",
         )
+    Console().print(table)
+
+
+def _print_bench_families(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=f"sampler on {result['n_studies']} simulated studies per family (known truth); "
+        f"grid: {len(result['grid_sizes'])} sizes x {result['grid_seeds']} seeds"
+    )
+    cols = ("family", "runs", "median runs", "compute vs grid", "coverage", "median |ln err|")
+    for col in (*cols, "within 20%", "median ln err"):
+        table.add_column(col, justify="right")
+    for family, rows in result["families"].items():
+        for key, m in rows.items():
+            if key == "seconds":
+                continue
+            label = {"stop": "own stop", "grid": "grid (posterior)"}.get(key, f"{key}, stop off")
+            table.add_row(
+                family,
+                label,
+                f"{m['median_runs']:g}",
+                f"{m['compute_vs_grid']:.2f}",
+                f"{m['coverage']:.2f}",
+                f"{m['median_abs_log_error']:.3f}",
+                f"{m['within_20']:.2f}",
+                f"{m['median_signed_log_error']:+.3f}",
+            )
     Console().print(table)

@@ -1,0 +1,86 @@
+"""Refitting stored studies with the current posterior: from a storage and from a report's
+results.json, through the library and the ``threshold refit`` command."""
+
+import json
+import subprocess
+import sys
+
+import optuna
+
+from threshold.search.fit import transition_estimate
+from threshold.search.refit import refit_results, refit_storage
+from threshold.search.sampler import PARAM, policy_settings
+from threshold.search.study import SearchConfig, StudySettings, create_or_load_study, open_storage
+from threshold.tasks import TaskConfig
+from threshold.train import TrainConfig
+
+# ADD mod 10 in the CPU suite (d, accuracy): graded runs cut by the step budget near the
+# transition, one fully learned run at d = 64 that the old posterior took for an outlier.
+ADD10 = [(64, 0.987), (8, 0.0705), (16, 0.524), (18, 0.646), (18, 0.728), (21, 0.692),
+         (21, 0.867), (24, 0.473), (24, 0.571), (24, 0.649), (24, 0.825), (24, 0.863),
+         (24, 0.921), (28, 0.783), (28, 0.816), (28, 0.861)]  # fmt: skip
+CHANCE = 0.1475
+SETTINGS = StudySettings(
+    TaskConfig(ops=("add",)), TrainConfig(), SearchConfig(d_lo=8, d_hi=64, budget=16, precision=3)
+)
+OLD = {"params_p80": 11060.0, "d_p80": 25.8, "asymptote": 0.849, "chance": CHANCE}
+
+
+def results_file(tmp_path):
+    study = {
+        "name": "listops10-add-add-test",
+        "label": "ADD, mod 10",
+        "settings": {
+            "task": SETTINGS.task.to_dict(),
+            "train": SETTINGS.train.to_dict(),
+            "search": json.loads(SETTINGS.to_attrs()["search"]),
+            "pretrain": [],
+        },
+        "estimate": OLD,
+        "runs": [{"d": d, "accuracy": y} for d, y in ADD10],
+    }
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"studies": [study]}))
+    return path
+
+
+def test_refit_from_results_lifts_the_asymptote_to_the_largest_run(tmp_path):
+    (row,) = refit_results(results_file(tmp_path))
+    assert row["old"]["asymptote"] == 0.849 and row["old"]["flagged"] is False
+    assert abs(row["new"]["asymptote"] - 0.987) <= 0.05  # the d = 64 run pins it
+    lo, hi = row["new"]["interval_params"]
+    assert lo < row["new"]["params_p80"] < hi
+    assert row["n_runs"] == len(ADD10) and row["best_run"] == 0.987
+    corrected = refit_results(results_file(tmp_path), chance_corrected=True)[0]
+    assert corrected["chance_corrected"] is True
+    assert corrected["new"]["params_p80"] > row["new"]["params_p80"]
+
+
+def test_refit_from_storage_matches_the_results_route(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db")
+    study = create_or_load_study(SETTINGS, storage)
+    dist = optuna.distributions.IntDistribution(2, 512)
+    for d, y in ADD10:
+        study.add_trial(optuna.trial.create_trial(params={PARAM: d}, distributions={PARAM: dist},
+                                                  value=y))  # fmt: skip
+    policy = policy_settings(SETTINGS, CHANCE)
+    study.set_user_attr("estimate", json.dumps(transition_estimate(policy, ADD10)))
+    (row,) = refit_storage(f"sqlite:///{tmp_path}/s.db")
+    (from_file,) = refit_results(results_file(tmp_path))
+    assert row["new"] == from_file["new"]
+    assert row["old"]["params_p80"] == row["new"]["params_p80"]  # stored by today's posterior
+
+
+def test_refit_command_prints_json(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "threshold", "refit", "--results", str(results_file(tmp_path)),
+         "--json"], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)
+    assert row["label"] == "ADD, mod 10" and row["new"]["flagged"] is False
+    bad = subprocess.run(
+        [sys.executable, "-m", "threshold", "refit", "--results", str(tmp_path / "none.json")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode != 0 and "cannot be read" in bad.stderr
