@@ -95,7 +95,8 @@ def refit_results(path: str | Path, chance_corrected: bool | None = None) -> lis
     except (OSError, ValueError) as e:
         raise ThresholdError(f"{path} cannot be read as a report's results.json: {e}") from None
     rows = []
-    for study in results.get("studies", []):
+    for entry in results.get("studies", []):
+        study = entry.get("data", entry)  # format 2 keeps the study's data beside its page
         old = study.get("estimate") or {}
         if old.get("chance") is None:
             log.info("study %s has no stored chance rate: skipped", study.get("name"))
