@@ -74,6 +74,8 @@ BENCH_STEP_S = (8.7e-3, 8.7e-3 / 2200)
 # the fitted asymptotes of the CPU suite's sound studies sit 0.03-0.18 below their best runs.
 PLATEAU_GAP = 0.2
 
+X80_STEP = 0.01  # nats: the lattice of the x80 posteriors kept (reduction_factor's default)
+
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
@@ -96,6 +98,8 @@ class StudyData:
     posterior: tuple | None = None  # (grid, weights) behind the estimate
     band: dict | None = None  # credible band of the mean curve: params, lo, median, hi
     x80: dict | None = None  # the posterior of ln x80 on a lattice (x80_marginal): for factors
+    # As a results.json read back holds them: written again unchanged, not in today's terms.
+    stored_settings: dict | None = None
     efficiency: dict = field(default_factory=dict)
     analyses: list[dict] = field(default_factory=list)
     warning: str = ""  # what makes the estimate doubtful (a plateau), or why there is none
@@ -122,7 +126,8 @@ class StudyData:
             "status_text": self.status_text,
             "warning": self.warning or None,
             "search_status": self.search_status,
-            "settings": {
+            "settings": self.stored_settings
+            or {
                 "task": s.task.to_dict(),
                 "train": s.train.to_dict(),
                 "search": json.loads(s.to_attrs()["search"]),
@@ -555,31 +560,41 @@ def git_commit() -> str:
 
 def x80_marginal(posterior) -> dict:
     """The posterior of ln x80 (grid, weights) as ``results.json`` keeps it: its median and its
-    masses on the lattice ``start + k step`` that :func:`reduction_factor` convolves on (0.01
-    nats), empty tails cut. Factors from two of these equal those from the full posteriors, so a
-    report read back from its file gives the same factors whatever the search's maths is by then.
+    masses on the lattice ``start + k step`` (0.01 nats from the grid's smallest x80, as
+    :func:`reduction_factor` convolves them), empty ends cut. Factors from two of these equal those
+    from the full posteriors (:func:`factor`), so a report read back from its file gives the same
+    factors whatever the search's maths is by then.
     """
     grid, w = posterior
-    values, probs = difference_distribution(grid.x80, w, [0.0], [1.0])  # (K,) each: A - 0
+    values, probs = difference_distribution(grid.x80, w, [0.0], [1.0], step=X80_STEP)  # A - 0
     keep = np.flatnonzero(probs > 1e-12)
     lo, hi = int(keep[0]), int(keep[-1]) + 1
     return {
         "median": float(weighted_quantiles(grid.x80, w, [0.5])[0]),
         "start": float(values[lo]),
-        "step": float(values[1] - values[0]) if values.size > 1 else 0.01,
+        "step": X80_STEP,
         "probs": [float(p) for p in probs[lo:hi]],
     }
 
 
 def factor(base: dict, study: dict) -> dict:
-    """:func:`reduction_factor` of two :func:`x80_marginal` s: baseline x80 / study's."""
+    """:func:`reduction_factor` of two :func:`x80_marginal` s: baseline x80 / study's.
+
+    ``factor`` is the ratio of the two stored medians; ``p_above_1`` counts half the mass of the
+    lattice point at zero as the full posteriors' convolution does, that point found within half a
+    step (cut ends shift the lattice by rounding, and an exact test would miss it).
+    """
 
     def lattice(m: dict):
         values = m["start"] + m["step"] * np.arange(len(m["probs"]))  # (K,)
-        return SimpleNamespace(x80=values), np.asarray(m["probs"], dtype=float)
+        return values, np.asarray(m["probs"], dtype=float)
 
-    out = reduction_factor(lattice(base), lattice(study))
-    return out | {"factor": float(np.exp(base["median"] - study["median"]))}
+    (a, pa), (b, pb) = lattice(base), lattice(study)
+    out = reduction_factor((SimpleNamespace(x80=a), pa), (SimpleNamespace(x80=b), pb))
+    values, probs = difference_distribution(a, pa, b, pb, step=X80_STEP)  # (K,) each
+    zero = np.abs(values) < X80_STEP / 2
+    above = float(probs[(values > 0) & ~zero].sum() + 0.5 * probs[zero].sum())
+    return out | {"factor": float(np.exp(base["median"] - study["median"])), "p_above_1": above}
 
 
 def where(s: StudyData) -> tuple[str, int]:

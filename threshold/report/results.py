@@ -72,6 +72,7 @@ def _study(entry: dict, folder: Path, commit: str) -> StudyData:
         band=entry["band"],
         efficiency=entry["efficiency"],
         analyses=analyses,
+        stored_settings=entry["settings"],
     )
     judge(data, len(data.runs))
     if data.ok:
