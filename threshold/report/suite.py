@@ -60,6 +60,7 @@ class SuiteReadme:
     finished: str
     reports: tuple[ReportLine, ...]
     surveys: tuple[SurveyRow, ...]
+    rendered_again: str  # when and how the pages were rendered again from results.json, or ""
 
 
 def _line(row: dict, labels: dict[str, str]) -> TransitionLine:
@@ -134,5 +135,6 @@ def suite_readme(record: dict) -> str:
         finished=record["finished"],
         reports=tuple(_report(r) for r in record["reports"]),
         surveys=tuple(_survey(v) for v in record.get("surveys", []) if v["status"] == "done"),
+        rendered_again=record.get("rendered_again", ""),
     )
     return render("suite.md.j2", s=view)
