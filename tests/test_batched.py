@@ -9,7 +9,7 @@ from threshold.batched_eval import ensemble_greedy, ensemble_teacher_forced
 from threshold.checkpoint import load_checkpoint, save_checkpoint
 from threshold.ensemble import _LAYOUT, Ensemble, EnsembleCache, _slots
 from threshold.errors import ConfigError
-from threshold.memory import pack_bytes, plan_packs
+from threshold.memory import pack_bytes, plan_packs, plan_waves
 from threshold.tasks import TaskConfig, load_task_data
 from threshold.train import (
     TrainConfig,
@@ -177,15 +177,21 @@ def test_a_members_checkpoint_loads_in_the_single_model_path(max5, batch_run, tm
 
 def test_packs_are_split_to_fit_memory(max5):
     cfg = TrainConfig()
-    members = [Member(model_config_for(max5.config, d), max5, cfg) for d in (8, 16, 32, 16)]
-    one = pack_bytes([(members[2].model_cfg, cfg)])
-    two = pack_bytes([(members[2].model_cfg, cfg)] * 2)
+    members = [(model_config_for(max5.config, d), cfg) for d in (8, 16, 32, 16)]
+    one = pack_bytes([members[2]])
+    two = pack_bytes([members[2]] * 2)
     assert one < two
     cpu = torch.device("cpu")
-    assert plan_packs(members, cpu, 10 * two) == [[2, 1, 3, 0]]  # widest first
-    packs = plan_packs(members, cpu, one)
+    assert plan_packs(members, cpu, 10 * two, by_d=False) == [[2, 1, 3, 0]]  # widest first
+    assert plan_packs(members, cpu, 10 * two) == [[0], [1, 3], [2]]  # on the CPU, one d a pack
+    packs = plan_packs(members, cpu, one, by_d=False)
     assert sorted(i for p in packs for i in p) == [0, 1, 2, 3] and len(packs) >= 2
-    with pytest.raises(ConfigError, match=r"needs about .* GiB, more than"):
+    waves = plan_waves(members, cpu, one, by_d=False)
+    assert [p for wave in waves for p in wave] == packs
+    for wave in waves:  # the packs of a wave train side by side: together they must fit
+        assert sum(pack_bytes([members[i] for i in p]) for p in wave) <= one
+    assert plan_waves(members, cpu, 10 * two) == [[[0], [1, 3], [2]]]  # all side by side
+    with pytest.raises(ConfigError, match=r"needs about .*, more than"):
         plan_packs(members, cpu, one // 2)
 
 
@@ -202,7 +208,7 @@ def test_out_of_memory_halves_the_pack_and_loses_no_member(max5, monkeypatch):
 
     monkeypatch.setattr(batched, "ensemble_step", flaky)
     cfg = TrainConfig(max_steps=20, eval_every=10)
-    members = [Member(model_config_for(max5.config, d), max5, cfg) for d in (8, 8, 12, 12)]
+    members = [Member(model_config_for(max5.config, 8), max5, cfg) for _ in range(4)]
     results = train_batched(members)
     assert [r.steps for r in results] == [20] * 4
     assert calls[:5] == [4] * 5 and set(calls[5:]) == {2}  # went on in two halves

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -24,8 +25,8 @@ import torch.nn.functional as F
 
 from threshold.batched_eval import ensemble_greedy, ensemble_teacher_forced
 from threshold.config import TrainConfig
-from threshold.ensemble import DECAYED, Ensemble, check_members
-from threshold.memory import plan_packs
+from threshold.ensemble import Ensemble, check_members
+from threshold.memory import plan_waves
 from threshold.model import ModelConfig, RecurrentTransformer, param_count
 from threshold.tasks import TaskData
 from threshold.train import (
@@ -40,7 +41,15 @@ from threshold.train import (
     train_batches,
 )
 
-__all__ = ["Member", "StackedAdamW", "ensemble_step", "train_batched"]
+__all__ = [
+    "Member",
+    "StackedAdamW",
+    "ensemble_step",
+    "stacked_batch",
+    "start_pack",
+    "step_pack",
+    "train_batched",
+]
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +86,8 @@ class StackedAdamW:
         self.weight_decay = per_member([c.weight_decay for c in cfgs])
         self.grad_clip = per_member([c.grad_clip for c in cfgs])
         self.steps = torch.zeros(len(cfgs), device=dev)  # (M,)
-        self.exp_avg = {n: torch.zeros_like(p) for n, p in ens.params.items()}
-        self.exp_avg_sq = {n: torch.zeros_like(p) for n, p in ens.params.items()}
+        self.exp_avg = torch.zeros_like(ens.flat)  # (M, P)
+        self.exp_avg_sq = torch.zeros_like(ens.flat)  # (M, P)
 
     def select(self, ens: Ensemble, members: list[int]) -> StackedAdamW:
         """The state of ``members`` for ``ens``, their repacked ensemble (made by ``select``)."""
@@ -87,31 +96,29 @@ class StackedAdamW:
         new.ens, new.eps = ens, self.eps
         for name in ("beta1", "beta2", "weight_decay", "grad_clip", "steps"):
             setattr(new, name, getattr(self, name).index_select(0, index))
-        new.exp_avg = self.ens.select_like(self.exp_avg, members, ens.width)
-        new.exp_avg_sq = self.ens.select_like(self.exp_avg_sq, members, ens.width)
+        for name in ("exp_avg", "exp_avg_sq"):
+            views = self.ens.unflatten(getattr(self, name))
+            kept = self.ens.select_like(views, members, ens.width).values()
+            setattr(new, name, torch.cat([t.reshape(len(members), -1) for t in kept], 1))
         return new
 
     @torch.no_grad()
     def step(self, lr: torch.Tensor) -> None:
-        """One update with learning rates ``lr`` (M,); gradients are clipped per member first."""
-        params = self.ens.params
-        norm_sq = sum(p.grad.square().flatten(1).sum(1) for p in params.values())  # (M,)
-        clip = (self.grad_clip / (norm_sq.sqrt() + 1e-6)).clamp(max=1.0)  # torch's clip rule
+        """One update with learning rates ``lr`` (M,); gradients are clipped per member first,
+        and zeroed after (they are the ensemble's one buffer, refilled by the next backward)."""
+        w, g, ens = self.ens.flat, self.ens.grad, self.ens  # (M, P) each
+        col = (-1, 1)  # a per-member value against the (M, P) buffers
+        norm = g.square().sum(1).sqrt()  # (M,)
+        g.mul_((self.grad_clip / (norm + 1e-6)).clamp(max=1.0).view(col))  # torch's clip rule
         self.steps += 1
         bc1 = 1 - self.beta1**self.steps  # (M,)
         bc2_sqrt = (1 - self.beta2**self.steps).sqrt()
-        step_size = lr / bc1
-        for name, p in params.items():
-            shape = (-1,) + (1,) * (p.dim() - 1)
-            grad = p.grad * clip.view(shape)
-            if name in DECAYED:
-                p.mul_((1 - lr * self.weight_decay).view(shape))
-            m, v = self.exp_avg[name], self.exp_avg_sq[name]
-            m.lerp_(grad, (1 - self.beta1).view(shape))
-            v.mul_(self.beta2.view(shape)).add_(grad.square() * (1 - self.beta2).view(shape))
-            denom = (v.sqrt() / bc2_sqrt.view(shape)).add_(self.eps)
-            p.sub_(m / denom * step_size.view(shape))
-            p.grad = None
+        w.mul_(1 - (lr * self.weight_decay).view(col) * ens.decayed)  # decoupled decay
+        self.exp_avg.lerp_(g, (1 - self.beta1).view(col))
+        self.exp_avg_sq.mul_(self.beta2.view(col)).add_(g.square().mul_((1 - self.beta2).view(col)))
+        denom = (self.exp_avg_sq.sqrt() / bc2_sqrt.view(col)).add_(self.eps)
+        w.sub_(self.exp_avg / denom * (lr / bc1).view(col))
+        g.zero_()
 
 
 def ensemble_step(
@@ -129,7 +136,12 @@ def ensemble_step(
     ).view(m, -1)  # (M, B*T)
     counts = (y != IGNORE).flatten(1).sum(1).clamp(min=1)  # (M,)
     losses = nll.sum(1) / counts  # (M,)
-    losses.sum().backward()
+    with warnings.catch_warnings():
+        # The weights are views into one buffer, so their gradients (views into another) are
+        # not dense; autograd warns that this "may impair performance" and accumulates in place
+        # all the same, which is what the one-buffer optimizer relies on.
+        warnings.filterwarnings("ignore", message="grad and param do not obey the gradient")
+        losses.sum().backward()
     opt.step(lr)
     return losses.detach()
 
@@ -194,8 +206,10 @@ def train_batched(
 ) -> list[TrainResult]:
     """Train every member, batched; the results come back in the order of ``members``.
 
-    ``on_progress(i, progress)`` and ``on_done(i, result)`` name the member by its position. Packs
-    are planned to fit ``memory_bytes`` (default: what the device has free).
+    ``on_progress(i, progress)`` and ``on_done(i, result)`` name the member by its position.
+    Packs are planned to fit ``memory_bytes`` (default: what the device has free); the packs
+    that fit together step in turns (so every member moves on and an early stopper is handed
+    over early), and packs that do not wait for them.
     """
     device = torch.device(device)
     check_members([m.model_cfg for m in members])
@@ -208,26 +222,27 @@ def train_batched(
         if on_done is not None:
             on_done(i, result)
 
-    for group in plan_packs(members, device, memory_bytes):
-        stack = [_start_pack([(i, members[i]) for i in group], device)]
-        while stack:
-            pack = stack.pop()
-            try:
-                _train_pack(pack, on_progress, done, progress_every)
-            except torch.OutOfMemoryError:
-                if len(pack.runs) == 1:
-                    raise
-                half = len(pack.runs) // 2
-                log.warning("out of memory with %d members: halving the pack", len(pack.runs))
-                torch.cuda.empty_cache()
-                stack += [
-                    pack.keep(list(range(half, len(pack.runs)))),
-                    pack.keep(list(range(half))),
-                ]
+    configs = [(m.model_cfg, m.cfg) for m in members]
+    for wave in plan_waves(configs, device, memory_bytes):
+        active = [start_pack([(i, members[i]) for i in group], device) for group in wave]
+        while active:
+            for pack in list(active):
+                try:
+                    _advance(pack, on_progress, done, progress_every)
+                except torch.OutOfMemoryError:
+                    if len(pack.runs) == 1:
+                        raise
+                    log.warning("out of memory with %d members: halving the pack", len(pack.runs))
+                    half, n = len(pack.runs) // 2, len(pack.runs)
+                    active.remove(pack)
+                    torch.cuda.empty_cache()
+                    active += [pack.keep(list(range(half))), pack.keep(list(range(half, n)))]
+            active = [pack for pack in active if pack.runs]
     return results  # type: ignore[return-value]
 
 
-def _start_pack(indexed: list[tuple[int, Member]], device: torch.device) -> _Pack:
+def start_pack(indexed: list[tuple[int, Member]], device: torch.device) -> _Pack:
+    """A pack of the members (with their positions) at step 0, stacked on ``device``."""
     models, runs, start = [], [], time.perf_counter()
     for i, member in indexed:
         model = member.init
@@ -245,44 +260,51 @@ def _start_pack(indexed: list[tuple[int, Member]], device: torch.device) -> _Pac
     return _Pack(ens, opt, runs, torch.zeros(len(runs), device=ens.device))
 
 
-def _train_pack(pack: _Pack, on_progress, done, progress_every: int) -> None:
-    """Step the pack until every member has stopped; each is handed to ``done`` as it stops."""
-    while pack.runs:
-        ts = time.perf_counter()
-        x, y, lr = _batch(pack)
-        losses = ensemble_step(pack.ens, pack.opt, x, y, lr)
-        first = pack.runs[0].step == 0
-        pack.smooth = losses if first else 0.95 * pack.smooth + 0.05 * losses
-        spent = time.perf_counter() - ts
-        for r in pack.runs:
-            r.step += 1
-            r.tokens += int(r.data.train.lengths[r.pending].sum())
-            r.train_s += spent
-            r.pending = None
-        _check(pack)
-        smooth = None
-        for j, r in enumerate(pack.runs):
-            at_end = r.stop_reason is not None
-            if on_progress is not None and (r.step % progress_every == 0 or at_end):
-                if smooth is None:
-                    smooth = pack.smooth.tolist()
-                tokens_per_s = r.tokens / r.train_s
-                on_progress(
-                    r.index,
-                    Progress(r.step, r.cfg.max_steps, smooth[j], tokens_per_s, dict(r.val_acc)),
-                )
-        ended = [j for j, r in enumerate(pack.runs) if r.stop_reason is not None]
-        if ended:
-            for j, result in zip(ended, _finish(pack, ended), strict=True):
-                done(pack.runs[j].index, result)
-            left = [j for j in range(len(pack.runs)) if j not in ended]
-            if not left:
-                return
-            new = pack.keep(left)
-            pack.ens, pack.opt, pack.runs, pack.smooth = new.ens, new.opt, new.runs, new.smooth
+def _advance(pack: _Pack, on_progress, done, progress_every: int) -> None:
+    """One step of the pack and its stopping rules; a member that stops is handed to ``done``
+    and cut out of the pack (which is empty when the last one has stopped)."""
+    step_pack(pack)
+    _check(pack)
+    smooth = None
+    for j, r in enumerate(pack.runs):
+        at_end = r.stop_reason is not None
+        if on_progress is not None and (r.step % progress_every == 0 or at_end):
+            if smooth is None:
+                smooth = pack.smooth.tolist()
+            tokens_per_s = r.tokens / r.train_s
+            on_progress(
+                r.index,
+                Progress(r.step, r.cfg.max_steps, smooth[j], tokens_per_s, dict(r.val_acc)),
+            )
+    ended = [j for j, r in enumerate(pack.runs) if r.stop_reason is not None]
+    if not ended:
+        return
+    for j, result in zip(ended, _finish(pack, ended), strict=True):
+        done(pack.runs[j].index, result)
+    left = [j for j in range(len(pack.runs)) if j not in ended]
+    if not left:
+        pack.runs = []
+        return
+    new = pack.keep(left)
+    pack.ens, pack.opt, pack.runs, pack.smooth = new.ens, new.opt, new.runs, new.smooth
 
 
-def _batch(pack: _Pack) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def step_pack(pack: _Pack) -> None:
+    """One training step of every member of the pack (no evaluation)."""
+    ts = time.perf_counter()
+    x, y, lr = stacked_batch(pack)
+    losses = ensemble_step(pack.ens, pack.opt, x, y, lr)
+    first = pack.runs[0].step == 0
+    pack.smooth = losses if first else 0.95 * pack.smooth + 0.05 * losses
+    spent = time.perf_counter() - ts
+    for r in pack.runs:
+        r.step += 1
+        r.tokens += int(r.data.train.lengths[r.pending].sum())
+        r.train_s += spent
+        r.pending = None
+
+
+def stacked_batch(pack: _Pack) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Every member's next batch, padded to one shape: inputs, targets (M, B, T), rates (M,)."""
     for r in pack.runs:
         if r.pending is None:

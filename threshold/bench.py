@@ -21,26 +21,33 @@ from threshold.train import (
     train_step,
 )
 
-__all__ = ["bench_decode", "bench_train_steps"]
+__all__ = ["bench_batched", "bench_decode", "bench_train_steps"]
 
 
 def bench_train_steps(
-    data: TaskData, d_model: int, steps: int, batch_order: str = "binned", warmup: int = 10
+    data: TaskData,
+    d_model: int,
+    steps: int,
+    batch_order: str = "binned",
+    warmup: int = 10,
+    device: torch.device | str = "cpu",
 ) -> dict:
     """Training throughput at ``d_model``: steps/s, and non-padding and padded tokens/s."""
     cfg = TrainConfig(batch_order=batch_order)
     torch.set_num_threads(cfg.threads)
     model_cfg = model_config_for(data.config, d_model)
-    model = init_model(model_cfg, seed=0)
+    model = init_model(model_cfg, seed=0).to(device)
     opt = make_optimizer(model, cfg)
     batches = train_batches(data.train, cfg)
     useful = padded = 0
     elapsed = 0.0
     for i in range(warmup + steps):
+        _sync(device)
         t0 = time.perf_counter()
         index = next(batches)
         x, y = batch_tensors(data.train, index, data.vocab.pad_id, True)
-        train_step(model, opt, x, y, cfg.grad_clip)
+        train_step(model, opt, x.to(device), y.to(device), cfg.grad_clip)
+        _sync(device)
         if i >= warmup:
             elapsed += time.perf_counter() - t0
             useful += int(data.train.lengths[index].sum())
@@ -55,6 +62,63 @@ def bench_train_steps(
         "padded_tokens_per_s": padded / elapsed,
         "padding_share": 1 - useful / padded,
     }
+
+
+def bench_batched(
+    data: TaskData, d_models: list[int], members: int, steps: int, device, warmup: int = 5
+) -> dict:
+    """Batched training of ``members`` models whose sizes cycle through ``d_models``.
+
+    Model-steps/s (members x steps / s), useful tokens/s, and memory (the planner's estimate, and
+    on CUDA the measured peak). ``grouped_s`` is the time per step of the same members trained as
+    one pack per size (no padding, one pass per size) where the sizes differ.
+    """
+    from threshold.batched import Member, start_pack, step_pack
+    from threshold.memory import pack_bytes
+
+    torch.set_num_threads(1)
+    device = torch.device(device)
+    sizes = [d_models[i % len(d_models)] for i in range(members)]
+    runs = [
+        Member(model_config_for(data.config, d), data, TrainConfig(seed=i))
+        for i, d in enumerate(sizes)
+    ]
+
+    def seconds_per_step(group: list[int]) -> tuple[float, int]:
+        pack = start_pack([(i, runs[i]) for i in group], device)
+        for _ in range(warmup):
+            step_pack(pack)
+        before = sum(r.tokens for r in pack.runs)
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step_pack(pack)
+        _sync(device)
+        return (time.perf_counter() - t0) / steps, sum(r.tokens for r in pack.runs) - before
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    per_step, tokens = seconds_per_step(list(range(members)))
+    row = {
+        "d_models": sorted(set(sizes)),
+        "members": members,
+        "device": str(device),
+        "step_s": per_step,
+        "model_steps_per_s": members / per_step,
+        "tokens_per_s": tokens / (per_step * steps),
+        "memory_estimate": pack_bytes([(r.model_cfg, r.cfg) for r in runs]),
+    }
+    if device.type == "cuda":
+        row["peak_memory"] = torch.cuda.max_memory_allocated(device)
+    if len(set(sizes)) > 1:
+        groups = [[i for i, d in enumerate(sizes) if d == size] for size in sorted(set(sizes))]
+        row["grouped_step_s"] = sum(seconds_per_step(g)[0] for g in groups)
+    return row
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def bench_decode(data: TaskData, d_model: int, n_sequences: int) -> dict:
@@ -75,6 +139,40 @@ def bench_decode(data: TaskData, d_model: int, n_sequences: int) -> dict:
         "sequences_per_s": len(seqs) / elapsed,
         "wall_s": elapsed,
     }
+
+
+def run_batched(
+    data: TaskData,
+    d_models: list[int],
+    members: list[int],
+    steps: int,
+    device,
+    on_item: Callable[[str], None] | None = None,
+) -> dict:
+    """Side by side in one run: one model alone at each d (the baseline: one model per process,
+    one thread on CPU), then the batched engine at each d x member count, and a mixed pack of
+    every d at each member count."""
+    out: dict = {"single": [], "batched": []}
+    for d in d_models:
+        if on_item:
+            on_item(f"one model d={d}")
+        out["single"].append(bench_train_steps(data, d, steps, device=device))
+        for m in members:
+            if on_item:
+                on_item(f"batched d={d} x {m}")
+            out["batched"].append(bench_batched(data, [d], m, steps, device))
+    if len(d_models) > 1:
+        for m in members:
+            if m >= len(d_models):
+                if on_item:
+                    on_item(f"batched mixed d x {m}")
+                out["batched"].append(bench_batched(data, d_models, m, steps, device))
+    single = {r["d_model"]: r["steps_per_s"] for r in out["single"]}
+    for row in out["batched"]:
+        # the one-model rate at the same sizes: members of each d, each at its own single rate
+        alone = sum(1 / single[d] for d in row["d_models"]) / len(row["d_models"])
+        row["speedup"] = row["model_steps_per_s"] * alone
+    return out
 
 
 def run_all(

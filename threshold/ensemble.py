@@ -121,14 +121,27 @@ class EnsembleCache:
 class Ensemble:
     """Stacked, padded weights of ``len(d_models)`` members and the forward pass over all of them.
 
-    ``params`` are plain leaf tensors (``requires_grad``), so an optimizer can own them.
+    Every weight lives in one buffer ``flat`` (M, P), and every gradient in ``grad`` (M, P): the
+    tensors of ``params`` are views of the first (leaves that require grad) whose ``.grad`` are
+    views of the second, so backward fills ``grad`` in place and an optimizer updates all weights
+    of all members in a dozen whole-buffer operations instead of a dozen per tensor.
     """
 
     def __init__(self, cfg: ModelConfig, d_models: list[int], params: dict[str, torch.Tensor]):
         self.cfg = cfg  # the shared settings; its d_model is the padded width D
         self.d_models = list(d_models)
-        self.params = params
-        device = params["tok"].device
+        m = len(d_models)
+        self.shapes = {name: p.shape[1:] for name, p in params.items()}
+        self.flat = torch.cat([p.detach().reshape(m, -1) for p in params.values()], 1)  # (M, P)
+        self.grad = torch.zeros_like(self.flat)  # (M, P)
+        self.params = self.unflatten(self.flat)
+        for p, g in zip(self.params.values(), self.unflatten(self.grad).values(), strict=True):
+            p.requires_grad_()
+            p.grad = g
+        self.decayed = torch.cat(
+            [torch.full((p[0].numel(),), float(n in DECAYED)) for n, p in params.items()]
+        ).to(self.flat.device)  # (P,): 1 where AdamW decays the weight
+        device = self.flat.device
         d = torch.tensor(self.d_models, dtype=torch.float32, device=device)  # (M,)
         feature = torch.arange(self.width, device=device)  # (D,)
         self.mask = (feature[None, :] < d[:, None]).float()[:, None, None, :]  # (M, 1, 1, D)
@@ -137,6 +150,15 @@ class Ensemble:
         # Every member as wide as the stack: no padding, so torch's fused LayerNorm and the
         # attention's own scale serve (a third faster on CPU than the masked forms).
         self.uniform = len(set(self.d_models)) == 1
+
+    def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Views of a buffer laid out like :attr:`flat` (M, P), one per weight, stacked shapes."""
+        out, start = {}, 0
+        for name, shape in self.shapes.items():
+            size = shape.numel()
+            out[name] = flat[:, start : start + size].view(flat.shape[0], *shape)
+            start += size
+        return out
 
     @property
     def n_members(self) -> int:
@@ -165,7 +187,7 @@ class Ensemble:
                 if stacked is None:
                     stacked = torch.zeros((len(models), *_size(dims, t.shape, width, r)))
                 _copy(stacked[i], width, t, c.d_model, c.d_model, dims, r)
-            params[name] = stacked.to(device).requires_grad_()
+            params[name] = stacked.to(device)
         return cls(cfg, [c.d_model for c in cfgs], params)
 
     def member(self, i: int) -> RecurrentTransformer:
@@ -185,10 +207,7 @@ class Ensemble:
         """A new ensemble of the given members (copies; the width shrinks to the largest left)."""
         d_models = [self.d_models[i] for i in members]
         width = max(d_models)
-        params = {
-            name: p.contiguous().requires_grad_()
-            for name, p in self.select_like(self.params, members, width).items()
-        }
+        params = self.select_like(self.params, members, width)
         return Ensemble(replace(self.cfg, d_model=width), d_models, params)
 
     def select_like(
@@ -216,7 +235,7 @@ class Ensemble:
             raise ValueError(f"sequence of {start + t} tokens exceeds n_ctx {cfg.n_ctx}")
         v_size = cfg.vocab_size
         offsets = torch.arange(m, device=idx.device)[:, None, None] * v_size  # (M, 1, 1)
-        x = F.embedding(idx + offsets, p["tok"].view(m * v_size, -1))  # (M, B, T, D)
+        x = F.embedding(idx + offsets, p["tok"].reshape(m * v_size, -1))  # (M, B, T, D)
         x = x + p["pos"][:, None, start : start + t]  # (M, B, T, D)
         for step in range(cfg.n_recur):
             x = x + self._attention(self._ln(x, "ln_1"), cache, step)  # (M, B, T, D)

@@ -70,6 +70,7 @@ def pretrained(
     cfg: TrainConfig,
     cache_dir: Path | None = None,
     on_progress: Callable[[Progress], None] | None = None,
+    device="cpu",
 ) -> Pretrained:
     """The model trained on ``source`` with ``cfg``: from the cache, else trained and cached."""
     cache_dir = default_cache_dir() if cache_dir is None else Path(cache_dir)
@@ -81,7 +82,7 @@ def pretrained(
         except CheckpointError as e:
             log.warning("retraining %s: %s", path, e)
     data = load_task_data(source, cache_dir)
-    result = train(model_cfg, data, cfg, on_progress=on_progress)
+    result = train(model_cfg, data, cfg, on_progress=on_progress, device=device)
     metrics = {
         "accuracy": result.accuracy,
         "strict_accuracy": result.strict_accuracy,

@@ -48,6 +48,7 @@ def transfer_experiment(
     pretrain_cfg: TrainConfig | None = None,
     cache_dir: Path | None = None,
     on_event: Callable[[str, int, Progress | None], None] | None = None,
+    device="cpu",
 ) -> list[TransferRun]:
     """Pretrain-then-train and from-scratch runs at ``d_model`` for each seed.
 
@@ -70,13 +71,15 @@ def transfer_experiment(
     for seed in seeds:
         source_run = pretrained(
             source, model_cfg, replace(pretrain_cfg, seed=seed), cache_dir,
-            on_progress=notify("pretrain", seed),
+            on_progress=notify("pretrain", seed), device=device,
         )  # fmt: skip
         run_cfg = replace(cfg, seed=seed)
         moved = continue_training(
-            source_run.model, data, run_cfg, on_progress=notify("transfer", seed)
+            source_run.model, data, run_cfg, on_progress=notify("transfer", seed), device=device
         )
-        scratch = train(model_cfg, data, run_cfg, on_progress=notify("scratch", seed))
+        scratch = train(
+            model_cfg, data, run_cfg, on_progress=notify("scratch", seed), device=device
+        )
         runs.append(
             TransferRun(
                 seed=seed,

@@ -12,6 +12,7 @@ from threshold.cli.common import (
     Arity,
     CacheDir,
     Depth,
+    Device,
     Measure,
     Mod,
     NTest,
@@ -50,12 +51,14 @@ def transfer(
     steps: Annotated[int, typer.Option(help="Most training steps on the target.")] = 20_000,
     pretrain_steps: Annotated[int, typer.Option(help="Most pretraining steps.")] = 20_000,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    device: Device = "auto",
     cache_dir: CacheDir = None,
 ) -> None:
     """Target accuracy after pretraining on other ops vs from scratch, same size and seeds."""
 
     def body():
         from threshold.analysis.transfer import summarize, transfer_experiment
+        from threshold.device import resolve_device
         from threshold.errors import ConfigError
         from threshold.model import param_count
         from threshold.pretrain import pretrain_task, transfer_model_config
@@ -63,6 +66,9 @@ def transfer(
 
         if seeds < 1:
             raise ConfigError(f"--seeds {seeds} is not allowed: use 1 or more")
+        if seed < 0:
+            raise ConfigError(f"--seed {seed} is not allowed: use 0 or more")
+        dev = resolve_device(device)
         target = task_config(
             tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
         )
@@ -79,7 +85,7 @@ def transfer(
         with TrainingBars(enabled=not as_json, first_column="{task.description:<18}") as bars:
             runs = transfer_experiment(
                 source_ops, target, d_model, list(range(seed, seed + seeds)), cfg, pretrain_cfg,
-                cache_dir, on_event=show,
+                cache_dir, on_event=show, device=dev,
             )  # fmt: skip
         report = {
             "pretrain": list(source_ops),

@@ -60,6 +60,10 @@ Storage = Annotated[
 Heartbeat = Annotated[
     int, typer.Option(help="Seconds between heartbeats; a trial silent for 3 of them is retried.")
 ]
+Device = Annotated[
+    str,
+    typer.Option(help="Where models train: auto (a CUDA GPU if there is one), cpu, cuda, cuda:N."),
+]
 CacheDir = Annotated[
     Path | None,
     typer.Option(help="Data cache \\[default: $THRESHOLD_CACHE or ~/.cache/threshold]."),

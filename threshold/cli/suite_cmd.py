@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from threshold.cli.common import CacheDir, app, run_guarded
+from threshold.cli.common import CacheDir, Device, app, run_guarded
 
 
 @app.command("run")
@@ -34,6 +34,7 @@ def run_suite_cmd(
         bool, typer.Option("--dry-run", help="Check the suite and print the plan; run nothing.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    device: Device = "auto",
     cache_dir: CacheDir = None,
 ) -> None:
     """Run a suite: every study (resuming where it stopped), then analyses and reports."""
@@ -47,6 +48,9 @@ def run_suite_cmd(
         suite.select(labels)  # an unknown label fails here, before anything is opened
         if workers is not None and workers < 1:
             raise ConfigError(f"--workers {workers} is not allowed: use 1 or more")
+        from threshold.device import resolve_device
+
+        resolve_device(device)  # refused before anything is opened
         if dry_run:
             from threshold.suite.run import plan
 
@@ -65,7 +69,14 @@ def run_suite_cmd(
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # progress is the lines below
         try:
             record = run_suite(
-                suite, storage, workers, labels, True, _Printer(enabled=not as_json), cache_dir
+                suite,
+                storage,
+                workers,
+                labels,
+                True,
+                _Printer(enabled=not as_json),
+                cache_dir,
+                device=device,
             )
         except KeyboardInterrupt:
             typer.echo(f"interrupted: run `threshold run {suite_file}` again to resume", err=True)

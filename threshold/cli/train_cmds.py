@@ -12,6 +12,7 @@ from threshold.cli.common import (
     Arity,
     CacheDir,
     Depth,
+    Device,
     Measure,
     Mod,
     NTest,
@@ -41,24 +42,42 @@ def train(
     n_test: NTest = 2000,
     measure: Measure = None,
     split_seed: SplitSeed = 0,
-    d_model: Annotated[int, typer.Option(help="Embedding size d.")] = 32,
-    seed: Annotated[int, typer.Option(help="Seed of initialisation and batch order.")] = 0,
+    d_model: Annotated[
+        str, typer.Option(help="Embedding size d, or a list (16,24,32) trained as one batch.")
+    ] = "32",
+    seed: Annotated[
+        str,
+        typer.Option(
+            "--seed", "--seeds", help="Seed of initialisation and batch order, or a list (0,1,2)."
+        ),
+    ] = "0",
     steps: Annotated[int, typer.Option(help="Most training steps.")] = 20_000,
     batch_size: Annotated[int, typer.Option(help="Sequences per step.")] = 64,
     lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 3e-3,
     eval_every: Annotated[int, typer.Option(help="Steps between validation checks.")] = 250,
     threads: Annotated[int, typer.Option(help="Torch threads.")] = 1,
     time_limit: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
-    out: Annotated[Path | None, typer.Option(help="Save the checkpoint here.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    device: Device = "auto",
+    memory_gb: Annotated[
+        float | None,
+        typer.Option(help="Memory a batch may use \\[default: 90% of free GPU, 80% of host]."),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Save the checkpoint here (a folder when several models train)."),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object (one line per model).")
+    ] = False,
     cache_dir: CacheDir = None,
 ) -> None:
-    """Train one model and report its per-op accuracy."""
+    """Train one model, or every size x seed of the lists as one batch; report per-op accuracy."""
 
     def body():
-        from threshold.checkpoint import save_checkpoint
+        from threshold.batched import Member, train_batched
+        from threshold.device import resolve_device
         from threshold.errors import ConfigError
-        from threshold.model import param_count
+        from threshold.memory import plan_packs
         from threshold.tasks import load_task_data
         from threshold.train import TrainConfig, model_config_for
         from threshold.train import train as train_model
@@ -66,62 +85,166 @@ def train(
         task_cfg = task_config(
             tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
         )
-        train_cfg = TrainConfig(
-            seed=seed,
-            max_steps=steps,
-            batch_size=batch_size,
-            lr=lr,
-            eval_every=eval_every,
-            threads=threads,
-            time_limit_s=time_limit,
-        )
-        model_cfg = model_config_for(task_cfg, d_model)  # checked before data is written
-        if out is not None and out.is_dir():
-            raise ConfigError(f"--out {str(out)!r} is a directory: give a file path")
-        if out is not None and not next(p for p in out.parents if p.exists()).is_dir():
-            raise ConfigError(f"--out {str(out)!r} cannot be written: a parent is a file")
+        runs = [
+            (
+                model_config_for(task_cfg, d),
+                TrainConfig(
+                    seed=s,
+                    max_steps=steps,
+                    batch_size=batch_size,
+                    lr=lr,
+                    eval_every=eval_every,
+                    threads=threads,
+                    time_limit_s=time_limit,
+                ),
+            )
+            for d in int_list(d_model, "--d-model")
+            for s in int_list(seed, "--seed")
+        ]
+        dev = resolve_device(device)
+        if memory_gb is not None and not memory_gb > 0:
+            raise ConfigError(f"--memory-gb {memory_gb} is not allowed: use a positive number")
+        memory = None if memory_gb is None else int(memory_gb * 2**30)
+        plan_packs(runs, dev, memory)  # a model too large for memory is refused here
+        paths = _checkpoint_paths(out, runs)
         data = load_task_data(task_cfg, cache_dir)
-        counts = param_count(model_cfg)
 
-        def show(p) -> None:
+        def show(i: int, p) -> None:
             info = (
                 f"loss {p.loss:.3f}  val acc (tf) {val_accuracy_words(p)}  "
                 f"{p.tokens_per_s / 1000:.0f}k tok/s"
             )
-            bars.update("train", "train", p, info)
+            model_cfg, cfg = runs[i]
+            bars.update(i, f"d={model_cfg.d_model} seed {cfg.seed}", p, info)
 
-        step_column = "step {task.completed:>6.0f}/{task.total:.0f}"
-        with TrainingBars(enabled=not as_json, first_column=step_column) as bars:
-            result = train_model(model_cfg, data, train_cfg, on_progress=show)
-        report = {
-            "tasks": list(task_cfg.ops),
-            "measure": task_cfg.measured_op,
-            "mod": task_cfg.n,
-            "testbed": task_cfg.testbed,
-            "d_model": d_model,
-            "seed": seed,
-            "params_total": counts["total"],
-            "params_non_embedding": counts["non_embedding"],
-            "accuracy": result.accuracy,
-            "strict_accuracy": result.strict_accuracy,
-            "teacher_forced_accuracy": result.teacher_forced,
-            "steps": result.steps,
-            "stop_reason": result.stop_reason,
-            "wall_s": round(result.wall_s, 2),
-            "tokens_per_s": round(result.tokens_per_s),
-        }
-        if out is not None:
-            metrics = {k: v for k, v in report.items() if k not in ("tasks", "mod", "testbed")}
-            report["checkpoint"] = str(out)
-            report["checkpoint_sha256"] = save_checkpoint(
-                out, result.model, task_cfg, train_cfg.to_dict(), metrics
-            )
+        first = (
+            "{task.description}"
+            if len(runs) > 1
+            else "step {task.completed:>6.0f}/{task.total:.0f}"
+        )
+        with TrainingBars(enabled=not as_json, first_column=first) as bars:
+            if len(runs) == 1:
+                ((model_cfg, cfg),) = runs
+                results = [train_model(model_cfg, data, cfg, lambda p: show(0, p), device=dev)]
+            else:
+                members = [Member(model_cfg, data, cfg) for model_cfg, cfg in runs]
+                results = train_batched(members, dev, show, memory_bytes=memory)
+        reports = [
+            _train_report(task_cfg, run, result, path, dev)
+            for run, result, path in zip(runs, results, paths, strict=True)
+        ]
         if as_json:
-            typer.echo(json.dumps(report))
+            for report in reports:
+                typer.echo(json.dumps(report))
+        elif len(reports) == 1:
+            _print_train_report(reports[0])
         else:
-            _print_train_report(report)
+            _print_batch_report(reports)
 
     run_guarded(body)
+
+
+def int_list(text: str, option: str) -> list[int]:
+    """``16,24,32`` as integers; a repeat or a non-integer is refused, naming the option."""
+    from threshold.errors import ConfigError
+
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"{option} {text!r} is not an integer or a list like 16,24,32") from None
+    if not values:
+        raise ConfigError(f"{option} is empty: give an integer or a list like 16,24,32")
+    if len(set(values)) != len(values):
+        raise ConfigError(f"{option} {text!r} repeats a value: name each once")
+    return values
+
+
+def _checkpoint_paths(out: Path | None, runs) -> list[Path | None]:
+    """Each run's checkpoint path: ``out`` itself for one run, else files in folder ``out``."""
+    from threshold.errors import ConfigError
+
+    if out is None:
+        return [None] * len(runs)
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    if len(runs) == 1:
+        if out.is_dir():
+            raise ConfigError(f"--out {str(out)!r} is a directory: give a file path")
+        if existing != out and not existing.is_dir():
+            raise ConfigError(f"--out {str(out)!r} cannot be written: a parent is a file")
+        return [out]
+    if not existing.is_dir():
+        raise ConfigError(f"--out {str(out)!r} is a file: give a folder for several checkpoints")
+    return [out / f"d{m.d_model}-seed{c.seed}.ckpt" for m, c in runs]
+
+
+def _train_report(task_cfg, run, result, path, device) -> dict:
+    from threshold.checkpoint import save_checkpoint
+    from threshold.model import param_count
+
+    model_cfg, cfg = run
+    counts = param_count(model_cfg)
+    report = {
+        "tasks": list(task_cfg.ops),
+        "measure": task_cfg.measured_op,
+        "mod": task_cfg.n,
+        "testbed": task_cfg.testbed,
+        "d_model": model_cfg.d_model,
+        "seed": cfg.seed,
+        "params_total": counts["total"],
+        "params_non_embedding": counts["non_embedding"],
+        "accuracy": result.accuracy,
+        "strict_accuracy": result.strict_accuracy,
+        "teacher_forced_accuracy": result.teacher_forced,
+        "steps": result.steps,
+        "stop_reason": result.stop_reason,
+        "wall_s": round(result.wall_s, 2),
+        "tokens_per_s": round(result.tokens_per_s),
+        "device": str(device),
+    }
+    if path is not None:
+        metrics = {k: v for k, v in report.items() if k not in ("tasks", "mod", "testbed")}
+        report["checkpoint"] = str(path)
+        report["checkpoint_sha256"] = save_checkpoint(
+            path, result.model, task_cfg, cfg.to_dict(), metrics
+        )
+    return report
+
+
+def _print_batch_report(reports: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    first = reports[0]
+    measure = first["measure"]
+    table = Table(title=f"{','.join(first['tasks'])} mod {first['mod']}, {len(reports)} models")
+    for col in ("d", "seed", "params", f"{measure} (greedy)", "strict", "steps", "stopped", "s"):
+        table.add_column(col, justify="left" if col == "stopped" else "right")
+    for r in reports:
+        table.add_row(
+            str(r["d_model"]),
+            str(r["seed"]),
+            f"{r['params_total']:,}",
+            f"{r['accuracy'][measure]:.3f}",
+            f"{r['strict_accuracy'][measure]:.3f}",
+            str(r["steps"]),
+            r["stop_reason"],
+            f"{r['wall_s']:.0f}",
+        )
+    console = Console()
+    console.print(table)
+    others = [op for op in first["accuracy"] if op != measure]
+    if others:
+        console.print(
+            "other ops (greedy): "
+            + "; ".join(
+                f"d={r['d_model']} seed {r['seed']}: "
+                + " ".join(f"{op} {r['accuracy'][op]:.3f}" for op in others)
+                for r in reports
+            )
+        )
+    saved = [r["checkpoint"] for r in reports if "checkpoint" in r]
+    if saved:
+        console.print(f"checkpoints: {len(saved)} in {Path(saved[0]).parent}")
 
 
 def _print_train_report(report: dict) -> None:
@@ -217,37 +340,83 @@ def bench_train(
         "16,32,64,128"
     ),
     steps: Annotated[int, typer.Option(help="Timed training steps per size.")] = 200,
+    batched: Annotated[
+        bool, typer.Option("--batched", help="The batched engine against one model per process.")
+    ] = False,
+    members: Annotated[
+        str, typer.Option(help="With --batched: member counts to time, e.g. 1,4,16,64.")
+    ] = "1,4,16,64",
+    device: Device = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     cache_dir: CacheDir = None,
 ) -> None:
-    """Training tokens/s and steps/s at several d (bucketed vs random batches), and decoding."""
+    """Training tokens/s and steps/s at several d (bucketed vs random batches), and decoding;
+    with --batched, model-steps/s of many models trained as one batch."""
 
     def body():
         from rich.console import Console
 
-        from threshold.bench import run_all
+        from threshold.bench import run_all, run_batched
+        from threshold.device import resolve_device
         from threshold.errors import ConfigError
         from threshold.tasks import load_task_data
 
-        try:
-            sizes = [int(d) for d in d_models.split(",")]
-        except ValueError:
-            raise ConfigError(f"--d-models {d_models!r} is not a list of integers") from None
-        if min(sizes) < 1 or steps < 1:
-            raise ConfigError("--d-models and --steps must be 1 or more")
+        sizes = int_list(d_models, "--d-models")
+        counts = int_list(members, "--members")
+        if min(sizes) < 1 or steps < 1 or min(counts) < 1:
+            raise ConfigError("--d-models, --members and --steps must be 1 or more")
+        dev = resolve_device(device)
         task_cfg = task_config(tasks, "listops", mod, depth, "2-3", 0.25, None, 512, None, 0)
         data = load_task_data(task_cfg, cache_dir)
         console = Console(stderr=True)
         with console.status("benchmarking") as status:
-            results = run_all(data, sizes, steps, on_item=lambda s: status.update(s))
+            if batched:
+                results = run_batched(data, sizes, counts, steps, dev, lambda s: status.update(s))
+            else:
+                results = run_all(data, sizes, steps, on_item=lambda s: status.update(s))
         results["settings"] = {"tasks": list(task_cfg.ops), "mod": mod, "depth": depth}
         results["mean_length"] = float(data.train.lengths.mean())
         if as_json:
             typer.echo(json.dumps(results))
+        elif batched:
+            _print_bench_batched(results)
         else:
             _print_bench(results)
 
     run_guarded(body)
+
+
+def _print_bench_batched(results: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    single = Table(title="one model (one process, one thread on CPU)")
+    for col in ("d", "steps/s", "tokens/s"):
+        single.add_column(col, justify="right")
+    for r in results["single"]:
+        single.add_row(str(r["d_model"]), f"{r['steps_per_s']:.1f}", f"{r['tokens_per_s']:,.0f}")
+    table = Table(title="batched engine")
+    cols = ("d", "members", "model-steps/s", "vs one model", "tokens/s", "memory (est.)", "peak")
+    for col in cols:
+        table.add_column(col, justify="right")
+    for r in results["batched"]:
+        d = ",".join(map(str, r["d_models"]))
+        grouped = r.get("grouped_step_s")
+        if grouped is not None:
+            d += f" (by d: {r['members'] / grouped:,.0f}/s)"
+        peak = r.get("peak_memory")
+        table.add_row(
+            d,
+            str(r["members"]),
+            f"{r['model_steps_per_s']:,.1f}",
+            f"{r['speedup']:.2f}x",
+            f"{r['tokens_per_s']:,.0f}",
+            f"{r['memory_estimate'] / 2**20:,.0f} MiB",
+            "-" if peak is None else f"{peak / 2**20:,.0f} MiB",
+        )
+    console = Console()
+    console.print(single)
+    console.print(table)
 
 
 def _print_bench(results: dict) -> None:

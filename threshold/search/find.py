@@ -12,6 +12,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from threshold.errors import ConfigError
 from threshold.search.sampler import PARAM
 from threshold.search.study import (
     StudySettings,
@@ -37,15 +38,41 @@ def prepare_study(
 
 
 def start_workers(
-    name: str, url: str, workers: int, heartbeat_s: int, cache_dir: Path | None
+    name: str,
+    url: str,
+    workers: int,
+    heartbeat_s: int,
+    cache_dir: Path | None,
+    device: str = "auto",
 ) -> list[subprocess.Popen]:
-    """``workers`` processes of ``threshold worker``, each with one torch thread."""
+    """``workers`` processes of ``threshold worker``, each with one torch thread.
+
+    On CUDA each worker gets a GPU of its own (one process per GPU: processes that share one slow
+    each other 3-4x); more workers than GPUs is refused.
+    """
+    devices = [device] * workers
+    if device != "cpu":
+        from threshold.device import resolve_device
+
+        resolved = resolve_device(device)
+        if resolved.type == "cuda" and resolved.index is None:
+            import torch
+
+            count = torch.cuda.device_count()
+            if workers > count:
+                raise ConfigError(
+                    f"--workers {workers} on CUDA: one worker per GPU, and this machine has "
+                    f"{count}; use --workers {count}, or --device cpu for CPU workers"
+                )
+            devices = [f"cuda:{i}" for i in range(workers)]
+        elif resolved.type == "cuda" and workers > 1:
+            raise ConfigError(f"--workers {workers} on {device}: one worker per GPU; use 1")
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     if cache_dir is not None:
         env["THRESHOLD_CACHE"] = str(cache_dir)
     command = [sys.executable, "-m", "threshold", "worker", "--study", name, "--storage", url]
     command += ["--heartbeat", str(heartbeat_s), "--quiet"]
-    return [subprocess.Popen(command, env=env) for _ in range(workers)]
+    return [subprocess.Popen([*command, "--device", dev], env=env) for dev in devices]
 
 
 def stop_workers(procs: list[subprocess.Popen], grace_s: float = 60) -> None:

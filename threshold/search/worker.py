@@ -26,6 +26,7 @@ from optuna.storages import fail_stale_trials
 from optuna.trial import TrialState
 
 from threshold.checkpoint import save_checkpoint
+from threshold.device import resolve_device
 from threshold.errors import ThresholdError
 from threshold.model import param_count
 from threshold.pretrain import pretrain_task, pretrained, transfer_model_config
@@ -63,7 +64,12 @@ def refresh_estimate(study: optuna.Study, sampler: TransitionSampler) -> dict | 
 
 
 def _objective(
-    settings: StudySettings, data: TaskData, store, sampler: TransitionSampler, cache_dir=None
+    settings: StudySettings,
+    data: TaskData,
+    store,
+    sampler: TransitionSampler,
+    cache_dir=None,
+    device="cpu",
 ) -> Callable[[optuna.Trial], float]:
     measure = settings.task.measured_op
 
@@ -98,13 +104,15 @@ def _objective(
 
         cfg = replace(settings.train, seed=seed)
         if source is None:
-            result = train(model_cfg, data, cfg, on_progress=report, progress_every=cfg.eval_every)
+            result = train(
+                model_cfg, data, cfg, report, progress_every=cfg.eval_every, device=device
+            )
         else:  # pretrained at this size and seed (cached), then trained on the task
-            pre = pretrained(source, model_cfg, cfg, cache_dir)
+            pre = pretrained(source, model_cfg, cfg, cache_dir, device=device)
             trial.set_user_attr("pretrain_accuracy", json.dumps(pre.metrics["accuracy"]))
             trial.set_user_attr("pretrain_steps", pre.metrics["steps"])
             result = continue_training(
-                pre.model, data, cfg, on_progress=report, progress_every=cfg.eval_every
+                pre.model, data, cfg, report, progress_every=cfg.eval_every, device=device
             )
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / f"trial{trial.number}-d{d}-seed{seed}.ckpt"
@@ -138,15 +146,20 @@ def run_worker(
     heartbeat_s: int = 30,
     max_trials: int | None = None,
     cache_dir: Path | None = None,
+    device: str = "auto",
 ) -> int:
-    """Run trials of ``study_name`` until the policy stops; returns how many this worker ran."""
+    """Run trials of ``study_name`` until the policy stops; returns how many this worker ran.
+
+    ``device`` is resolved here, on the machine the worker runs on (``auto``: its GPU if any).
+    """
+    device = resolve_device(device)
     storage = open_storage(storage_url, heartbeat_s, create=False)
     study, settings = load_study(study_name, storage)
     data = load_task_data(settings.task, cache_dir)
     sampler = TransitionSampler(settings, majority_rate(data.test[settings.task.measured_op]))
     study.sampler = sampler
     store = artifact_store(storage_url)
-    objective = _objective(settings, data, store, sampler, cache_dir)
+    objective = _objective(settings, data, store, sampler, cache_dir, device)
     ran = 0
     while max_trials is None or ran < max_trials:
         with warnings.catch_warnings():  # "experimental" since Optuna 2.9
