@@ -237,10 +237,12 @@ def run_suite(
     on_event: Callable[[Event], None] | None = None,
     cache_dir: Path | None = None,
     poll_s: float = 2.0,
+    device: str = "auto",
 ) -> dict:
     """Run the suite (or the studies and transfers labelled ``only``); returns its record.
 
-    ``analyze`` False skips the analyses (they are recorded as skipped).
+    ``analyze`` False skips the analyses (they are recorded as skipped). ``device`` is where the
+    studies' workers and the transfer experiments train.
     """
     selected = suite.select(only)
     workers = suite.workers if workers is None else workers
@@ -255,10 +257,12 @@ def run_suite(
     for i, study in enumerate(selected.studies):
         info = {"index": i + 1, "total": len(selected.studies)}
         record["studies"].append(
-            _run_study(study, db, url, workers, suite.heartbeat, cache_dir, emit, poll_s, info)
+            _run_study(
+                study, db, url, workers, suite.heartbeat, cache_dir, emit, poll_s, info, device
+            )
         )
     for spec in selected.transfers:
-        record["transfers"].append(_run_transfer(suite, spec, cache_dir, emit))
+        record["transfers"].append(_run_transfer(suite, spec, cache_dir, emit, device))
     record["analyses"] = _run_analyses(selected, db, url, analyze, emit, cache_dir)
     record["surveys"] = _run_surveys(selected, db, url, analyze, emit, cache_dir)
     record["reports"] = _write_reports(suite, db, url, emit)
@@ -273,7 +277,7 @@ def run_suite(
 # Studies -------------------------------------------------------------------------------------
 
 
-def _run_study(study, db, url, workers, heartbeat, cache_dir, emit, poll_s, info) -> dict:
+def _run_study(study, db, url, workers, heartbeat, cache_dir, emit, poll_s, info, device) -> dict:
     create_or_load_study(study.settings, db)  # a study found again must have the same settings
     known = {s.study_name for s in db.get_all_studies()}
     state = _state(db, study, known)
@@ -292,7 +296,7 @@ def _run_study(study, db, url, workers, heartbeat, cache_dir, emit, poll_s, info
     seen = {r["number"] for r in snapshot(db, study.name)["trials"] if _finished(r)}
     procs = []
     try:
-        procs = start_workers(study.name, url, workers, heartbeat, cache_dir)
+        procs = start_workers(study.name, url, workers, heartbeat, cache_dir, device)
         while any(p.poll() is None for p in procs):
             _new_trials(db, study, seen, emit)
             time.sleep(poll_s)
@@ -344,13 +348,14 @@ def _new_trials(db, study: SuiteStudy, seen: set[int], emit) -> None:
 # Transfer experiments ------------------------------------------------------------------------
 
 
-def _run_transfer(suite: Suite, spec: TransferSpec, cache_dir, emit) -> dict:
+def _run_transfer(suite: Suite, spec: TransferSpec, cache_dir, emit, device) -> dict:
     path = transfer_file(suite, spec)
     row = {"label": spec.label, "file": str(path)}
     if path.is_file():
         emit(Event("transfer_skip", spec.label, {"file": str(path)}))
         return row | {"ran": False}
     from threshold.analysis.transfer import summarize, transfer_experiment
+    from threshold.device import resolve_device
     from threshold.model import param_count
     from threshold.pretrain import pretrain_task, transfer_model_config
     from threshold.train import TrainConfig
@@ -371,6 +376,7 @@ def _run_transfer(suite: Suite, spec: TransferSpec, cache_dir, emit) -> dict:
         TrainConfig(max_steps=spec.pretrain_steps),
         cache_dir,
         on_event=phase,
+        device=resolve_device(device),
     )
     model_cfg = transfer_model_config(pretrain_task(spec.task, spec.pretrain), spec.task, spec.d)
     result = {  # what `threshold transfer --json` prints, plus the suite's settings
