@@ -13,6 +13,7 @@ import sqlite3
 
 import optuna
 import pytest
+import torch
 from support import FIND_ARGS, SETTINGS
 from typer.testing import CliRunner
 
@@ -49,6 +50,20 @@ CASES = {
     "train: negative time limit": (["train", "--time-limit", "-1"], "time_limit_s -1.0"),
     "train: d_model 100000": (["train", "--d-model", "100000"], "d_model 100000"),
     "train: empty batches": (["train", "--batch-size", "0"], "batch_size 0"),
+    "train: negative seed": (["train", "--seed", "-1"], "seed -1"),
+    "train: negative seed in a list": (["train", "--seeds", "0,-2"], "seed -2"),
+    "train: seed list not integers": (["train", "--seeds", "0,one"], "'0,one'"),
+    "train: size list with 0": (["train", "--d-model", "16,0"], "d_model 0"),
+    "train: size repeated": (["train", "--d-model", "16,16"], "'16,16' repeats"),
+    "train: unknown op with a list": (
+        ["train", "--tasks", "max,sum", "--d-model", "8,16"],
+        "'sum'",
+    ),
+    "train: more than memory allows": (
+        ["train", "--d-model", "64,32", "--memory-gb", "0.0001"],
+        "d_model 64 at batch size 64 needs about",
+    ),
+    "train: unknown device": (["train", "--device", "tpu"], "device 'tpu'"),
     "storage: empty sqlite path": (["status", "--storage", "sqlite:///"], "'sqlite:///'"),
     "storage: in memory": (["find", "--storage", "sqlite://"], "'sqlite://' is not a file"),
     "storage: :memory:": (["find", "--storage", "sqlite:///:memory:"], "is not a file"),
@@ -83,6 +98,13 @@ CASES = {
     # Suite files (`threshold run studies/X.toml`, issue 6) add their cases here: a missing file,
     # TOML that does not parse, an unknown key, a study of the suite with a bad setting.
 }
+if not torch.cuda.is_available():  # where there is a GPU, these are not errors
+    CASES["train: cuda without a GPU"] = (["train", "--device", "cuda"], "sees no CUDA GPU")
+    CASES["find: cuda without a GPU"] = (["find", "--device", "cuda"], "sees no CUDA GPU")
+    CASES["worker: cuda without a GPU"] = (
+        ["worker", "--study", "existing", "--device", "cuda:0"],
+        "sees no CUDA GPU",
+    )
 
 
 @pytest.fixture(scope="module")
