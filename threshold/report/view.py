@@ -305,22 +305,21 @@ def _groups(studies: list[StudyData], rows: dict[str, Row]) -> tuple[Group, ...]
 def _finding(row: Row, base: Row) -> str:
     """One sentence: how a study's 80% point compares with its baseline's."""
     r = row.ratio
+    care = "; read with care: its 80% point may mark a plateau" if row.warning else ""
     if r is None:
         return f"{row.label}: no factor against {base.label} ({row.no_ratio})."
     span = f"90%: {r.lo:.2f} - {r.hi:.2f}x, P(smaller) = {r.p_smaller:.2f}"
-    if r.kind == "size ratio":
-        times, how = (r.factor, "smaller") if r.factor >= 1 else (1 / r.factor, "larger")
-        what = f"{row.measured_op} needs a {times:.2g}x {how} model than {base.measured_op}"
-        sure = "" if r.clear else "; the interval includes 1, so the two may not differ"
-        return f"{row.label}: {what} ({span}){sure}."
     if not r.clear:
+        change = "size difference" if r.kind == "size ratio" else "change"
         return (
-            f"{row.label}: no clear change from {base.label} ({r.factor:.2f}x; {span}: the "
-            "interval includes 1)."
+            f"{row.label}: no clear {change} from {base.label} ({r.factor:.2f}x; {span}: the "
+            f"interval includes 1){care}."
         )
-    if r.factor > 1:
-        return f"{row.label}: {r.factor:.2g}x smaller than {base.label} ({span})."
-    return f"{row.label}: {1 / r.factor:.2g}x larger than {base.label} ({span})."
+    times, how = (r.factor, "smaller") if r.factor > 1 else (1 / r.factor, "larger")
+    if r.kind == "size ratio":
+        what = f"{row.measured_op} needs a {times:.2g}x {how} model than {base.measured_op}"
+        return f"{row.label}: {what} ({span}){care}."
+    return f"{row.label}: {times:.2g}x {how} than {base.label} ({span}){care}."
 
 
 def _findings(groups: tuple[Group, ...]) -> tuple[str, ...]:
