@@ -100,6 +100,27 @@ def test_train_json_and_checkpoint(tmp_path):
     assert report["params_total"] == sum(v.numel() for v in ckpt.state_dict.values())
 
 
+def test_train_lists_as_one_batch_one_object_per_model(tmp_path):
+    """`--d-model 8,16 --seeds 0,1`: four models in one batched run, one JSON line each, and a
+    checkpoint each that `threshold analyze --checkpoint` reads like any other."""
+    out = tmp_path / "models"
+    args = ["train", *TINY, "--d-model", "8,16", "--seeds", "0,1", "--steps", "40"]
+    args += ["--eval-every", "20", "--device", "cpu", "--out", str(out), "--json"]
+    proc = run(args, tmp_path / "cache", check=True)
+    reports = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [(r["d_model"], r["seed"]) for r in reports] == [(8, 0), (8, 1), (16, 0), (16, 1)]
+    assert all(r["steps"] == 40 and r["device"] == "cpu" for r in reports)
+    assert reports[0]["params_total"] < reports[2]["params_total"]
+    for r in reports:
+        ckpt = load_checkpoint(r["checkpoint"])
+        assert ckpt.model_config.d_model == r["d_model"]
+        assert ckpt.train_config["seed"] == r["seed"]
+        assert ckpt.metrics["accuracy"] == r["accuracy"]
+    args = ["analyze", "--checkpoint", reports[3]["checkpoint"], "--out", str(tmp_path / "fig")]
+    analysis = run([*args, "--json"], tmp_path / "cache", check=True)
+    assert json.loads(analysis.stdout)
+
+
 def test_train_prints_a_table(tmp_path):
     proc = run(
         ["train", *TINY, "--d-model", "8", "--steps", "20", "--eval-every", "10"],
