@@ -18,8 +18,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from threshold.report.data import Collected, StudyData, study_title, where
+from threshold.report.notes import near_transition_words
 from threshold.report.results import FORMAT
-from threshold.search.notes import near_transition_words
 
 __all__ = [
     "AnalysisView",

@@ -1,0 +1,247 @@
+"""The optuna-dashboard note of a study: its estimate in words (a template) and as a plotly figure.
+
+Presentation only: :func:`threshold.search.notes.write_note` reads the trials, calls these and
+stores what they return on the study. The note is a :class:`Note` of numbers and sentences
+rendered by ``templates/note.md.j2`` (the renderer of the report pages and the suite README):
+the 80% point in parameters and in d with its 90% interval, the midpoint, the least-squares
+fit's 80% point, the asymptote, the runs, where the search stands and the study's settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from threshold.report.render import render
+from threshold.search.fit import MIN_POINTS
+from threshold.search.notes import MIN_RUNS, Run, curve_sizes, fit_accuracy
+from threshold.search.study import StudySettings
+
+__all__ = ["Note", "near_transition_words", "note_markdown", "transition_figure"]
+
+
+@dataclass(frozen=True)
+class Note:
+    title: str  # "MAX (listops mod 5)"
+    point: str  # "80% point"
+    enough: bool  # an estimate to show (the initial bracket is done)
+    n_runs: int
+    n_running: int
+    min_runs: int
+    bracket_d: tuple[int, ...]
+    params_p80: float | None
+    d_p80: float | None
+    interval_params: tuple[float, float] | None
+    interval_ratio: float | None
+    interval_d: tuple[float, float] | None
+    midpoint_params: float | None
+    midpoint_interval: tuple[float, float] | None
+    midpoint_d: float | None
+    fit_params_p80: float | None
+    fit_d_p80: float | None
+    no_fit: str  # why there is no least-squares fit, when there is an estimate but no fit
+    asymptote: float | None
+    chance: float | None
+    near: str | None
+    estimate_runs: int | None  # runs the estimate is from, when not the runs done
+    status: str
+    settings: tuple[str, ...]  # the settings' bullet lines
+
+
+def near_transition_words(estimate: dict) -> str | None:
+    """The runs near the 80% point in words ("N runs, accuracy sd S, P% learned"), or None."""
+    spread = estimate.get("seed_spread") or {}
+    if not spread.get("n_near"):
+        return None
+    sd, share = spread.get("acc_sd"), spread.get("learned_share")
+    return (
+        f"{spread['n_near']} runs"
+        + (f", accuracy sd {sd:.3f}" if sd is not None else "")
+        + (f", {share:.0%} learned" if share is not None else "")
+    )
+
+
+def _title(settings: StudySettings) -> str:
+    task = settings.task
+    where = f"listops mod {task.n}" if task.testbed == "listops" else f"{task.testbed} S_{task.n}"
+    measured = task.measured_op.upper()
+    if tuple(task.ops) == (task.measured_op,):
+        return f"{measured} ({where})"
+    return f"{measured} in {'+'.join(op.upper() for op in task.ops)} ({where})"
+
+
+def _settings_lines(settings: StudySettings, attrs: dict) -> tuple[str, ...]:
+    task, train, search = settings.task, settings.train, settings.search
+    n_train = task.n_train if task.n_train is not None else 5000 * task.n
+    level = (
+        f"chance + {search.level:g} x (asymptote - chance)"
+        if search.chance_corrected
+        else f"{search.level:g} x asymptote"
+    )
+    lines = [
+        f"- **Task**: {task.testbed} n = {task.n}, ops {', '.join(task.ops)}, measured "
+        f"{task.measured_op}; depth {task.depth}, arity {task.arity_min}-{task.arity_max}, "
+        f"p_nest {task.p_nest:g}; {n_train:,} training and {task.n_test:,} test sequences "
+        f"(split seed {task.split_seed})",
+        f"- **Training**: at most {train.max_steps:,} steps a run, batch {train.batch_size}, "
+        f"lr {train.lr:g}, weight decay {train.weight_decay:g}",
+        f"- **Search**: precision {search.precision:g}x, budget {search.budget} runs, first "
+        f"bracket d {search.d_lo}-{search.d_hi} (limits {search.d_min}-{search.d_max}), "
+        f"transition at {level}, base seed {search.base_seed}",
+    ]
+    version, commit = attrs.get("version"), attrs.get("git_commit")
+    if version or commit:
+        lines.append(f"- threshold {version or '?'}, commit {str(commit or '?')[:10]}")
+    return tuple(lines)
+
+
+def _pair(value) -> tuple[float, float] | None:
+    return (value[0], value[1]) if value and value[0] is not None else None
+
+
+def note_markdown(
+    settings: StudySettings,
+    estimate: dict | None,
+    runs: Sequence[Run],
+    *,
+    n_running: int = 0,
+    status: str = "",
+    attrs: dict | None = None,
+    bracket_d: Sequence[int] = (),
+) -> str:
+    """The note: estimate table, runs and status, settings. Pure: no storage."""
+    n_runs = len(runs)
+    est = estimate or {}
+    enough = bool(estimate is not None and n_runs >= MIN_RUNS and est.get("params_p80"))
+    fit = est.get("fit") if enough else None
+    lo_hi = _pair(est.get("interval_params"))
+    ratio = est.get("interval_ratio", lo_hi[1] / lo_hi[0] if lo_hi else None)
+    from_runs = est.get("n_runs")
+    note = Note(
+        title=_title(settings),
+        point=f"{settings.search.level:.0%} point",
+        enough=enough,
+        n_runs=n_runs,
+        n_running=n_running,
+        min_runs=MIN_RUNS,
+        bracket_d=tuple(bracket_d),
+        params_p80=est.get("params_p80"),
+        d_p80=est.get("d_p80"),
+        interval_params=lo_hi,
+        interval_ratio=ratio,
+        interval_d=_pair(est.get("interval_d")),
+        midpoint_params=est.get("midpoint_params") or None,
+        midpoint_interval=_pair(est.get("midpoint_interval_params")),
+        midpoint_d=est.get("midpoint_d") or None,
+        fit_params_p80=fit["params_p80"] if fit else None,
+        fit_d_p80=fit["d_p80"] if fit else None,
+        no_fit=(
+            f"needs {MIN_POINTS} runs at 3 sizes"
+            if n_runs < MIN_POINTS
+            else "failed, or its curve never reaches the level"
+        ),
+        asymptote=est.get("asymptote"),
+        chance=est.get("chance"),
+        near=near_transition_words(est) if enough else None,
+        estimate_runs=from_runs if from_runs not in (None, n_runs) else None,
+        status=status,
+        settings=_settings_lines(settings, attrs or {}),
+    )
+    return render("note.md.j2", n=note)
+
+
+def _n(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _round(values) -> list[float]:
+    return [float(f"{v:.4g}") for v in values]
+
+
+def transition_figure(estimate: dict | None, runs: Sequence[Run], level: float = 0.8):
+    """Accuracy against total parameters (log x): the runs, the fitted logistic and the
+    80% point (the fit's on its curve; the posterior's as a line in its shaded 90% interval)."""
+    import numpy as np
+    import plotly.graph_objects as go
+
+    point = f"{level:.0%} point"
+    fig = go.Figure()
+    est = estimate or {}
+    if est.get("interval_params") and len(runs) >= MIN_RUNS:
+        lo, hi = est["interval_params"]
+        fig.add_trace(
+            go.Scatter(
+                x=[lo, lo, hi, hi, lo],
+                y=[0, 1, 1, 0, 0],
+                fill="toself",
+                mode="none",
+                fillcolor="rgba(99, 110, 250, 0.12)",
+                name="90% interval",
+                hoverinfo="skip",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=[est["params_p80"]] * 2,
+                y=[0, 1],
+                mode="lines",
+                line={"color": "rgb(99, 110, 250)", "dash": "dash"},
+                name=f"{point} {_n(est['params_p80'])} (posterior)",
+            )
+        )
+    if est.get("chance") is not None:
+        fig.add_hline(
+            y=est["chance"],
+            line={"color": "gray", "dash": "dot", "width": 1},
+            annotation_text="chance",
+            annotation_position="bottom right",
+        )
+    params = np.array([r.params for r in runs], dtype=float)  # (N,)
+    fit = est.get("fit")
+    if fit and params.size:
+        xs = curve_sizes(params, fit["params_p80"])  # (P,)
+        ys = fit_accuracy(fit, xs)  # (P,)
+        fig.add_trace(
+            go.Scatter(
+                x=_round(xs),
+                y=_round(ys),
+                mode="lines",
+                name="logistic fit",
+                line={"color": "rgb(239, 85, 59)"},
+            )
+        )
+        y80 = float(fit_accuracy(fit, fit["params_p80"]))
+        fig.add_trace(
+            go.Scatter(
+                x=[fit["params_p80"]],
+                y=[round(y80, 4)],
+                mode="markers",
+                marker={"symbol": "diamond", "size": 12, "color": "rgb(239, 85, 59)"},
+                name=f"{point} {_n(fit['params_p80'])} (fit)",
+            )
+        )
+    if runs:
+        fig.add_trace(
+            go.Scatter(
+                x=params.tolist(),
+                y=[round(r.accuracy, 4) for r in runs],
+                mode="markers",
+                marker={"size": 8, "color": "black", "opacity": 0.7},
+                name="runs",
+                text=[
+                    f"trial {r.number}, d = {r.d}, seed {r.seed}, {r.stop_reason or ''}"
+                    for r in runs
+                ],
+                hovertemplate="%{text}<br>%{x:,} params, accuracy %{y:.3f}<extra></extra>",
+            )
+        )
+    title = "accuracy against size" if runs else "accuracy against size: no runs yet"
+    fig.update_layout(
+        title={"text": title, "x": 0.02, "xanchor": "left"},  # clear of the plot's mode bar
+        template="none",  # plotly's default template adds ~10 kB of JSON to every save
+        xaxis={"type": "log", "title": "total parameters", "showgrid": True},
+        yaxis={"title": "accuracy (measured op)", "range": [0, 1.02], "showgrid": True},
+        legend={"orientation": "h", "y": -0.25},
+        margin={"l": 60, "r": 20, "t": 50, "b": 90},
+    )
+    return fig
