@@ -49,9 +49,16 @@ def find(
     ] = 2.5,
     d_lo: Annotated[int, typer.Option(help="Smallest d of the initial bracket.")] = 8,
     d_hi: Annotated[int, typer.Option(help="Largest d of the initial bracket.")] = 128,
-    level: Annotated[float, typer.Option(help="Transition: the curve reaches level x A.")] = 0.8,
+    level: Annotated[
+        float, typer.Option(help="Transition: the curve reaches level x A (the paper's wording).")
+    ] = 0.8,
     chance_corrected: Annotated[
-        bool, typer.Option(help="Use chance + level x (A - chance) instead of level x A.")
+        bool,
+        typer.Option(
+            "--chance-corrected/--paper-level",
+            help="Read the level as chance + level x (A - chance), 80% of the way up from chance,"
+            " instead of level x A. Stored on the study.",
+        ),
     ] = False,
     steps: Annotated[int, typer.Option(help="Most training steps per run.")] = 20_000,
     seed: Annotated[int, typer.Option(help="Base seed; run seeds derive from it.")] = 0,
