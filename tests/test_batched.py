@@ -212,3 +212,24 @@ def test_out_of_memory_halves_the_pack_and_loses_no_member(max5, monkeypatch):
     results = train_batched(members)
     assert [r.steps for r in results] == [20] * 4
     assert calls[:5] == [4] * 5 and set(calls[5:]) == {2}  # went on in two halves
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+def test_on_a_gpu_members_compute_and_train_as_on_the_cpu(max5):
+    models = _models(max5, SIZES)
+    ens = Ensemble.from_models(models, "cuda")
+    x = torch.randint(0, len(max5.vocab), (len(SIZES), 3, 20))
+    with torch.no_grad():
+        logits = ens(x.cuda()).cpu()
+        for i, model in enumerate(models):
+            assert torch.allclose(logits[i], model(x[i]), atol=1e-4)
+    cfg = TrainConfig(max_steps=60, eval_every=30)
+    members = [
+        Member(m.cfg, max5, TrainConfig(**{**cfg.to_dict(), "seed": i}))
+        for i, m in enumerate(models)
+    ]
+    on_gpu = train_batched(members, "cuda")
+    on_cpu = train_batched(members, "cpu")
+    for a, b in zip(on_gpu, on_cpu, strict=True):
+        assert a.steps == b.steps == 60
+        assert a.accuracy["max"] == pytest.approx(b.accuracy["max"], abs=0.05)

@@ -31,11 +31,11 @@ def make_study(url: str, name: str, steps: int, budget: int) -> StudySettings:
     return settings
 
 
-def start_worker(url: str, name: str, cache, env_extra=None) -> subprocess.Popen:
+def start_worker(url: str, name: str, cache, env_extra=None, batch=1) -> subprocess.Popen:
     env = dict(os.environ, THRESHOLD_CACHE=str(cache), THRESHOLD_ARTIFACTS=str(cache / "art"))
     return subprocess.Popen(
         [sys.executable, "-m", "threshold", "worker", "--study", name, "--storage", url,
-         "--heartbeat", "1"],
+         "--heartbeat", "1", "--batch", str(batch), "--device", "cpu"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
 
@@ -115,6 +115,48 @@ def test_killed_worker_loses_no_completed_trial(tmp_path, monkeypatch):
         trial_checkpoint(study, victim.number, url)
     with pytest.raises(ThresholdError, match="trial 99 is not in study"):
         trial_checkpoint(study, 99, url)
+
+
+def test_a_batch_worker_trains_its_trials_together(tmp_path):
+    url, name, budget = f"sqlite:///{tmp_path}/s.db", "batch", 6
+    make_study(url, name, steps=40, budget=budget)
+    proc = start_worker(url, name, tmp_path, batch=4)
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, out
+    trials = trials_of(url, name)
+    done = check_recorded_once(trials, budget)
+    assert len({t.user_attrs["worker"] for t in done}) == 1
+    # The first four were asked together: all began before the first of them ended.
+    first = sorted(done, key=lambda t: t.number)[:4]
+    assert max(t.datetime_start for t in first) < min(t.datetime_complete for t in first)
+    assert all(t.user_attrs["steps"] == 40 and t.intermediate_values for t in done)
+
+
+def test_a_killed_batch_worker_has_its_unfinished_trials_retried(tmp_path):
+    url, name, budget = f"sqlite:///{tmp_path}/s.db", "batch-kill", 4
+    make_study(url, name, steps=600, budget=budget)
+    victim = start_worker(url, name, tmp_path, batch=3)
+    deadline = time.monotonic() + 240
+    running = []
+    while time.monotonic() < deadline:
+        running = [t for t in trials_of(url, name) if t.state == TrialState.RUNNING]
+        if len(running) == 3 and all(t.intermediate_values for t in running):
+            break  # three members in one batch, mid-training
+        time.sleep(0.2)
+    assert len(running) == 3, "the batch never reached mid-training"
+    victim.kill()
+    victim.wait()
+    survivor = start_worker(url, name, tmp_path, batch=2)
+    out = survivor.communicate(timeout=400)[0]
+    assert survivor.returncode == 0, out
+    trials = trials_of(url, name)
+    for t in running:
+        killed = next(x for x in trials if x.number == t.number)
+        assert killed.state == TrialState.FAIL
+        (retry,) = [x for x in trials if x.system_attrs.get("failed_trial") == t.number]
+        assert retry.state == TrialState.COMPLETE
+        assert retry.params == t.params and retry.user_attrs["seed"] == t.user_attrs["seed"]
+    check_recorded_once(trials, budget)
 
 
 @pytest.mark.parametrize("workers", [0, -1])

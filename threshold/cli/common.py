@@ -60,6 +60,10 @@ Storage = Annotated[
 Heartbeat = Annotated[
     int, typer.Option(help="Seconds between heartbeats; a trial silent for 3 of them is retried.")
 ]
+Batch = Annotated[
+    int,
+    typer.Option(help="Trials a worker takes at once and trains as one batch (the sampler's K)."),
+]
 Device = Annotated[
     str,
     typer.Option(help="Where models train: auto (a CUDA GPU if there is one), cpu, cuda, cuda:N."),

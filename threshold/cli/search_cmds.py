@@ -10,6 +10,7 @@ import typer
 
 from threshold.cli.common import (
     Arity,
+    Batch,
     CacheDir,
     Depth,
     Device,
@@ -67,6 +68,7 @@ def find(
         typer.Option(help="Pretrain every run on these ops first, e.g. max,med (transfer)."),
     ] = None,
     workers: Annotated[int, typer.Option(help="Worker processes (one torch thread each).")] = 1,
+    batch: Batch = 1,
     device: Device = "auto",
     storage: Storage = None,
     study: Annotated[str | None, typer.Option(help="Study name \\[default: derived].")] = None,
@@ -87,6 +89,8 @@ def find(
             raise ConfigError(f"--workers {workers} is not allowed: use 1 or more")
         if heartbeat < 1:
             raise ConfigError(f"--heartbeat {heartbeat} is not allowed: use 1 or more seconds")
+        if batch < 1:
+            raise ConfigError(f"--batch {batch} is not allowed: use 1 or more trials at once")
         resolve_device(device)  # refused here, before the study is written
         task = task_config(
             tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
@@ -112,7 +116,7 @@ def find(
         )
         t0 = time.perf_counter()
         name, url = prepare_study(settings, storage, study, heartbeat)
-        procs = start_workers(name, url, workers, heartbeat, cache_dir, device)
+        procs = start_workers(name, url, workers, heartbeat, cache_dir, device, batch)
         db = open_storage(url, create=False)  # one connection pool for the whole live view
         try:
             with _LiveView(enabled=not as_json) as view:
@@ -150,6 +154,7 @@ def worker(
     heartbeat: Heartbeat = 30,
     max_trials: Annotated[int | None, typer.Option(help="Stop after this many trials.")] = None,
     quiet: Annotated[bool, typer.Option(help="Log warnings only.")] = False,
+    batch: Batch = 1,
     device: Device = "auto",
     cache_dir: CacheDir = None,
 ) -> None:
@@ -165,7 +170,7 @@ def worker(
         level = logging.WARNING if quiet else logging.INFO
         logging.basicConfig(level=level, format="%(asctime)s worker %(process)d %(message)s")
         optuna.logging.set_verbosity(level)
-        run_worker(study, storage, heartbeat, max_trials, cache_dir, device)
+        run_worker(study, storage, heartbeat, max_trials, cache_dir, device, batch)
 
     run_guarded(body)
 

@@ -44,6 +44,7 @@ def start_workers(
     heartbeat_s: int,
     cache_dir: Path | None,
     device: str = "auto",
+    batch: int = 1,
 ) -> list[subprocess.Popen]:
     """``workers`` processes of ``threshold worker``, each with one torch thread.
 
@@ -71,7 +72,7 @@ def start_workers(
     if cache_dir is not None:
         env["THRESHOLD_CACHE"] = str(cache_dir)
     command = [sys.executable, "-m", "threshold", "worker", "--study", name, "--storage", url]
-    command += ["--heartbeat", str(heartbeat_s), "--quiet"]
+    command += ["--heartbeat", str(heartbeat_s), "--batch", str(batch), "--quiet"]
     return [subprocess.Popen([*command, "--device", dev], env=env) for dev in devices]
 
 

@@ -14,10 +14,11 @@ import logging
 import os
 import socket
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import optuna
@@ -25,17 +26,25 @@ from optuna.artifacts import upload_artifact
 from optuna.storages import fail_stale_trials
 from optuna.trial import TrialState
 
+from threshold.batched import Member, train_batched
 from threshold.checkpoint import save_checkpoint
+from threshold.config import TrainConfig
 from threshold.device import resolve_device
-from threshold.errors import ThresholdError
-from threshold.model import param_count
+from threshold.errors import ConfigError, ThresholdError
+from threshold.model import ModelConfig, RecurrentTransformer, param_count
 from threshold.pretrain import pretrain_task, pretrained, transfer_model_config
 from threshold.search.fit import transition_estimate
 from threshold.search.policy import decide
 from threshold.search.sampler import CANCEL, PARAM, TransitionSampler, run_seed, split_trials
 from threshold.search.study import StudySettings, artifact_store, load_study, open_storage
 from threshold.tasks import TaskData, load_task_data
-from threshold.train import continue_training, majority_rate, model_config_for, train
+from threshold.train import (
+    TrainResult,
+    continue_training,
+    majority_rate,
+    model_config_for,
+    train,
+)
 
 __all__ = [
     "Cancelled",
@@ -63,6 +72,89 @@ def refresh_estimate(study: optuna.Study, sampler: TransitionSampler) -> dict | 
     return estimate
 
 
+@dataclass
+class _Run:
+    """A trial whose size, seed and model are decided, ready to train."""
+
+    trial: optuna.Trial
+    model_cfg: ModelConfig
+    cfg: TrainConfig  # the study's training settings with this run's seed
+    init: RecurrentTransformer | None  # the pretrained model a transfer run continues
+
+
+def _begin(
+    trial: optuna.Trial, settings: StudySettings, data: TaskData, sampler, cache_dir, device
+) -> _Run:
+    """Size (from the sampler, or fixed by a retry), seed and model config of ``trial``, recorded
+    on it; :class:`Cancelled` when the policy stopped the study after the trial was made."""
+    d = trial.suggest_int(PARAM, sampler.distribution.low, sampler.distribution.high)
+    cancel = trial.storage.get_trial_system_attrs(trial._trial_id).get(CANCEL)
+    if cancel is not None:
+        raise Cancelled(cancel)
+    seed = trial.user_attrs.get("seed")
+    if seed is None:  # enqueued by hand: derive a seed that no earlier run at d used
+        earlier = [
+            t
+            for t in trial.study.get_trials(deepcopy=False)
+            if t.number < trial.number and t.params.get(PARAM) == d
+        ]
+        seed = run_seed(settings.search.base_seed, settings.task.ops, d, len(earlier))
+        trial.set_user_attr("seed", seed)
+    source = pretrain_task(settings.task, settings.pretrain) if settings.pretrain else None
+    if source is None:
+        model_cfg = model_config_for(data.config, d)
+    else:
+        model_cfg = transfer_model_config(source, settings.task, d)
+    counts = param_count(model_cfg)
+    trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+    trial.set_user_attr("params_total", counts["total"])
+    trial.set_user_attr("params_non_embedding", counts["non_embedding"])
+    cfg = replace(settings.train, seed=seed)
+    init = None
+    if source is not None:  # pretrained at this size and seed (cached), then trained on the task
+        pre = pretrained(source, model_cfg, cfg, cache_dir, device=device)
+        trial.set_user_attr("pretrain_accuracy", json.dumps(pre.metrics["accuracy"]))
+        trial.set_user_attr("pretrain_steps", pre.metrics["steps"])
+        init = pre.model
+    return _Run(trial, model_cfg, cfg, init)
+
+
+def _record(run: _Run, result: TrainResult, settings: StudySettings, store) -> float:
+    """Upload the checkpoint and record the metrics of a finished run; its measured accuracy."""
+    trial, cfg = run.trial, run.cfg
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"trial{trial.number}-d{run.model_cfg.d_model}-seed{cfg.seed}.ckpt"
+        metrics = {
+            "accuracy": result.accuracy,
+            "strict_accuracy": result.strict_accuracy,
+            "steps": result.steps,
+            "stop_reason": result.stop_reason,
+            "trial": trial.number,
+            "study": trial.study.study_name,
+        }
+        digest = save_checkpoint(path, result.model, settings.task, cfg.to_dict(), metrics)
+        artifact_id = upload_artifact(
+            artifact_store=store, file_path=str(path), study_or_trial=trial
+        )
+    trial.set_user_attr("checkpoint_artifact", artifact_id)
+    trial.set_user_attr("checkpoint_sha256", digest)
+    trial.set_user_attr("accuracy", json.dumps(result.accuracy, sort_keys=True))
+    trial.set_user_attr("strict_accuracy", json.dumps(result.strict_accuracy, sort_keys=True))
+    trial.set_user_attr("steps", result.steps)
+    trial.set_user_attr("stop_reason", result.stop_reason)
+    trial.set_user_attr("train_s", round(result.wall_s, 2))
+    return result.accuracy[settings.task.measured_op]
+
+
+def _reporter(trial: optuna.Trial, measure: str) -> Callable:
+    def report(progress) -> None:
+        acc = progress.val_accuracy.get(measure)
+        if acc is not None:
+            trial.report(acc, progress.step)
+
+    return report
+
+
 def _objective(
     settings: StudySettings,
     data: TaskData,
@@ -71,71 +163,15 @@ def _objective(
     cache_dir=None,
     device="cpu",
 ) -> Callable[[optuna.Trial], float]:
-    measure = settings.task.measured_op
-
     def objective(trial: optuna.Trial) -> float:
-        d = trial.suggest_int(PARAM, sampler.distribution.low, sampler.distribution.high)
-        cancel = trial.storage.get_trial_system_attrs(trial._trial_id).get(CANCEL)
-        if cancel is not None:
-            raise Cancelled(cancel)
-        seed = trial.user_attrs.get("seed")
-        if seed is None:  # enqueued by hand: derive a seed that no earlier run at d used
-            earlier = [
-                t
-                for t in trial.study.get_trials(deepcopy=False)
-                if t.number < trial.number and t.params.get(PARAM) == d
-            ]
-            seed = run_seed(settings.search.base_seed, settings.task.ops, d, len(earlier))
-            trial.set_user_attr("seed", seed)
-        source = pretrain_task(settings.task, settings.pretrain) if settings.pretrain else None
-        if source is None:
-            model_cfg = model_config_for(data.config, d)
+        run = _begin(trial, settings, data, sampler, cache_dir, device)
+        report = _reporter(trial, settings.task.measured_op)
+        every = run.cfg.eval_every
+        if run.init is None:
+            result = train(run.model_cfg, data, run.cfg, report, every, device=device)
         else:
-            model_cfg = transfer_model_config(source, settings.task, d)
-        counts = param_count(model_cfg)
-        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
-        trial.set_user_attr("params_total", counts["total"])
-        trial.set_user_attr("params_non_embedding", counts["non_embedding"])
-
-        def report(progress) -> None:
-            acc = progress.val_accuracy.get(measure)
-            if acc is not None:
-                trial.report(acc, progress.step)
-
-        cfg = replace(settings.train, seed=seed)
-        if source is None:
-            result = train(
-                model_cfg, data, cfg, report, progress_every=cfg.eval_every, device=device
-            )
-        else:  # pretrained at this size and seed (cached), then trained on the task
-            pre = pretrained(source, model_cfg, cfg, cache_dir, device=device)
-            trial.set_user_attr("pretrain_accuracy", json.dumps(pre.metrics["accuracy"]))
-            trial.set_user_attr("pretrain_steps", pre.metrics["steps"])
-            result = continue_training(
-                pre.model, data, cfg, report, progress_every=cfg.eval_every, device=device
-            )
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / f"trial{trial.number}-d{d}-seed{seed}.ckpt"
-            metrics = {
-                "accuracy": result.accuracy,
-                "strict_accuracy": result.strict_accuracy,
-                "steps": result.steps,
-                "stop_reason": result.stop_reason,
-                "trial": trial.number,
-                "study": trial.study.study_name,
-            }
-            digest = save_checkpoint(path, result.model, settings.task, cfg.to_dict(), metrics)
-            artifact_id = upload_artifact(
-                artifact_store=store, file_path=str(path), study_or_trial=trial
-            )
-        trial.set_user_attr("checkpoint_artifact", artifact_id)
-        trial.set_user_attr("checkpoint_sha256", digest)
-        trial.set_user_attr("accuracy", json.dumps(result.accuracy, sort_keys=True))
-        trial.set_user_attr("strict_accuracy", json.dumps(result.strict_accuracy, sort_keys=True))
-        trial.set_user_attr("steps", result.steps)
-        trial.set_user_attr("stop_reason", result.stop_reason)
-        trial.set_user_attr("train_s", round(result.wall_s, 2))
-        return result.accuracy[measure]
+            result = continue_training(run.init, data, run.cfg, report, every, device=device)
+        return _record(run, result, settings, store)
 
     return objective
 
@@ -147,11 +183,16 @@ def run_worker(
     max_trials: int | None = None,
     cache_dir: Path | None = None,
     device: str = "auto",
+    batch: int = 1,
 ) -> int:
     """Run trials of ``study_name`` until the policy stops; returns how many this worker ran.
 
     ``device`` is resolved here, on the machine the worker runs on (``auto``: its GPU if any).
+    With ``batch`` K > 1 the worker takes up to K trials at once and trains them as one batched
+    run, telling each result as its member ends.
     """
+    if batch < 1:
+        raise ConfigError(f"batch {batch} is not allowed: use 1 or more trials at once")
     device = resolve_device(device)
     storage = open_storage(storage_url, heartbeat_s, create=False)
     study, settings = load_study(study_name, storage)
@@ -162,23 +203,21 @@ def run_worker(
     objective = _objective(settings, data, store, sampler, cache_dir, device)
     ran = 0
     while max_trials is None or ran < max_trials:
-        with warnings.catch_warnings():  # "experimental" since Optuna 2.9
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            fail_stale_trials(study)
-        trials = study.get_trials(deepcopy=False)
-        waiting = any(t.state == TrialState.WAITING for t in trials)
-        completed, pending = split_trials(trials)
-        if not waiting:
-            decision = decide(sampler.policy, completed, pending)
-            if decision.stop:
-                others_running = any(t.state == TrialState.RUNNING for t in trials)
-                if decision.reason == "budget" and others_running:
-                    # The budget counts running trials: wait for them, or for their retry if
-                    # their worker died, before ending the study.
-                    time.sleep(min(5, heartbeat_s))
-                    continue
-                log.info("study %s: stop (%s)", study_name, decision.reason)
+        step = _next_step(study, sampler)
+        if step == "wait":  # the budget counts running trials: wait for them (or their retry)
+            time.sleep(min(5, heartbeat_s))
+            continue
+        if step == "stop":
+            break
+        if batch > 1:
+            room = batch if max_trials is None else min(batch, max_trials - ran)
+            n, cancelled = _run_batch(
+                study, settings, data, store, sampler, room, cache_dir, device, heartbeat_s
+            )
+            ran += n
+            if cancelled:
                 break
+            continue
         finished: list = []
 
         def after_trial(s: optuna.Study, t, finished=finished) -> None:
@@ -191,3 +230,112 @@ def run_worker(
             break
     refresh_estimate(study, sampler)
     return ran
+
+
+def _next_step(study: optuna.Study, sampler: TransitionSampler) -> str:
+    """``run`` another trial, ``wait`` for running ones, or ``stop``: stale trials of dead
+    workers are failed (and retried) first; a waiting (retried or enqueued) trial always runs."""
+    with warnings.catch_warnings():  # "experimental" since Optuna 2.9
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        fail_stale_trials(study)
+    trials = study.get_trials(deepcopy=False)
+    if any(t.state == TrialState.WAITING for t in trials):
+        return "run"
+    completed, pending = split_trials(trials)
+    decision = decide(sampler.policy, completed, pending)
+    if not decision.stop:
+        return "run"
+    if decision.reason == "budget" and any(t.state == TrialState.RUNNING for t in trials):
+        return "wait"
+    log.info("study %s: stop (%s)", study.study_name, decision.reason)
+    return "stop"
+
+
+def _run_batch(study, settings, data, store, sampler, k, cache_dir, device, heartbeat_s):
+    """Up to ``k`` trials trained as one batch; (trials run, whether the policy cancelled one).
+
+    A member that ends is told at once (checkpoint, metrics, estimate); if the batch is stopped,
+    its unfinished trials are told failed, and the sampler decides again.
+    """
+    runs: list[_Run] = []
+    live: dict[int, _Run] = {}
+    cancelled = False
+    measure = settings.task.measured_op
+
+    def progress(i: int, p) -> None:  # called every eval_every steps and at the last
+        _reporter(runs[i].trial, measure)(p)
+
+    def done(i: int, result: TrainResult) -> None:
+        run = live.pop(i)
+        study.tell(run.trial, _record(run, result, settings, store))
+        beats.forget(run.trial)
+        refresh_estimate(study, sampler)
+
+    with _Heartbeats(study, heartbeat_s) as beats:
+        try:
+            while len(runs) < k and (not runs or _next_step(study, sampler) == "run"):
+                trial = study.ask()
+                beats.add(trial)
+                try:
+                    run = _begin(trial, settings, data, sampler, cache_dir, device)
+                except Cancelled:
+                    study.tell(trial, state=TrialState.FAIL)
+                    beats.forget(trial)
+                    cancelled = True
+                    break
+                except BaseException:
+                    study.tell(trial, state=TrialState.FAIL)
+                    raise
+                live[len(runs)] = run
+                runs.append(run)
+            if runs:
+                members = [Member(r.model_cfg, data, r.cfg, r.init) for r in runs]
+                every = min(r.cfg.eval_every for r in runs)
+                train_batched(members, device, progress, done, every)
+        except BaseException:  # told trials stay told; the others fail, to be run again
+            for run in live.values():
+                study.tell(run.trial, state=TrialState.FAIL)
+            raise
+    return len(runs), cancelled
+
+
+class _Heartbeats:
+    """Heartbeats of a batch's running trials from a thread (``study.optimize`` has its own for
+    one trial; ask-and-tell has none), so a killed batch worker's trials go stale and retry."""
+
+    def __init__(self, study: optuna.Study, interval_s: float) -> None:
+        self.storage, self.interval_s = study._storage, interval_s
+        self.enabled = self.storage.get_heartbeat_interval() is not None  # RDB storage: yes
+        self.ids: set[int] = set()
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True)
+
+    def _beat(self) -> None:
+        while True:
+            with self.lock:
+                ids = list(self.ids)
+            for trial_id in ids:
+                self.storage.record_heartbeat(trial_id)
+            if self.stop.wait(self.interval_s):
+                return
+
+    def add(self, trial) -> None:
+        if self.enabled:
+            self.storage.record_heartbeat(trial._trial_id)
+        with self.lock:
+            self.ids.add(trial._trial_id)
+
+    def forget(self, trial) -> None:
+        with self.lock:
+            self.ids.discard(trial._trial_id)
+
+    def __enter__(self):
+        if self.enabled:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join()
