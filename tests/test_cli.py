@@ -165,6 +165,20 @@ def test_bench_train_json(tmp_path):
     assert result["decode"][0]["sequences_per_s"] > 0
 
 
+def test_bench_train_batched_json(tmp_path):
+    args = ["bench", "train", "--batched", "--d-models", "8,16", "--members", "1,2"]
+    proc = run([*args, "--steps", "2", "--mod", "5", "--device", "cpu", "--json"],
+               tmp_path / "cache", check=True)  # fmt: skip
+    result = json.loads(proc.stdout)
+    assert [r["d_model"] for r in result["single"]] == [8, 16]
+    rows = [(r["d_models"], r["members"]) for r in result["batched"]]
+    assert rows == [([8], 1), ([8], 2), ([16], 1), ([16], 2), ([8, 16], 2)]
+    for r in result["batched"]:
+        assert r["model_steps_per_s"] > 0 and r["speedup"] > 0 and len(r["ratios"]) == 3
+        assert r["memory_estimate"] > 0
+    assert "grouped_step_s" in result["batched"][-1]
+
+
 def test_help_is_fast_and_does_not_import_torch():
     code = "import sys; from threshold.cli import app; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

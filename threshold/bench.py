@@ -148,30 +148,42 @@ def run_batched(
     steps: int,
     device,
     on_item: Callable[[str], None] | None = None,
+    repeats: int = 3,
 ) -> dict:
-    """Side by side in one run: one model alone at each d (the baseline: one model per process,
-    one thread on CPU), then the batched engine at each d x member count, and a mixed pack of
-    every d at each member count."""
+    """The batched engine at each d x member count (and a mixed pack of every d) against one
+    model alone (one process, one thread on CPU), timed side by side: each batched timing sits
+    between two timings of the one model at its sizes, ``repeats`` times, and ``speedup`` is the
+    median of those ratios, so a machine whose load changes during the run still compares like
+    with like."""
     out: dict = {"single": [], "batched": []}
-    for d in d_models:
-        if on_item:
-            on_item(f"one model d={d}")
-        out["single"].append(bench_train_steps(data, d, steps, device=device))
-        for m in members:
-            if on_item:
-                on_item(f"batched d={d} x {m}")
-            out["batched"].append(bench_batched(data, [d], m, steps, device))
+    alone: dict[int, list[float]] = {d: [] for d in d_models}
+
+    def single_step_s(sizes: list[int]) -> float:
+        """Seconds per model-step of one model alone, averaged over ``sizes``."""
+        rates = [bench_train_steps(data, d, steps, device=device)["steps_per_s"] for d in sizes]
+        for d, rate in zip(sizes, rates, strict=True):
+            alone[d].append(rate)
+        return sum(1 / r for r in rates) / len(rates)
+
+    plan = [([d], m) for d in d_models for m in members]
     if len(d_models) > 1:
-        for m in members:
-            if m >= len(d_models):
-                if on_item:
-                    on_item(f"batched mixed d x {m}")
-                out["batched"].append(bench_batched(data, d_models, m, steps, device))
-    single = {r["d_model"]: r["steps_per_s"] for r in out["single"]}
-    for row in out["batched"]:
-        # the one-model rate at the same sizes: members of each d, each at its own single rate
-        alone = sum(1 / single[d] for d in row["d_models"]) / len(row["d_models"])
-        row["speedup"] = row["model_steps_per_s"] * alone
+        plan += [(d_models, m) for m in members if m >= len(d_models)]
+    for sizes, m in plan:
+        if on_item:
+            on_item(f"d={','.join(map(str, sizes))} x {m}")
+        rows, ratios = [], []
+        before = single_step_s(sizes)
+        for _ in range(repeats):
+            row = bench_batched(data, sizes, m, steps, device)
+            after = single_step_s(sizes)
+            ratios.append(row["model_steps_per_s"] * (before + after) / 2)
+            rows.append(row)
+            before = after
+        row = sorted(rows, key=lambda r: r["model_steps_per_s"])[len(rows) // 2]
+        out["batched"].append(row | {"speedup": float(np.median(ratios)), "ratios": ratios})
+    for d in d_models:
+        rate = float(np.median(alone[d]))
+        out["single"].append({"d_model": d, "steps_per_s": rate, "timings": len(alone[d])})
     return out
 
 
