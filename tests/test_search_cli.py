@@ -132,6 +132,56 @@ def test_bad_input(tmp_path, args, message):
     assert not (tmp_path / "s.db").exists() and not (tmp_path / "missing.db").exists()
 
 
+def test_status_in_a_fresh_checkout_lists_no_studies(tmp_path):
+    """No storage named and no default file yet: no studies, a hint, exit 0, nothing written."""
+    env_free = {k: v for k, v in os.environ.items() if k != "THRESHOLD_STORAGE"}
+    run = dict(capture_output=True, text=True, env=env_free, cwd=tmp_path)
+    table = subprocess.run([sys.executable, "-m", "threshold", "status"], **run)
+    assert (
+        table.returncode == 0
+        and "no studies yet" in table.stdout
+        and "threshold find" in table.stdout
+    )
+    listed = subprocess.run([sys.executable, "-m", "threshold", "status", "--json"], **run)
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []
+    assert not list(tmp_path.iterdir())
+
+
+def test_find_refuses_more_workers_than_the_machine_runs(tmp_path):
+    proc = threshold(["find", "--workers", "100000", "--storage", f"sqlite:///{tmp_path}/s.db"],
+                     tmp_path)  # fmt: skip
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert f"--workers 100000 is more than this machine runs at once ({os.cpu_count()}" in line
+    assert "--oversubscribe" in line
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_interrupted_while_starting_workers_leaves_none_behind(tmp_path):
+    """SIGTERM while `find` is still starting its workers: every started worker is stopped."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    args = ["find", *TINY, "--steps", "2000", "--budget", "12", "--storage", url]
+    args += ["--study", "orphans", "--workers", "12", "--oversubscribe", "--device", "cpu"]
+    env = dict(os.environ, THRESHOLD_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.Popen([sys.executable, "-m", "threshold", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _workers_of("orphans"):
+        time.sleep(0.05)
+    assert _workers_of("orphans"), "no worker started"
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    time.sleep(1)
+    assert _workers_of("orphans") == []
+
+
+def _workers_of(study: str) -> list[int]:
+    found = subprocess.run(["pgrep", "-f", f"threshold worker --study {study} "],
+                           capture_output=True, text=True)  # fmt: skip
+    return [int(p) for p in found.stdout.split()]
+
+
 def test_reused_name_with_other_settings(tmp_path):
     url = f"sqlite:///{tmp_path}/s.db"
     first = threshold(["find", *TINY, "--steps", "20", "--budget", "3", "--storage", url,

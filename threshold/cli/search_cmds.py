@@ -70,6 +70,9 @@ def find(
     workers: Annotated[int, typer.Option(help="Worker processes (one torch thread each).")] = 1,
     batch: Batch = 1,
     device: Device = "auto",
+    oversubscribe: Annotated[
+        bool, typer.Option(help="Start more workers than cores (CPU) or GPUs (CUDA).")
+    ] = False,
     storage: Storage = None,
     study: Annotated[str | None, typer.Option(help="Study name \\[default: derived].")] = None,
     heartbeat: Heartbeat = 30,
@@ -81,12 +84,17 @@ def find(
     def body():
         from threshold.device import resolve_device
         from threshold.errors import ConfigError
-        from threshold.search.find import prepare_study, snapshot, start_workers, stop_workers
+        from threshold.search.find import (
+            prepare_study,
+            snapshot,
+            start_workers,
+            stop_workers,
+            worker_devices,
+        )
         from threshold.search.study import SearchConfig, StudySettings, open_storage
         from threshold.train import TrainConfig
 
-        if workers < 1:
-            raise ConfigError(f"--workers {workers} is not allowed: use 1 or more")
+        worker_devices(workers, device, oversubscribe)  # refused here, before the study is written
         if heartbeat < 1:
             raise ConfigError(f"--heartbeat {heartbeat} is not allowed: use 1 or more seconds")
         if batch < 1:
@@ -116,9 +124,12 @@ def find(
         )
         t0 = time.perf_counter()
         name, url = prepare_study(settings, storage, study, heartbeat)
-        procs = start_workers(name, url, workers, heartbeat, cache_dir, device, batch)
-        db = open_storage(url, create=False)  # one connection pool for the whole live view
+        procs = []
         try:
+            procs = start_workers(
+                name, url, workers, heartbeat, cache_dir, device, batch, oversubscribe
+            )
+            db = open_storage(url, create=False)  # one connection pool for the whole live view
             with _LiveView(enabled=not as_json) as view:
                 while any(p.poll() is None for p in procs):
                     view.update(snapshot(db, name))
@@ -165,8 +176,10 @@ def worker(
 
         import optuna
 
+        from threshold.search.find import die_with_parent
         from threshold.search.worker import run_worker
 
+        die_with_parent()
         level = logging.WARNING if quiet else logging.INFO
         logging.basicConfig(level=level, format="%(asctime)s worker %(process)d %(message)s")
         optuna.logging.set_verbosity(level)
@@ -183,11 +196,22 @@ def status(
     """List the studies in a storage with their current transition estimates."""
 
     def body():
-        from threshold.search.study import open_storage, storage_url, study_rows
+        from threshold.search.study import (
+            default_storage_missing,
+            open_storage,
+            storage_url,
+            study_rows,
+        )
 
-        rows = study_rows(open_storage(storage_url(storage), create=False))
+        if default_storage_missing(storage):
+            rows = []
+        else:
+            rows = study_rows(open_storage(storage_url(storage), create=False))
         if as_json:
             typer.echo(json.dumps(rows))
+            return
+        if not rows:
+            typer.echo(f"no studies yet in {storage_url(storage)}: start one with `threshold find`")
             return
         from rich.console import Console
         from rich.table import Table

@@ -48,9 +48,10 @@ def run_suite_cmd(
         suite.select(labels)  # an unknown label fails here, before anything is opened
         if workers is not None and workers < 1:
             raise ConfigError(f"--workers {workers} is not allowed: use 1 or more")
-        from threshold.device import resolve_device
+        from threshold.search.find import worker_devices
 
-        resolve_device(device)  # refused before anything is opened
+        # refused before anything is opened: no device, more workers than the machine runs
+        worker_devices(suite.workers if workers is None else workers, device)
         if dry_run:
             from threshold.suite.run import plan
 

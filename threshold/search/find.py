@@ -22,7 +22,16 @@ from threshold.search.study import (
     storage_url,
 )
 
-__all__ = ["prepare_study", "snapshot", "start_workers", "stop_workers"]
+__all__ = [
+    "die_with_parent",
+    "prepare_study",
+    "snapshot",
+    "start_workers",
+    "stop_workers",
+    "worker_devices",
+]
+
+PARENT_ENV = "THRESHOLD_WORKER_PARENT"  # set on workers started by find and run: their parent
 
 
 def prepare_study(
@@ -37,6 +46,40 @@ def prepare_study(
     return study.study_name, url
 
 
+def worker_devices(workers: int, device: str = "auto", oversubscribe: bool = False) -> list[str]:
+    """The device of each of ``workers`` worker processes; more workers than the machine runs at
+    once (one a core on the CPU, one a GPU on CUDA) are refused unless ``oversubscribe``."""
+    if workers < 1:
+        raise ConfigError(f"--workers {workers} is not allowed: use 1 or more")
+    from threshold.device import resolve_device  # torch: loaded only when workers start
+
+    resolved = None if device == "cpu" else resolve_device(device)
+    if resolved is not None and resolved.type == "cuda":
+        count = 1 if resolved.index is not None else torch_cuda_count()
+        if workers > count and not oversubscribe:
+            raise ConfigError(
+                f"--workers {workers} on {device}: one worker a GPU (processes that share one slow "
+                f"each other 3-4x), and there are {count}; use --workers {count} and --batch to "
+                "fill a GPU, or --oversubscribe to start them anyway"
+            )
+        if resolved.index is not None:
+            return [str(resolved)] * workers
+        return [f"cuda:{i % count}" for i in range(workers)]
+    cores = os.cpu_count() or 1
+    if workers > cores and not oversubscribe:
+        raise ConfigError(
+            f"--workers {workers} is more than this machine runs at once ({cores} cores, one "
+            f"worker each): use --workers {cores} or fewer, or --oversubscribe to start them anyway"
+        )
+    return [device] * workers
+
+
+def torch_cuda_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
 def start_workers(
     name: str,
     url: str,
@@ -45,35 +88,40 @@ def start_workers(
     cache_dir: Path | None,
     device: str = "auto",
     batch: int = 1,
+    oversubscribe: bool = False,
 ) -> list[subprocess.Popen]:
-    """``workers`` processes of ``threshold worker``, each with one torch thread.
-
-    On CUDA each worker gets a GPU of its own (one process per GPU: processes that share one slow
-    each other 3-4x); more workers than GPUs is refused.
-    """
-    devices = [device] * workers
-    if device != "cpu":
-        from threshold.device import resolve_device
-
-        resolved = resolve_device(device)
-        if resolved.type == "cuda" and resolved.index is None:
-            import torch
-
-            count = torch.cuda.device_count()
-            if workers > count:
-                raise ConfigError(
-                    f"--workers {workers} on CUDA: one worker per GPU, and this machine has "
-                    f"{count}; use --workers {count}, or --device cpu for CPU workers"
-                )
-            devices = [f"cuda:{i}" for i in range(workers)]
-        elif resolved.type == "cuda" and workers > 1:
-            raise ConfigError(f"--workers {workers} on {device}: one worker per GPU; use 1")
+    """``workers`` processes of ``threshold worker``, each with one torch thread (and on CUDA a
+    GPU of its own). Interrupted while starting them, it stops the ones it started; each worker
+    also ends with this process (Linux), so none is left behind whatever stops this one."""
+    devices = worker_devices(workers, device, oversubscribe)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env[PARENT_ENV] = str(os.getpid())
     if cache_dir is not None:
         env["THRESHOLD_CACHE"] = str(cache_dir)
     command = [sys.executable, "-m", "threshold", "worker", "--study", name, "--storage", url]
     command += ["--heartbeat", str(heartbeat_s), "--batch", str(batch), "--quiet"]
-    return [subprocess.Popen([*command, "--device", dev], env=env) for dev in devices]
+    procs: list[subprocess.Popen] = []
+    try:
+        for dev in devices:
+            procs.append(subprocess.Popen([*command, "--device", dev], env=env))
+    except BaseException:
+        stop_workers(procs)
+        raise
+    return procs
+
+
+def die_with_parent() -> None:
+    """In a worker started by :func:`start_workers`: end (SIGTERM, so a running trial is marked
+    failed) when the process that started it ends, even if that one was killed outright."""
+    parent = os.environ.get(PARENT_ENV)
+    if parent is None or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() != int(parent):  # the parent ended before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def stop_workers(procs: list[subprocess.Popen], grace_s: float = 60) -> None:

@@ -51,6 +51,7 @@ __all__ = [
     "artifact_store",
     "check_study_name",
     "create_or_load_study",
+    "default_storage_missing",
     "load_study",
     "open_storage",
     "storage_url",
@@ -146,6 +147,13 @@ class StudySettings:
 def storage_url(url: str | None) -> str:
     """``url``, else ``$THRESHOLD_STORAGE``, else the default SQLite file."""
     return url or os.environ.get("THRESHOLD_STORAGE") or DEFAULT_STORAGE
+
+
+def default_storage_missing(url: str | None) -> bool:
+    """True when no storage was named (nor ``$THRESHOLD_STORAGE``) and the default file does not
+    exist yet: a fresh checkout with no studies, not an error."""
+    path = _sqlite_path(DEFAULT_STORAGE)
+    return storage_url(url) == DEFAULT_STORAGE and url is None and not path.exists()
 
 
 def _sqlite_path(url: str) -> Path | None:
