@@ -1,6 +1,70 @@
-"""threshold: find the smallest recurrent transformer that learns a task mixture."""
+"""threshold: find the smallest recurrent transformer that learns a task mixture.
+
+From Python::
+
+    import threshold
+    estimate = threshold.find_threshold(tasks="max,med,add", measure="add", budget=20)
+    estimate["params_p80"], estimate["interval_params"]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 from threshold.errors import CheckpointError, ConfigError, ThresholdError
 
 __version__ = "0.1.0"
-__all__ = ["CheckpointError", "ConfigError", "ThresholdError", "__version__"]
+__all__ = ["CheckpointError", "ConfigError", "ThresholdError", "__version__", "find_threshold"]
+
+
+def find_threshold(
+    tasks: str | tuple[str, ...] = "max",
+    measure: str | None = None,
+    storage: str | None = None,
+    *,
+    study: str | None = None,
+    workers: int = 1,
+    batch: int = 1,
+    device: str = "auto",
+    heartbeat_s: int = 30,
+    cache_dir: str | Path | None = None,
+    **options,
+) -> dict | None:
+    """Locate the learning transition of ``tasks`` (measured on ``measure``, default the hardest
+    op), as ``threshold find`` does, and return its estimate.
+
+    The study lives in ``storage`` (default ``$THRESHOLD_STORAGE`` or
+    ``sqlite:///studies/threshold.db``); calling again with the same settings resumes it.
+    ``options`` are the other settings of ``threshold find`` by their long names: ``mod``,
+    ``testbed``, ``depth``, ``arity`` ("2-3"), ``p_nest``, ``n_train``, ``n_test``,
+    ``split_seed``, ``steps``, ``d_lo``, ``d_hi``, ``precision``, ``budget``, ``level``,
+    ``chance_corrected``, ``seed``, ``pretrain`` ("max,med"). ``workers`` processes train
+    (``batch`` trials each at once, on ``device``).
+
+    Returns the estimate stored on the study: ``params_p80`` (the 80% point in parameters),
+    ``interval_params`` (its 90% interval), ``d_p80``, ``midpoint_params``, ``asymptote``,
+    ``n_runs`` and more; None when no run completed. Bad settings raise :class:`ConfigError`
+    before anything is written; an interrupt stops the workers and raises KeyboardInterrupt.
+    """
+    import inspect
+
+    from threshold.search.find import run_search
+    from threshold.search.study import StudySettings
+
+    known = inspect.signature(StudySettings.from_options).parameters
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ConfigError(f"find_threshold() has no option {unknown[0]!r}: use {', '.join(known)}")
+    settings = StudySettings.from_options(tasks=tasks, measure=measure, **options)
+    outcome = run_search(
+        settings,
+        storage,
+        study,
+        workers=workers,
+        batch=batch,
+        device=device,
+        heartbeat_s=heartbeat_s,
+        cache_dir=None if cache_dir is None else Path(cache_dir),
+        poll_s=1.0,
+    )
+    return outcome.estimate

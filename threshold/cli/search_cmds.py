@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from typing import Annotated
 
 import typer
@@ -27,7 +26,6 @@ from threshold.cli.common import (
     app,
     bench_app,
     run_guarded,
-    task_config,
 )
 
 
@@ -82,74 +80,48 @@ def find(
     """Locate the learning transition of a mixture with an Optuna study."""
 
     def body():
-        from threshold.device import resolve_device
-        from threshold.errors import ConfigError
-        from threshold.search.find import (
-            prepare_study,
-            snapshot,
-            start_workers,
-            stop_workers,
-            worker_devices,
-        )
-        from threshold.search.study import SearchConfig, StudySettings, open_storage
-        from threshold.train import TrainConfig
+        from threshold.search.find import Interrupted, run_search
+        from threshold.search.study import StudySettings
 
-        worker_devices(workers, device, oversubscribe)  # refused here, before the study is written
-        if heartbeat < 1:
-            raise ConfigError(f"--heartbeat {heartbeat} is not allowed: use 1 or more seconds")
-        if batch < 1:
-            raise ConfigError(f"--batch {batch} is not allowed: use 1 or more trials at once")
-        resolve_device(device)  # refused here, before the study is written
-        task = task_config(
-            tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
+        settings = StudySettings.from_options(
+            tasks,
+            testbed,
+            mod,
+            depth,
+            arity,
+            p_nest,
+            n_train,
+            n_test,
+            measure,
+            split_seed,
+            steps,
+            d_lo,
+            d_hi,
+            precision,
+            budget,
+            level,
+            chance_corrected,
+            seed,
+            pretrain,
         )
-        source_ops = tuple(op.strip() for op in (pretrain or "").split(",") if op.strip())
-        if pretrain is not None:
-            from threshold.pretrain import pretrain_task, transfer_model_config
-
-            transfer_model_config(pretrain_task(task, source_ops), task, d_lo)  # checks both
-        settings = StudySettings(
-            task,
-            TrainConfig(max_steps=steps),
-            SearchConfig(
-                d_lo=d_lo,
-                d_hi=d_hi,
-                precision=precision,
-                budget=budget,
-                level=level,
-                chance_corrected=chance_corrected,
-                base_seed=seed,
-            ),
-            source_ops,
-        )
-        t0 = time.perf_counter()
-        name, url = prepare_study(settings, storage, study, heartbeat)
-        procs = []
         try:
-            procs = start_workers(
-                name, url, workers, heartbeat, cache_dir, device, batch, oversubscribe
-            )
-            db = open_storage(url, create=False)  # one connection pool for the whole live view
             with _LiveView(enabled=not as_json) as view:
-                while any(p.poll() is None for p in procs):
-                    view.update(snapshot(db, name))
-                    time.sleep(2)
-                view.update(snapshot(db, name))
-        except KeyboardInterrupt:
-            stop_workers(procs)
-            typer.echo(f"interrupted: run the same command to resume study {name!r}", err=True)
+                outcome = run_search(
+                    settings,
+                    storage,
+                    study,
+                    workers,
+                    batch,
+                    device,
+                    heartbeat,
+                    cache_dir,
+                    oversubscribe,
+                    on_update=view.update,
+                )
+        except Interrupted as e:
+            typer.echo(f"interrupted: run the same command to resume study {e.study!r}", err=True)
             raise typer.Exit(130) from None
-        failed = [p.returncode for p in procs if p.returncode != 0]
-        if failed:
-            raise ConfigError(f"{len(failed)} worker(s) failed (exit {failed[0]}); see above")
-        snap = snapshot(db, name)
-        report = {
-            "study": name,
-            "storage": url,
-            "transition": snap["estimate"],
-            "n_trials": snap["n_trials"],
-            "wall_s": round(time.perf_counter() - t0, 1),
-        }
+        report = outcome.to_json()
         if as_json:
             typer.echo(json.dumps(report))
         else:

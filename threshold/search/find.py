@@ -1,4 +1,10 @@
-"""Running a search: prepare the study, start worker processes, and read its state for display."""
+"""Running a search: prepare the study, start worker processes, follow them, and read the study.
+
+:func:`run_search` is the one loop behind ``threshold find``, ``threshold run`` and
+:func:`threshold.find_threshold`: the study is made (or found again with the same settings), its
+worker processes are started (``python -m threshold.search.worker_process``, no command-line
+parsing), followed until they end, and stopped on an interrupt, leaving none behind.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +13,15 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
 
-from threshold.errors import ConfigError
+from threshold.errors import ConfigError, ThresholdError
 from threshold.search.sampler import PARAM
 from threshold.search.study import (
     StudySettings,
@@ -23,8 +32,11 @@ from threshold.search.study import (
 )
 
 __all__ = [
+    "Interrupted",
+    "SearchOutcome",
     "die_with_parent",
     "prepare_study",
+    "run_search",
     "snapshot",
     "start_workers",
     "stop_workers",
@@ -32,6 +44,84 @@ __all__ = [
 ]
 
 PARENT_ENV = "THRESHOLD_WORKER_PARENT"  # set on workers started by find and run: their parent
+
+
+class Interrupted(KeyboardInterrupt):
+    """The search was interrupted; its workers were stopped. ``study`` names it, to resume."""
+
+    def __init__(self, study: str) -> None:
+        super().__init__(study)
+        self.study = study
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    study: str
+    storage: str
+    estimate: dict | None  # the transition estimate stored on the study (None: no run yet)
+    n_trials: int  # completed runs
+    wall_s: float
+
+    def to_json(self) -> dict:
+        return {
+            "study": self.study,
+            "storage": self.storage,
+            "transition": self.estimate,
+            "n_trials": self.n_trials,
+            "wall_s": self.wall_s,
+        }
+
+
+def run_search(
+    settings: StudySettings,
+    storage: str | None = None,
+    name: str | None = None,
+    workers: int = 1,
+    batch: int = 1,
+    device: str = "auto",
+    heartbeat_s: int = 30,
+    cache_dir: Path | None = None,
+    oversubscribe: bool = False,
+    on_update: Callable[[dict], None] | None = None,
+    poll_s: float = 2.0,
+) -> SearchOutcome:
+    """Run (or resume) the study of ``settings`` with worker processes until its policy stops.
+
+    ``on_update(snapshot)`` sees the study every ``poll_s`` seconds and once at the end. Bad
+    settings are refused before anything is written; an interrupt stops the workers (their
+    running trials are marked failed) and raises :class:`Interrupted`.
+    """
+    if batch < 1:
+        raise ConfigError(f"--batch {batch} is not allowed: use 1 or more trials at once")
+    if heartbeat_s < 1:
+        raise ConfigError(f"--heartbeat {heartbeat_s} is not allowed: use 1 or more seconds")
+    worker_devices(workers, device, oversubscribe)  # refused here, before the study is written
+    t0 = time.perf_counter()
+    name, url = prepare_study(settings, storage, name, heartbeat_s)
+    procs: list[subprocess.Popen] = []
+    try:
+        procs = start_workers(
+            name, url, workers, heartbeat_s, cache_dir, device, batch, oversubscribe
+        )
+        db = open_storage(url, create=False)  # one connection pool for the whole run
+        while any(p.poll() is None for p in procs):
+            if on_update is not None:
+                on_update(snapshot(db, name))
+            time.sleep(poll_s)
+        final = snapshot(db, name)
+        if on_update is not None:
+            on_update(final)
+    except KeyboardInterrupt:
+        stop_workers(procs)
+        raise Interrupted(name) from None
+    failed = [p.returncode for p in procs if p.returncode != 0]
+    if failed:
+        raise ThresholdError(
+            f"study {name!r}: {len(failed)} worker(s) failed (exit {failed[0]}); see their "
+            "output above, then run the search again to resume it"
+        )
+    wall = round(time.perf_counter() - t0, 1)
+    return SearchOutcome(name, url, final["estimate"], final["n_trials"], wall)
 
 
 def prepare_study(
@@ -98,12 +188,18 @@ def start_workers(
     env[PARENT_ENV] = str(os.getpid())
     if cache_dir is not None:
         env["THRESHOLD_CACHE"] = str(cache_dir)
-    command = [sys.executable, "-m", "threshold", "worker", "--study", name, "--storage", url]
-    command += ["--heartbeat", str(heartbeat_s), "--batch", str(batch), "--quiet"]
     procs: list[subprocess.Popen] = []
     try:
         for dev in devices:
-            procs.append(subprocess.Popen([*command, "--device", dev], env=env))
+            job = {
+                "study_name": name,
+                "storage_url": url,
+                "heartbeat_s": heartbeat_s,
+                "device": dev,
+                "batch": batch,
+            }
+            command = [sys.executable, "-m", "threshold.search.worker_process", json.dumps(job)]
+            procs.append(subprocess.Popen(command, env=env))
     except BaseException:
         stop_workers(procs)
         raise

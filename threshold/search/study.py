@@ -108,6 +108,71 @@ class StudySettings:
     def __post_init__(self) -> None:
         object.__setattr__(self, "pretrain", tuple(self.pretrain))
 
+    @classmethod
+    def from_options(
+        cls,
+        tasks: str | tuple[str, ...] = "max",
+        testbed: str = "listops",
+        mod: int = 10,
+        depth: int = 2,
+        arity: str = "2-3",
+        p_nest: float = 0.25,
+        n_train: int | None = None,
+        n_test: int = 2000,
+        measure: str | None = None,
+        split_seed: int = 0,
+        steps: int = 20_000,
+        d_lo: int = 8,
+        d_hi: int = 128,
+        precision: float = 2.5,
+        budget: int = 40,
+        level: float = 0.8,
+        chance_corrected: bool = False,
+        seed: int = 0,
+        pretrain: str | tuple[str, ...] | None = None,
+    ) -> StudySettings:
+        """The settings ``threshold find``'s options (and :func:`threshold.find_threshold`'s
+        arguments) mean: ``tasks`` and ``pretrain`` as ``max,med`` or a tuple, ``arity`` as MIN-MAX.
+        Every value is checked here, before anything is written."""
+
+        def ops(value) -> tuple[str, ...]:
+            items = value.split(",") if isinstance(value, str) else value
+            return tuple(op.strip() for op in items if op.strip())
+
+        try:
+            lo, _, hi = arity.partition("-")
+            arity_min, arity_max = int(lo), int(hi or lo)
+        except ValueError:
+            raise ConfigError(f"arity {arity!r} is not allowed: write MIN-MAX, e.g. 2-3") from None
+        task = TaskConfig(
+            testbed=testbed,
+            ops=ops(tasks),
+            n=mod,
+            depth=depth,
+            arity_min=arity_min,
+            arity_max=arity_max,
+            p_nest=p_nest,
+            n_train=n_train,
+            n_test=n_test,
+            measure=measure,
+            split_seed=split_seed,
+        )
+        source = ops(pretrain) if pretrain is not None else ()
+        if pretrain is not None:
+            from threshold.pretrain import pretrain_task, transfer_model_config
+
+            transfer_model_config(pretrain_task(task, source), task, d_lo)  # checks both
+        search = SearchConfig(
+            d_lo=d_lo,
+            d_hi=d_hi,
+            precision=precision,
+            budget=budget,
+            level=level,
+            chance_corrected=chance_corrected,
+            base_seed=seed,
+        )
+        return cls(task, TrainConfig(max_steps=steps), search, source)
+
     def to_attrs(self) -> dict[str, str]:
         attrs = {
             "task": json.dumps(self.task.to_dict(), sort_keys=True),

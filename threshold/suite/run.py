@@ -34,7 +34,7 @@ from optuna.trial import TrialState
 
 import threshold
 from threshold.errors import ThresholdError
-from threshold.search.find import snapshot, start_workers, stop_workers
+from threshold.search.find import Interrupted, run_search, snapshot
 from threshold.search.study import create_or_load_study, open_storage, storage_url
 from threshold.suite.spec import (
     ALL_REPORT,
@@ -294,22 +294,22 @@ def _run_study(study, db, url, workers, heartbeat, cache_dir, emit, poll_s, info
     emit(Event("study_start", study.label, info | {"workers": workers}))
     t0 = time.perf_counter()
     seen = {r["number"] for r in snapshot(db, study.name)["trials"] if _finished(r)}
-    procs = []
     try:
-        procs = start_workers(study.name, url, workers, heartbeat, cache_dir, device)
-        while any(p.poll() is None for p in procs):
-            _new_trials(db, study, seen, emit)
-            time.sleep(poll_s)
-    except KeyboardInterrupt:
-        stop_workers(procs)
-        raise
-    _new_trials(db, study, seen, emit)
-    failed = [p.returncode for p in procs if p.returncode != 0]
-    if failed:
-        raise SuiteRunError(
-            f"study {study.label!r} ({study.name}): {len(failed)} worker(s) failed (exit "
-            f"{failed[0]}); see their output above, then run the suite again to resume"
+        run_search(
+            study.settings,
+            url,
+            study.name,
+            workers,
+            device=device,
+            heartbeat_s=heartbeat,
+            cache_dir=cache_dir,
+            on_update=lambda snap: _new_trials(snap, study, seen, emit),
+            poll_s=poll_s,
         )
+    except Interrupted:
+        raise KeyboardInterrupt from None
+    except ThresholdError as e:
+        raise SuiteRunError(f"{study.label!r}: {e}") from None
     state = _state(db, study, known | {study.name})
     emit(
         Event(
@@ -331,8 +331,7 @@ def _finished(row: dict) -> bool:
     return row["state"] in (TrialState.COMPLETE.name, TrialState.FAIL.name)
 
 
-def _new_trials(db, study: SuiteStudy, seen: set[int], emit) -> None:
-    snap = snapshot(db, study.name)
+def _new_trials(snap: dict, study: SuiteStudy, seen: set[int], emit) -> None:
     for row in snap["trials"]:
         if _finished(row) and row["number"] not in seen:
             seen.add(row["number"])

@@ -1,0 +1,49 @@
+"""The entry of a worker process that :func:`threshold.search.find.start_workers` starts.
+
+``python -m threshold.search.worker_process '{"study_name": ..., "storage_url": ..., ...}'``:
+the keyword arguments of :func:`threshold.search.worker.run_worker` as one JSON object, so the
+search layer starts its workers without going through the command line's parsing. SIGTERM and
+SIGINT become KeyboardInterrupt (a running trial is marked failed), the worker ends with the
+process that started it, and a refused setting is logged as one line with exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+
+__all__ = ["main"]
+
+log = logging.getLogger("threshold.worker")
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s worker %(process)d %(message)s")
+    import optuna
+
+    from threshold.errors import ThresholdError
+    from threshold.search.find import die_with_parent
+    from threshold.search.worker import run_worker
+
+    die_with_parent()
+    optuna.logging.set_verbosity(logging.WARNING)
+    try:
+        run_worker(**json.loads(argv[0]))
+    except ThresholdError as e:
+        log.error("error: %s", e)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
