@@ -117,27 +117,10 @@ def val_accuracy_words(p) -> str:
 
 
 def task_config(tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed):
-    from threshold.errors import ConfigError
     from threshold.tasks import TaskConfig
 
-    try:
-        lo, _, hi = arity.partition("-")
-        arity_min, arity_max = int(lo), int(hi or lo)
-    except ValueError:
-        raise ConfigError(f"arity {arity!r} is not allowed: write MIN-MAX, e.g. 2-3") from None
-    ops = tuple(op.strip() for op in tasks.split(",") if op.strip())
-    return TaskConfig(
-        testbed=testbed,
-        ops=ops,
-        n=mod,
-        depth=depth,
-        arity_min=arity_min,
-        arity_max=arity_max,
-        p_nest=p_nest,
-        n_train=n_train,
-        n_test=n_test,
-        measure=measure,
-        split_seed=split_seed,
+    return TaskConfig.from_options(
+        tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
     )
 
 

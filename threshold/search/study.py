@@ -39,6 +39,7 @@ import threshold
 from threshold.config import TrainConfig
 from threshold.errors import ConfigError, ThresholdError
 from threshold.tasks import TaskConfig
+from threshold.tasks.generate import split_ops
 
 if TYPE_CHECKING:
     from threshold.checkpoint import Checkpoint
@@ -135,29 +136,10 @@ class StudySettings:
         arguments) mean: ``tasks`` and ``pretrain`` as ``max,med`` or a tuple, ``arity`` as MIN-MAX.
         Every value is checked here, before anything is written."""
 
-        def ops(value) -> tuple[str, ...]:
-            items = value.split(",") if isinstance(value, str) else value
-            return tuple(op.strip() for op in items if op.strip())
-
-        try:
-            lo, _, hi = arity.partition("-")
-            arity_min, arity_max = int(lo), int(hi or lo)
-        except ValueError:
-            raise ConfigError(f"arity {arity!r} is not allowed: write MIN-MAX, e.g. 2-3") from None
-        task = TaskConfig(
-            testbed=testbed,
-            ops=ops(tasks),
-            n=mod,
-            depth=depth,
-            arity_min=arity_min,
-            arity_max=arity_max,
-            p_nest=p_nest,
-            n_train=n_train,
-            n_test=n_test,
-            measure=measure,
-            split_seed=split_seed,
+        task = TaskConfig.from_options(
+            tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
         )
-        source = ops(pretrain) if pretrain is not None else ()
+        source = split_ops(pretrain) if pretrain is not None else ()
         if pretrain is not None:
             from threshold.pretrain import pretrain_task, transfer_model_config
 

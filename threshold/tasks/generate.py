@@ -95,6 +95,41 @@ class TaskConfig:
         _check(self.n_test >= 1, f"n_test {self.n_test} must be >= 1")
         _check(self.n_val >= 1, f"n_val {self.n_val} must be >= 1")
 
+    @classmethod
+    def from_options(
+        cls,
+        tasks: str | tuple[str, ...] = "max",
+        testbed: str = "listops",
+        mod: int = 10,
+        depth: int = 2,
+        arity: str = "2-3",
+        p_nest: float = 0.25,
+        n_train: int | None = None,
+        n_test: int = 2000,
+        measure: str | None = None,
+        split_seed: int = 0,
+    ) -> TaskConfig:
+        """The task the command line's options mean: ``tasks`` as ``max,med`` (or a tuple),
+        ``arity`` as MIN-MAX, ``mod`` the modulus (or degree)."""
+        try:
+            lo, _, hi = arity.partition("-")
+            arity_min, arity_max = int(lo), int(hi or lo)
+        except ValueError:
+            raise ConfigError(f"arity {arity!r} is not allowed: write MIN-MAX, e.g. 2-3") from None
+        return cls(
+            testbed=testbed,
+            ops=split_ops(tasks),
+            n=mod,
+            depth=depth,
+            arity_min=arity_min,
+            arity_max=arity_max,
+            p_nest=p_nest,
+            n_train=n_train,
+            n_test=n_test,
+            measure=measure,
+            split_seed=split_seed,
+        )
+
     @property
     def testbed_obj(self) -> Testbed:
         return get_testbed(self.testbed, self.n, self.sadd_seed)
@@ -131,6 +166,12 @@ class TaskConfig:
         settings = {k: v for k, v in self.to_dict().items() if k != "measure"}  # data unchanged
         blob = json.dumps([GENERATOR_VERSION, settings], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def split_ops(ops: str | tuple[str, ...]) -> tuple[str, ...]:
+    """``"max, med"`` or ``("max", "med")`` as a tuple of op names (blanks dropped)."""
+    items = ops.split(",") if isinstance(ops, str) else ops
+    return tuple(op.strip() for op in items if op.strip())
 
 
 def _check(ok: bool, message: str) -> None:
