@@ -274,7 +274,9 @@ def _run_batch(study, settings, data, store, sampler, k, cache_dir, device, hear
     with _Heartbeats(study, heartbeat_s) as beats:
         try:
             while len(runs) < k and (not runs or _next_step(study, sampler) == "run"):
-                trial = study.ask()
+                with warnings.catch_warnings():  # heartbeats without optimize: ours, below
+                    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
+                    trial = study.ask()
                 beats.add(trial)
                 try:
                     run = _begin(trial, settings, data, sampler, cache_dir, device)
