@@ -1,0 +1,485 @@
+"""The study record: every study and trial attribute threshold stores, read into typed views.
+
+A study's settings, its transition estimate, its chance rate and its analyses are study user
+attributes; each run's size, seed, counts, metrics and checkpoint are trial user attributes (small
+values, JSON where they are dicts, under RDB's 2 KB limit). This module owns their keys: the worker
+and the sampler write through the ``write_*`` functions, and the layers above (report, suite,
+analysis, cli, the dashboard notes) read :class:`StudyView` s from :func:`read_study` and
+:func:`read_studies`, never a trial or an Optuna import.
+
+Studies written by earlier versions read unchanged: a missing attribute is ``None``, the chance rate
+of a study written before it had its own attribute is read from its estimate, and unknown keys of an
+estimate are kept (:meth:`Estimate.to_dict` gives back the stored dict).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.storages import BaseStorage
+from optuna.trial import FrozenTrial
+
+from threshold.errors import ThresholdError
+from threshold.search.study import StudySettings, check_study_name, open_storage
+
+if TYPE_CHECKING:
+    from threshold.checkpoint import Checkpoint
+
+__all__ = [
+    "ANALYSIS_PREFIX",
+    "Estimate",
+    "Run",
+    "StopStatus",
+    "StudyView",
+    "load_checkpoint",
+    "quiet_storage_log",
+    "read_run",
+    "read_studies",
+    "read_study",
+    "split_runs",
+    "stop_status",
+    "study_names",
+    "write_analysis",
+    "write_cancel",
+    "write_decision",
+    "write_estimate",
+    "write_pretrain",
+    "write_result",
+    "write_seed",
+    "write_size",
+]
+
+log = logging.getLogger(__name__)
+
+# Trial user attributes (written by the sampler, then the worker).
+D_MODEL = "d_model"  # the size: also the Optuna parameter, kept as an attribute for retries
+REPLICATE, SEED, DECISION, CANCELLED = "replicate", "seed", "decision", "cancelled"
+WORKER, PARAMS_TOTAL, PARAMS_NON_EMBEDDING = "worker", "params_total", "params_non_embedding"
+PRETRAIN_ACCURACY, PRETRAIN_STEPS = "pretrain_accuracy", "pretrain_steps"
+CHECKPOINT, CHECKPOINT_SHA256 = "checkpoint_artifact", "checkpoint_sha256"
+ACCURACY, STRICT_ACCURACY = "accuracy", "strict_accuracy"
+STEPS, STOP_REASON, TRAIN_S = "steps", "stop_reason", "train_s"
+# Study user attributes besides the settings (StudySettings.to_attrs: task, train, search,
+# pretrain) and version and git_commit (create_or_load_study).
+ESTIMATE, CHANCE = "estimate", "chance"
+ANALYSIS_PREFIX = "analysis:"  # analysis:N holds the summary of trial N's analysis
+
+_PENDING = ("RUNNING", "WAITING")
+_STOP_WORDS = {
+    "precision": "the 90% interval is within the precision",
+    "budget": "the budget of runs is used",
+    "above_range": "the transition lies above the largest allowed size",
+    "below_range": "the transition lies below the smallest allowed size",
+}
+
+
+def _json(raw: Any) -> Any:
+    """A JSON attribute's value; None when missing or unreadable (a hand-edited study)."""
+    if raw is None or not isinstance(raw, str):
+        return raw
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def _int(raw: Any) -> int | None:
+    return None if raw is None else int(raw)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One trial of a study: its size, seed, counts and results (None where not recorded)."""
+
+    number: int
+    state: str  # COMPLETE, RUNNING, WAITING, FAIL, PRUNED
+    d_model: int | None  # None until the sampler decided
+    value: float | None  # the measured op's test accuracy (COMPLETE trials)
+    params_total: int | None = None
+    params_non_embedding: int | None = None
+    seed: int | None = None
+    replicate: int | None = None
+    accuracy: dict = field(default_factory=dict)  # greedy test accuracy per op
+    strict_accuracy: dict = field(default_factory=dict)  # whole chain of thought right, per op
+    steps: int | None = None
+    stop_reason: str | None = None  # why training ended: max_steps, learned, stuck, time_limit
+    train_s: float | None = None
+    worker: str | None = None  # host:pid
+    checkpoint: str | None = None  # the artifact id of its checkpoint
+    checkpoint_sha256: str | None = None
+    decision: dict | None = None  # the policy's reasons for this size
+    cancelled: str | None = None  # the policy stopped the study after this trial began
+    pretrain_accuracy: dict | None = None
+    pretrain_steps: int | None = None
+    seconds: float | None = None  # wall time from start to end, None while running
+    last_step: int | None = None  # the last reported step and its validation accuracy
+    val_accuracy: float | None = None
+
+    @property
+    def complete(self) -> bool:
+        """A finished run with a size and a value: one the estimate is made from."""
+        return self.state == "COMPLETE" and self.value is not None and self.d_model is not None
+
+    @property
+    def pending(self) -> bool:
+        return self.state in _PENDING
+
+
+def read_run(t: FrozenTrial) -> Run:
+    """The run of an Optuna trial."""
+    a = t.user_attrs
+    d = t.params.get(D_MODEL, a.get(D_MODEL))
+    seconds = None
+    if t.datetime_start is not None and t.datetime_complete is not None:
+        seconds = (t.datetime_complete - t.datetime_start).total_seconds()
+    last = max(t.intermediate_values, default=None)
+    return Run(
+        number=t.number,
+        state=t.state.name,
+        d_model=_int(d),
+        value=None if t.value is None else float(t.value),
+        params_total=_int(a.get(PARAMS_TOTAL)),
+        params_non_embedding=_int(a.get(PARAMS_NON_EMBEDDING)),
+        seed=_int(a.get(SEED)),
+        replicate=_int(a.get(REPLICATE)),
+        accuracy=_json(a.get(ACCURACY)) or {},
+        strict_accuracy=_json(a.get(STRICT_ACCURACY)) or {},
+        steps=_int(a.get(STEPS)),
+        stop_reason=a.get(STOP_REASON),
+        train_s=a.get(TRAIN_S),
+        worker=a.get(WORKER),
+        checkpoint=a.get(CHECKPOINT),
+        checkpoint_sha256=a.get(CHECKPOINT_SHA256),
+        decision=_json(a.get(DECISION)),
+        cancelled=a.get(CANCELLED),
+        pretrain_accuracy=_json(a.get(PRETRAIN_ACCURACY)),
+        pretrain_steps=_int(a.get(PRETRAIN_STEPS)),
+        seconds=seconds,
+        last_step=last,
+        val_accuracy=t.intermediate_values.get(last) if last is not None else None,
+    )
+
+
+def split_runs(
+    runs: Iterable[Run], exclude: int | None = None
+) -> tuple[list[tuple[int, float]], list[int]]:
+    """Completed (d, accuracy) pairs and the sizes of pending runs, leaving out ``exclude``:
+    what the policy and the posterior take."""
+    completed, pending = [], []
+    for r in runs:
+        if r.number == exclude or r.d_model is None:
+            continue
+        if r.complete:
+            completed.append((r.d_model, r.value))
+        elif r.pending:
+            pending.append(r.d_model)
+    return completed, pending
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The transition estimate stored on a study (:func:`threshold.search.fit.
+    transition_estimate`): its headline numbers typed, the whole dict kept for reports."""
+
+    n_runs: int
+    params_p80: float | None  # the 80% point in total parameters (posterior median)
+    d_p80: float | None
+    interval_params: tuple[float, float] | None  # its 90% credible interval
+    interval_ratio: float | None  # hi / lo of that interval: the precision reached
+    asymptote: float | None
+    chance: float | None
+    range_d: tuple[int, int] | None  # the d range the posterior covered
+    mass_beyond_range: tuple[float, float] | None  # posterior mass below and above it
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Estimate:
+        def pair(key, kind=float):
+            v = d.get(key)
+            return None if v is None else (kind(v[0]), kind(v[1]))
+
+        def num(key):
+            v = d.get(key)
+            return None if v is None else float(v)
+
+        return cls(
+            n_runs=int(d.get("n_runs", 0)),
+            params_p80=num("params_p80"),
+            d_p80=num("d_p80"),
+            interval_params=pair("interval_params"),
+            interval_ratio=num("interval_ratio"),
+            asymptote=num("asymptote"),
+            chance=num("chance"),
+            range_d=pair("range_d", int),
+            mass_beyond_range=pair("mass_beyond_range"),
+            raw=dict(d),
+        )
+
+    def to_dict(self) -> dict:
+        """The dict as stored (every key, also those this version does not know)."""
+        return dict(self.raw)
+
+
+@dataclass(frozen=True)
+class StopStatus:
+    reason: str | None  # why the search stops (precision, budget, above_range, below_range)
+    text: str  # one sentence on where the search stands
+
+    @property
+    def stopped(self) -> bool:
+        return self.reason is not None
+
+
+@dataclass(frozen=True)
+class StudyView:
+    """A threshold study as stored: settings, runs in trial order, estimate, chance, analyses."""
+
+    name: str
+    settings: StudySettings
+    runs: tuple[Run, ...]
+    estimate: Estimate | None
+    chance: float | None  # the measured op's majority rate, which the policy was built with
+    attrs: dict  # the other study attributes (version, git_commit, settings as stored, ...)
+    analyses: dict[int, dict] = field(default_factory=dict)  # trial number -> summary
+    stop: StopStatus = StopStatus(None, "not started: no runs yet")
+    storage: Any = field(default=None, compare=False, repr=False)  # where it was read from
+
+    @property
+    def completed(self) -> list[Run]:
+        return [r for r in self.runs if r.complete]
+
+    @property
+    def with_checkpoint(self) -> list[Run]:
+        """Completed runs that kept a checkpoint: those an analysis can load."""
+        return [r for r in self.completed if r.checkpoint is not None]
+
+    @property
+    def n_running(self) -> int:
+        return sum(r.state == "RUNNING" for r in self.runs)
+
+    @property
+    def n_failed(self) -> int:
+        """Failed runs, not counting those the policy cancelled."""
+        return sum(r.state == "FAIL" and r.cancelled is None for r in self.runs)
+
+    def split(self) -> tuple[list[tuple[int, float]], list[int]]:
+        """(d, accuracy) of completed runs and sizes of pending ones (:func:`split_runs`)."""
+        return split_runs(self.runs)
+
+    def run(self, number: int) -> Run:
+        for r in self.runs:
+            if r.number == number:
+                return r
+        last = len(self.runs) - 1
+        raise ThresholdError(f"trial {number} is not in study {self.name!r} (trials 0..{last})")
+
+
+def stop_status(
+    settings: StudySettings, estimate: Estimate | None, runs: Sequence[Run]
+) -> StopStatus:
+    """Whether the search has stopped, from the stored estimate and the run counts alone.
+
+    The same rules as the policy's stop (budget used; the 90% interval within the precision; the
+    posterior's mass beyond the allowed d range), read off the estimate the worker stored after its
+    last run, without the look-ahead :func:`threshold.search.policy.decide` runs to pick a size.
+    An estimate older than the completed runs gives "searching" until the worker refreshes it.
+    """
+    from threshold.search.settings import SearchSettings
+
+    search = settings.search
+    n_done = sum(r.complete for r in runs)
+    n_pending = sum(r.pending for r in runs)
+    if not n_done and not n_pending:
+        return StopStatus(None, "not started: no runs yet")
+    reason = None
+    if n_done + n_pending >= search.budget:
+        reason = "budget"
+    elif estimate is None:
+        return StopStatus(None, "searching: no estimate stored yet")
+    elif estimate.n_runs == n_done and n_done >= 3:  # past the bracket of 3 runs
+        give_up = SearchSettings.give_up_mass  # the policy's default: studies do not set it
+        below, above = estimate.mass_beyond_range or (0.0, 0.0)
+        lo, hi = estimate.range_d or (search.d_lo, search.d_hi)
+        if estimate.interval_ratio is not None and estimate.interval_ratio <= search.precision:
+            reason = "precision"
+        elif hi == search.d_max and above >= give_up:
+            reason = "above_range"
+        elif lo == search.d_min and below >= give_up:
+            reason = "below_range"
+    if reason is None:
+        ratio = estimate.interval_ratio if estimate is not None else None
+        width = "" if ratio is None else f", 90% interval {ratio:.3g}x wide"
+        return StopStatus(
+            None,
+            f"searching: {n_done + n_pending} of {search.budget} runs{width} "
+            f"(stops at {search.precision:g}x)",
+        )
+    words = _STOP_WORDS[reason]
+    if reason == "precision":
+        words += f" ({search.precision:g}x)"
+    elif reason == "budget":
+        words = f"the budget of {search.budget} runs is used"
+    if n_pending:
+        return StopStatus(reason, f"finishing: {words}; {n_pending} run(s) still running")
+    return StopStatus(reason, f"stopped ({reason}): {words}")
+
+
+# Reading -------------------------------------------------------------------------------------
+
+
+def _storage(storage_or_url: BaseStorage | str | None) -> BaseStorage:
+    if isinstance(storage_or_url, BaseStorage):
+        return storage_or_url
+    return open_storage(storage_or_url, create=False)
+
+
+def _view(name: str, user_attrs: dict, trials: list[FrozenTrial], storage) -> StudyView:
+    settings = StudySettings.from_attrs(user_attrs)
+    attrs = {k: v for k, v in user_attrs.items() if not k.startswith(ANALYSIS_PREFIX)}
+    raw = _json(attrs.pop(ESTIMATE, None))
+    estimate = Estimate.from_dict(raw) if isinstance(raw, dict) else None
+    chance = attrs.pop(CHANCE, None)
+    if chance is None and estimate is not None:  # written before the chance had its attribute
+        chance = estimate.chance
+    analyses = {
+        int(k[len(ANALYSIS_PREFIX) :]): _json(v)
+        for k, v in user_attrs.items()
+        if k.startswith(ANALYSIS_PREFIX)
+    }
+    runs = tuple(read_run(t) for t in sorted(trials, key=lambda t: t.number))
+    return StudyView(
+        name=name,
+        settings=settings,
+        runs=runs,
+        estimate=estimate,
+        chance=None if chance is None else float(chance),
+        attrs=attrs,
+        analyses=analyses,
+        stop=stop_status(settings, estimate, runs),
+        storage=storage,
+    )
+
+
+def read_study(storage_or_url: BaseStorage | str | None, name: str) -> StudyView:
+    """The study ``name``; :class:`ThresholdError` when it is not there or not a threshold study.
+
+    ``storage_or_url``: an open storage, a URL, or None for ``$THRESHOLD_STORAGE`` or the default.
+    """
+    check_study_name(name)
+    storage = _storage(storage_or_url)
+    try:
+        study_id = storage.get_study_id_from_name(name)
+    except KeyError:
+        names = [s.study_name for s in storage.get_all_studies()]
+        known = ", ".join(names[:5]) or "none"
+        raise ThresholdError(f"study {name!r} is not in this storage (studies: {known})") from None
+    attrs = storage.get_study_user_attrs(study_id)
+    return _view(name, attrs, storage.get_all_trials(study_id, deepcopy=False), storage)
+
+
+def read_studies(
+    storage_or_url: BaseStorage | str | None, names: Sequence[str] | None = None
+) -> list[StudyView]:
+    """The studies ``names`` in that order, or (None) every threshold study in the storage; a
+    study without threshold settings is left out of the latter, and refused when named."""
+    storage = _storage(storage_or_url)
+    if names is not None:
+        return [read_study(storage, name) for name in names]
+    views = []
+    for s in storage.get_all_studies():
+        trials = storage.get_all_trials(s._study_id, deepcopy=False)
+        try:
+            views.append(_view(s.study_name, s.user_attrs, trials, storage))
+        except ThresholdError:
+            log.info("study %s has no threshold settings: left out", s.study_name)
+    return views
+
+
+def study_names(storage_or_url: BaseStorage | str | None) -> list[str]:
+    """The names of every study in the storage, threshold's or not."""
+    return [s.study_name for s in _storage(storage_or_url).get_all_studies()]
+
+
+def load_checkpoint(view: StudyView, number: int, url: str | None = None) -> Checkpoint:
+    """The checkpoint of run ``number`` of ``view``, from the artifact store beside ``url``."""
+    from threshold.search.study import trial_checkpoint
+
+    view.run(number)  # an unknown number names the study's trials
+    study = optuna.load_study(study_name=view.name, storage=_storage(view.storage or url))
+    return trial_checkpoint(study, number, url)
+
+
+def quiet_storage_log(level: int = logging.WARNING) -> None:
+    """Optuna's own log lines (a study created, a trial finished) from ``level`` up only."""
+    optuna.logging.set_verbosity(level)
+
+
+# Writing -------------------------------------------------------------------------------------
+
+
+def write_decision(
+    storage: BaseStorage, trial_id: int, d: int, replicate: int, seed: int, info: dict
+) -> None:
+    """The sampler's decision for a trial: its size, replicate index, seed and reasons."""
+    storage.set_trial_user_attr(trial_id, D_MODEL, d)
+    storage.set_trial_user_attr(trial_id, REPLICATE, replicate)
+    storage.set_trial_user_attr(trial_id, SEED, seed)
+    storage.set_trial_user_attr(trial_id, DECISION, json.dumps(info, sort_keys=True))
+
+
+def write_cancel(storage: BaseStorage, trial_id: int, reason: str) -> None:
+    """The policy stopped the study after this trial began: it will not be trained."""
+    storage.set_trial_user_attr(trial_id, CANCELLED, f"study done ({reason})")
+
+
+def write_seed(trial: optuna.Trial, seed: int) -> None:
+    """The seed of a trial enqueued by hand (the sampler writes the others')."""
+    trial.set_user_attr(SEED, seed)
+
+
+def write_size(trial: optuna.Trial, worker: str, counts: dict) -> None:
+    """The worker that trains the trial and its model's parameter counts."""
+    trial.set_user_attr(WORKER, worker)
+    trial.set_user_attr(PARAMS_TOTAL, counts["total"])
+    trial.set_user_attr(PARAMS_NON_EMBEDDING, counts["non_embedding"])
+
+
+def write_pretrain(trial: optuna.Trial, accuracy: dict, steps: int) -> None:
+    """How the pretrained model a transfer run starts from did on its own task."""
+    trial.set_user_attr(PRETRAIN_ACCURACY, json.dumps(accuracy))
+    trial.set_user_attr(PRETRAIN_STEPS, steps)
+
+
+def write_result(trial: optuna.Trial, artifact_id: str, sha256: str, result) -> None:
+    """A finished run: its checkpoint and its :class:`threshold.train.TrainResult` metrics."""
+    trial.set_user_attr(CHECKPOINT, artifact_id)
+    trial.set_user_attr(CHECKPOINT_SHA256, sha256)
+    trial.set_user_attr(ACCURACY, json.dumps(result.accuracy, sort_keys=True))
+    trial.set_user_attr(STRICT_ACCURACY, json.dumps(result.strict_accuracy, sort_keys=True))
+    trial.set_user_attr(STEPS, result.steps)
+    trial.set_user_attr(STOP_REASON, result.stop_reason)
+    trial.set_user_attr(TRAIN_S, round(result.wall_s, 2))
+
+
+def write_estimate(study: optuna.Study, estimate: dict, chance: float) -> None:
+    """The study's transition estimate, and the chance rate the policy is built with."""
+    study.set_user_attr(ESTIMATE, json.dumps(estimate, sort_keys=True))
+    if not math.isnan(chance):
+        study.set_user_attr(CHANCE, float(chance))
+
+
+def write_analysis(
+    storage_or_url: BaseStorage | str | None, name: str, number: int, summary: dict
+) -> None:
+    """The summary of trial ``number``'s analysis, on the study (Optuna refuses to change a
+    finished trial's attributes; optuna-dashboard keeps its trial notes on the study too)."""
+    storage = _storage(storage_or_url)
+    study_id = storage.get_study_id_from_name(name)
+    value = json.dumps(summary, sort_keys=True)
+    storage.set_study_user_attr(study_id, f"{ANALYSIS_PREFIX}{number}", value)
