@@ -6,9 +6,11 @@ schedule and stopping rules, and ends as the same :class:`TrainResult`. The memb
 into a padded :class:`~threshold.ensemble.Ensemble` and trained by one forward and backward pass a
 step. A member that stops (learned, stuck, budget, time) is evaluated, handed to ``on_done`` at
 once, and cut out of the stack (a repack: the rest continue at the cost of the members left, not
-of the ones that started). Members that cannot share a stack (other model settings) or that
-would not fit in memory together go in separate packs, trained one after the other; a CUDA
-out-of-memory error halves the pack it happened in and carries on, losing no member.
+of the ones that started). Members that cannot share a stack (other model settings; on the CPU,
+another d) go in separate packs, stepped in turns; packs that would not fit in memory together
+wait for the ones before them; a CUDA out-of-memory error halves the pack it happened in and
+carries on, losing no member. ``TrainResult.train_s`` of a member is the time of the batched
+steps it took part in, so its ``tokens_per_s`` is its own tokens over the shared time.
 """
 
 from __future__ import annotations
