@@ -11,6 +11,8 @@ from optuna_dashboard import get_note
 
 from threshold.search.fit import logistic
 from threshold.search.notes import FIGURE_ID, write_all_notes
+from threshold.search.policy import decide
+from threshold.search.record import read_study
 from threshold.search.sampler import PARAM, TransitionSampler
 from threshold.search.study import SearchConfig, StudySettings, create_or_load_study, open_storage
 from threshold.search.worker import refresh_estimate
@@ -27,11 +29,11 @@ SETTINGS = StudySettings(
 SIZES = [16, 4, 8, 6, 11, 5, 12, 8]
 
 
-def make_study(tmp_path, sizes):
+def make_study(tmp_path, sizes, settings=SETTINGS):
     """A threshold study with completed trials at ``sizes``, as workers would leave them."""
     storage = open_storage(f"sqlite:///{tmp_path}/s.db")
-    study = create_or_load_study(SETTINGS, storage)
-    sampler = TransitionSampler(SETTINGS, CHANCE)
+    study = create_or_load_study(settings, storage)
+    sampler = TransitionSampler(settings, CHANCE)
     params = dict(sampler.policy.params_of_d)
     x_mid = np.log(params[7])
     noise = np.random.default_rng(0).normal(0, 0.02, len(sizes))
@@ -63,6 +65,7 @@ def test_note_carries_the_estimate(tmp_path):
     study, sampler = make_study(tmp_path, SIZES)
     estimate = refresh_estimate(study, sampler)  # the worker's refresh writes the note
     assert estimate["fit"] is not None
+    assert study.user_attrs["chance"] == CHANCE  # its own attribute, beside the estimate
     note = get_note(study)
     lo, hi = estimate["interval_params"]
     headline = note.splitlines()[0]
@@ -115,11 +118,24 @@ def test_few_runs_say_so(tmp_path, n_runs):
     if n_runs == 0:
         assert "**Status**: not started: no runs yet" in note
     else:
-        assert "**Status**: searching: the next run is at d = " in note
+        assert f"**Status**: searching: {n_runs} of 8 runs, 90% interval " in note
     if n_runs == 2:
         assert "initial bracket (d = 16, 4, 8) are done" in note
-        assert "next run is at d = 8 (bracket)" in note
     assert figure_of(study)["layout"]["xaxis"]["type"] == "log"
+
+
+@pytest.mark.parametrize("precision", [1.5, 3.0, 6.0])
+@pytest.mark.parametrize("n_runs", [3, 5, 8])
+def test_stored_stop_status_agrees_with_the_policy(tmp_path, precision, n_runs):
+    """The record's stop status, read off the stored estimate, stops where decide() would."""
+    settings = StudySettings(
+        SETTINGS.task, SETTINGS.train, SearchConfig(d_lo=4, d_hi=16, budget=40, precision=precision)
+    )
+    study, sampler = make_study(tmp_path, SIZES[:n_runs], settings)
+    refresh_estimate(study, sampler)
+    view = read_study(study, study.study_name)
+    decision = decide(sampler.policy, *view.split())
+    assert view.stop.reason == (decision.reason if decision.stop else None)
 
 
 def test_unchanged_note_is_left_alone_and_other_studies_too(tmp_path):

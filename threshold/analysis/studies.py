@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import optuna
 
 from threshold.analysis.embedding import embedding_scores
 from threshold.analysis.figures import ablation_figure, embedding_figure, layer_usage_figure
@@ -23,9 +22,8 @@ from threshold.analysis.layers import layer_usage, number_embeddings
 from threshold.checkpoint import Checkpoint
 from threshold.errors import ConfigError, ThresholdError
 from threshold.model import param_count
+from threshold.search.record import Run, StudyView, load_checkpoint
 from threshold.search.results import pick_trial, runs, save_analysis
-from threshold.search.sampler import PARAM
-from threshold.search.study import trial_checkpoint
 from threshold.tasks import load_task_data
 
 __all__ = [
@@ -76,7 +74,7 @@ def analyze_checkpoint(
 
 
 def analyze_trial(
-    study: optuna.Study,
+    study: StudyView,
     number: int,
     url: str | None,
     out_dir: Path,
@@ -84,27 +82,25 @@ def analyze_trial(
     cache_dir: Path | None = None,
 ) -> dict:
     """Analyse one trial of a study; its summary is stored on the study."""
-    ckpt = trial_checkpoint(study, number, url)
-    name = f"{study.study_name} trial {number}"
+    ckpt = load_checkpoint(study, number, url)
+    name = f"{study.name} trial {number}"
     report = analyze_checkpoint(ckpt, name, out_dir, seed, cache_dir)
-    report |= {"study": study.study_name, "trial": number}
+    report |= {"study": study.name, "trial": number}
     save_analysis(study, number, report["summary"])
     return report
 
 
 def matched_pair(
-    study_a: optuna.Study, study_b: optuna.Study, match: str, d_model: int | None = None
+    study_a: StudyView, study_b: StudyView, match: str, d_model: int | None = None
 ) -> tuple[int, int]:
     """Trials of two studies to compare: same d (``size``) or closest accuracy (``accuracy``)."""
 
     if match == "size":
         if d_model is None:
-            common = {t.params[PARAM] for t in runs(study_a)} & {
-                t.params[PARAM] for t in runs(study_b)
-            }
+            common = {r.d_model for r in runs(study_a)} & {r.d_model for r in runs(study_b)}
             if not common:
                 raise ThresholdError(
-                    f"studies {study_a.study_name!r} and {study_b.study_name!r} share no size: "
+                    f"studies {study_a.name!r} and {study_b.name!r} share no size: "
                     "use --match accuracy"
                 )
             d_model = max(common)
@@ -126,7 +122,7 @@ def matched_pair(
 
 
 def survey(
-    study: optuna.Study,
+    study: StudyView,
     url: str | None,
     min_accuracy: float = 0.7,
     seed: int = 0,
@@ -144,7 +140,7 @@ def survey(
     chosen = survey_trials(study, min_accuracy)
     rows, data = [], None
     for i, t in enumerate(chosen):
-        ckpt = trial_checkpoint(study, t.number, url)
+        ckpt = load_checkpoint(study, t.number, url)
         task = ckpt.task_config
         data = data if data is not None and data.config == task else load_task_data(task, cache_dir)
         model = ckpt.build_model()
@@ -154,7 +150,7 @@ def survey(
         rows.append(
             {
                 "trial": t.number,
-                "d_model": t.params[PARAM],
+                "d_model": t.d_model,
                 "accuracy": t.value,
                 **embedding_headline(emb),
                 "attn_share": usage["attn_share_all"],
@@ -164,14 +160,14 @@ def survey(
             on_run(i + 1, len(chosen))
     return {
         "format": SURVEY_FORMAT,
-        "study": study.study_name,
+        "study": study.name,
         "min_accuracy": min_accuracy,
         "runs": rows,
         "summary": _survey_summary(rows),
     }
 
 
-def survey_trials(study: optuna.Study, min_accuracy: float) -> list[optuna.trial.FrozenTrial]:
+def survey_trials(study: StudyView, min_accuracy: float) -> list[Run]:
     """The runs a survey scores: completed, measured accuracy at least ``min_accuracy``."""
     if not 0.0 <= min_accuracy <= 1.0:
         raise ConfigError(f"--min-accuracy {min_accuracy} is not allowed: use 0 to 1")

@@ -165,8 +165,9 @@ def analyze(
 
         from threshold.analysis.studies import analyze_checkpoint, analyze_trial, matched_pair
         from threshold.errors import ConfigError
+        from threshold.search.record import read_study
         from threshold.search.results import pick_trial
-        from threshold.search.study import load_study, open_storage
+        from threshold.search.study import open_storage
 
         if threads < 1:
             raise ConfigError(f"--threads {threads} is not allowed: use 1 or more")
@@ -201,7 +202,7 @@ def analyze(
             if compare and (trial is not None or at_transition or largest):
                 raise ConfigError("--compare picks its trials by --match (and --d-model)")
             storage_obj = open_storage(storage, create=False)
-            loaded = [load_study(name, storage_obj)[0] for name in studies_]
+            loaded = [read_study(storage_obj, name) for name in studies_]
             if compare:
                 numbers = matched_pair(loaded[0], loaded[1], match, d_model)
             elif trial is not None:
@@ -210,10 +211,10 @@ def analyze(
                 how = "largest" if largest else "at-transition"
                 numbers = (pick_trial(loaded[0], how, d_model),)
             for study, number in zip(loaded, numbers, strict=True):
-                folder = base / f"{study.study_name}-trial{number}"
+                folder = base / f"{study.name}-trial{number}"
                 if out is not None and not compare:
                     folder = out
-                with console.status(f"analysing {study.study_name} trial {number}"):
+                with console.status(f"analysing {study.name} trial {number}"):
                     reports.append(analyze_trial(study, number, storage, folder, seed, cache_dir))
         if as_json:
             typer.echo(json.dumps(reports if len(reports) > 1 else reports[0]))
@@ -272,17 +273,18 @@ def survey(
 
         from threshold.analysis.studies import survey as survey_study
         from threshold.errors import ConfigError
-        from threshold.search.study import load_study, open_storage
+        from threshold.search.record import read_study
+        from threshold.search.study import open_storage
 
         if threads < 1:
             raise ConfigError(f"--threads {threads} is not allowed: use 1 or more")
         torch.set_num_threads(threads)
         storage_obj = open_storage(storage, create=False)
-        loaded = [load_study(name, storage_obj)[0] for name in studies]  # all checked first
+        loaded = [read_study(storage_obj, name) for name in studies]  # all checked first
         results = []
         with Progress(disable=as_json, transient=True) as progress:
             for study in loaded:
-                bar = progress.add_task(f"scoring {study.study_name}", total=None)
+                bar = progress.add_task(f"scoring {study.name}", total=None)
 
                 def advance(done: int, total: int, bar=bar) -> None:
                     progress.update(bar, completed=done, total=total)

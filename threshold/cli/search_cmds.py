@@ -146,15 +146,14 @@ def worker(
     def body():
         import logging
 
-        import optuna
-
         from threshold.search.find import die_with_parent
+        from threshold.search.record import storage_log_level
         from threshold.search.worker import run_worker
 
         die_with_parent()
         level = logging.WARNING if quiet else logging.INFO
         logging.basicConfig(level=level, format="%(asctime)s worker %(process)d %(message)s")
-        optuna.logging.set_verbosity(level)
+        storage_log_level(level)
         run_worker(study, storage, heartbeat, max_trials, cache_dir, device, batch)
 
     run_guarded(body)

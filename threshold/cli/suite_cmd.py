@@ -61,13 +61,15 @@ def run_suite_cmd(
             else:
                 _print_plan(planned, suite, workers)
             return
-        import optuna
+        import logging
+
         import torch
 
+        from threshold.search.record import storage_log_level
         from threshold.suite.run import run_suite
 
         torch.set_num_threads(1)  # analyses run here; several threads spin on a busy machine
-        optuna.logging.set_verbosity(optuna.logging.WARNING)  # progress is the lines below
+        storage_log_level(logging.WARNING)  # progress is the lines below
         try:
             record = run_suite(
                 suite,

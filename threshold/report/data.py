@@ -27,21 +27,27 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-from optuna.trial import TrialState
 from scipy.optimize import nnls
 
 from threshold.errors import ConfigError, ThresholdError
 from threshold.search.fit import reduction_factor, transition_estimate, transition_posterior
-from threshold.search.notes import MIN_RUNS, curve_sizes, stop_status
+from threshold.search.notes import MIN_RUNS, curve_sizes
 from threshold.search.posterior import (
     curve_quantiles,
     difference_distribution,
     weighted_quantiles,
 )
-from threshold.search.results import load_analyses
-from threshold.search.sampler import PARAM, policy_settings, split_trials
+from threshold.search.record import (
+    Estimate,
+    StudyView,
+    read_studies,
+    read_study,
+    stop_status,
+    study_names,
+)
+from threshold.search.sampler import policy_settings
 from threshold.search.settings import SearchSettings
-from threshold.search.study import StudySettings, load_study, open_storage, storage_url
+from threshold.search.study import StudySettings, open_storage, storage_url
 
 __all__ = [
     "GRID_SEEDS",
@@ -193,38 +199,24 @@ def _public_url(url: str) -> str:
         return url
 
 
-def _json_attr(trial, key: str) -> dict:
-    raw = trial.user_attrs.get(key)
-    try:
-        return json.loads(raw) if raw else {}
-    except (TypeError, ValueError):
-        return {}
-
-
-def _run_rows(trials, measure: str) -> list[dict]:
-    """Completed trials with a size and a value: the runs the estimate is made from."""
-    rows = []
-    for t in trials:
-        d = t.params.get(PARAM, t.user_attrs.get(PARAM))
-        if t.state != TrialState.COMPLETE or t.value is None or d is None:
-            continue
-        accuracy = _json_attr(t, "accuracy")
-        strict = _json_attr(t, "strict_accuracy")
-        rows.append(
-            {
-                "trial": t.number,
-                "d": int(d),
-                "params": t.user_attrs.get("params_total"),
-                "accuracy": float(t.value),
-                "accuracy_ops": accuracy,
-                "strict": strict.get(measure),
-                "seed": t.user_attrs.get("seed"),
-                "steps": t.user_attrs.get("steps"),
-                "train_s": t.user_attrs.get("train_s"),
-                "stop_reason": t.user_attrs.get("stop_reason"),
-            }
-        )
-    return rows
+def _run_rows(view: StudyView) -> list[dict]:
+    """The completed runs (with a size and a value): those the estimate is made from."""
+    measure = view.settings.task.measured_op
+    return [
+        {
+            "trial": r.number,
+            "d": r.d_model,
+            "params": r.params_total,
+            "accuracy": r.value,
+            "accuracy_ops": r.accuracy,
+            "strict": r.strict_accuracy.get(measure),
+            "seed": r.seed,
+            "steps": r.steps,
+            "train_s": r.train_s,
+            "stop_reason": r.stop_reason,
+        }
+        for r in view.completed
+    ]
 
 
 def step_cost(ds, seconds, steps) -> tuple[float, float] | None:
@@ -283,10 +275,10 @@ def _efficiency(runs: list[dict], settings: StudySettings, d_range, n_failed: in
     }
 
 
-def _analyses(study, name: str, runs: list[dict], analysis_dir: Path) -> list[dict]:
+def _analyses(view: StudyView, runs: list[dict], analysis_dir: Path) -> list[dict]:
     """Stored analysis summaries, with the figures and scores `threshold analyze` left in
     ``analysis_dir/<study>-trial<N>/`` when they are there."""
-    stored = load_analyses(study)
+    stored, name = view.analyses, view.name
     folders = {}
     if analysis_dir.is_dir():
         pattern = re.compile(re.escape(name) + r"-trial(\d+)$")
@@ -337,33 +329,29 @@ def _analyses(study, name: str, runs: list[dict], analysis_dir: Path) -> list[di
     return out
 
 
-def _study_data(study, settings: StudySettings, analysis_dir: Path) -> StudyData:
-    name = study.study_name
-    trials = study.get_trials(deepcopy=False)
-    completed, pending = split_trials(trials)
-    runs = _run_rows(trials, settings.task.measured_op)
-    n_running = sum(t.state == TrialState.RUNNING for t in trials)
-    n_failed = sum(t.state == TrialState.FAIL and "cancelled" not in t.user_attrs for t in trials)
-    attrs = {k: v for k, v in study.user_attrs.items() if not k.startswith("analysis:")}
-    raw = attrs.pop("estimate", None)
-    estimate = json.loads(raw) if raw else None
+def _study_data(view: StudyView, analysis_dir: Path) -> StudyData:
+    settings = view.settings
+    completed, _ = view.split()
+    runs = _run_rows(view)
+    estimate = view.estimate.to_dict() if view.estimate is not None else None
     policy = None
-    if estimate is not None and estimate.get("chance") is not None:
-        policy = policy_settings(settings, float(estimate["chance"]))
+    if estimate is not None and view.chance is not None:
+        policy = policy_settings(settings, view.chance)
     source = "stored" if estimate is not None else None
+    search_status = view.stop.text
     if policy is not None and completed and estimate.get("n_runs") != len(completed):
         estimate, source = transition_estimate(policy, completed), "recomputed"
-    _, search_status = stop_status(policy, completed, pending)
+        search_status = stop_status(settings, Estimate.from_dict(estimate), view.runs).text
     data = StudyData(
-        name=name,
+        name=view.name,
         settings=settings,
-        attrs=attrs,
+        attrs=view.attrs,
         status="ok",
         status_text="",
         search_status=search_status,
         runs=runs,
-        n_running=n_running,
-        n_failed=n_failed,
+        n_running=view.n_running,
+        n_failed=view.n_failed,
         estimate=estimate,
         estimate_source=source,
         policy=policy,
@@ -386,8 +374,8 @@ def _study_data(study, settings: StudySettings, analysis_dir: Path) -> StudyData
         min([settings.search.d_lo, *[r["d"] for r in runs]]),
         max([settings.search.d_hi, *[r["d"] for r in runs]]),
     ]
-    data.efficiency = _efficiency(runs, settings, d_range, n_failed)
-    data.analyses = _analyses(study, name, runs, analysis_dir)
+    data.efficiency = _efficiency(runs, settings, d_range, view.n_failed)
+    data.analyses = _analyses(view, runs, analysis_dir)
     return data
 
 
@@ -489,8 +477,7 @@ def collect(
 
     transfer = [read_transfer(p) for p in transfer_files]  # bad files fail before slow work
     storage = open_storage(url, create=False)
-    summaries = storage.get_all_studies()
-    known = [s.study_name for s in summaries]
+    known = study_names(storage)
     baselines = list(dict.fromkeys(baselines))
     for baseline in baselines:
         if baseline not in known:
@@ -502,14 +489,7 @@ def collect(
     if names:
         wanted = list(dict.fromkeys(names))
     else:
-        wanted = []
-        for s in summaries:
-            try:
-                StudySettings.from_attrs(s.user_attrs)
-            except ThresholdError:
-                log.info("study %s has no threshold settings: left out", s.study_name)
-                continue
-            wanted.append(s.study_name)
+        wanted = [view.name for view in read_studies(storage)]
         if not wanted:
             raise ThresholdError(
                 f"storage {_public_url(storage_url(url))!r} has no threshold study: "
@@ -517,12 +497,12 @@ def collect(
             )
     # The baselines first, each the first row of its group.
     wanted = [*baselines, *(name for name in wanted if name not in baselines)]
-    loaded = [load_study(name, storage) for name in wanted]  # unknown names fail here, fast
+    loaded = [read_study(storage, name) for name in wanted]  # unknown names fail here, fast
     studies = []
-    for i, (study, settings) in enumerate(loaded):
+    for i, view in enumerate(loaded):
         if on_progress is not None:
             on_progress("reading studies", i, len(loaded))
-        studies.append(_study_data(study, settings, Path(analysis_dir)))
+        studies.append(_study_data(view, Path(analysis_dir)))
     if on_progress is not None:
         on_progress("reading studies", len(loaded), len(loaded))
     compare(studies, baselines)

@@ -1,6 +1,6 @@
 """The optuna-dashboard note of a study: its estimate in words (a template) and as a plotly figure.
 
-Presentation only: :func:`threshold.search.notes.write_note` reads the trials, calls these and
+Presentation only: :func:`threshold.search.notes.write_note` reads the study record, calls these and
 stores what they return on the study. The note is a :class:`Note` of numbers and sentences
 rendered by ``templates/note.md.j2`` (the renderer of the report pages and the suite README):
 the 80% point in parameters and in d with its 90% interval, the midpoint, the least-squares

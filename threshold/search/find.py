@@ -18,11 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import optuna
-from optuna.trial import TrialState
+from optuna.storages import BaseStorage
 
 from threshold.errors import ConfigError, ThresholdError
-from threshold.search.sampler import PARAM
+from threshold.search.record import read_study
 from threshold.search.study import (
     StudySettings,
     check_study_name,
@@ -233,31 +232,23 @@ def stop_workers(procs: list[subprocess.Popen], grace_s: float = 60) -> None:
             p.wait()
 
 
-def snapshot(storage: optuna.storages.BaseStorage, name: str) -> dict:
+def snapshot(storage: BaseStorage | str, name: str) -> dict:
     """Trials (size, parameters, seed, accuracy, time, state, progress) and the estimate."""
-    study = optuna.load_study(study_name=name, storage=storage)
-    rows = []
-    for t in study.get_trials(deepcopy=False):
-        d = t.params.get(PARAM, t.user_attrs.get(PARAM))
-        duration = None
-        if t.datetime_start is not None and t.datetime_complete is not None:
-            duration = (t.datetime_complete - t.datetime_start).total_seconds()
-        last_step = max(t.intermediate_values, default=None)
-        rows.append(
-            {
-                "number": t.number,
-                "state": t.state.name,
-                "d_model": d,
-                "params_total": t.user_attrs.get("params_total"),
-                "seed": t.user_attrs.get("seed"),
-                "accuracy": t.value,
-                "stop_reason": t.user_attrs.get("stop_reason"),
-                "seconds": duration,
-                "step": last_step,
-                "val_accuracy": t.intermediate_values.get(last_step) if last_step else None,
-            }
-        )
-    attrs = study.user_attrs
-    estimate = json.loads(attrs["estimate"]) if "estimate" in attrs else None
-    complete = sum(r["state"] == TrialState.COMPLETE.name for r in rows)
-    return {"study": name, "trials": rows, "estimate": estimate, "n_trials": complete}
+    view = read_study(storage, name)
+    rows = [
+        {
+            "number": r.number,
+            "state": r.state,
+            "d_model": r.d_model,
+            "params_total": r.params_total,
+            "seed": r.seed,
+            "accuracy": r.value,
+            "stop_reason": r.stop_reason,
+            "seconds": r.seconds,
+            "step": r.last_step,
+            "val_accuracy": r.val_accuracy,
+        }
+        for r in view.runs
+    ]
+    estimate = view.estimate.to_dict() if view.estimate is not None else None
+    return {"study": name, "trials": rows, "estimate": estimate, "n_trials": len(view.completed)}

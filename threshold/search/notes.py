@@ -4,12 +4,15 @@ Each threshold study carries a Markdown note (optuna-dashboard's ``save_note``) 
 point in parameters and in d, its 90% interval, the midpoint, the asymptote, the runs done, why
 the study stopped, and a summary of its settings; and a plotly figure (``save_plotly_graph_object``)
 of accuracy against total parameters with one point per run, the least-squares logistic of
-``fit.py`` and the 80% point marked. This module reads the trials and stores both; their words
-and drawing are :mod:`threshold.report.notes` (the report's templates). Both live in the study's
-system attributes, where the dashboard reads them. The worker rewrites them after every estimate
-refresh and ``threshold dashboard`` at start-up (so older studies get them too); a note whose
-text has not changed is left alone, so its version only moves when the estimate does. Edits made
-to the note in the dashboard are overwritten at the next refresh.
+``fit.py`` and the 80% point marked. This module reads the study's record
+(:mod:`threshold.search.record`) and stores both; their words and drawing are
+:mod:`threshold.report.notes` (the report's templates). Both live in the study's system attributes,
+where the dashboard reads them. The worker rewrites them after every estimate refresh and
+``threshold dashboard`` at start-up (so older studies get them too); a note whose text has not
+changed is left alone, so its version only moves when the estimate does. Edits made to the note in
+the dashboard are overwritten at the next refresh. Where the search stands is the record's stop
+status (:func:`threshold.search.record.stop_status`), read off the estimate without the policy's
+look-ahead.
 
 optuna-dashboard (it loads scikit-learn and rich), plotly and the report's templates are imported
 on first use, so that importing the worker stays light.
@@ -17,19 +20,17 @@ on first use, so that importing the worker stays light.
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import optuna
-from optuna.trial import FrozenTrial, TrialState
 
 from threshold.errors import ThresholdError
 from threshold.search.fit import logistic
-from threshold.search.policy import bracket, decide
-from threshold.search.sampler import PARAM, policy_settings, split_trials
+from threshold.search.policy import bracket
+from threshold.search.record import StudyView, read_studies, read_study
+from threshold.search.sampler import policy_settings
 from threshold.search.settings import SearchSettings
 from threshold.search.study import StudySettings
 
@@ -39,7 +40,6 @@ __all__ = [
     "completed_runs",
     "curve_sizes",
     "fit_accuracy",
-    "stop_status",
     "write_all_notes",
     "write_note",
 ]
@@ -49,13 +49,6 @@ log = logging.getLogger(__name__)
 FIGURE_ID = "transition-curve"  # fixed, so each refresh replaces the figure instead of adding one
 MIN_RUNS = 3  # the initial bracket: before it is complete the posterior is mostly its prior
 CURVE_POINTS = 120  # points of the plotted logistic: smooth on a log axis, small JSON
-
-_STOP_WORDS = {
-    "precision": "the 90% interval is within the precision",
-    "budget": "the budget of runs is used",
-    "above_range": "the transition lies above the largest allowed size",
-    "below_range": "the transition lies below the smallest allowed size",
-}
 
 
 @dataclass(frozen=True)
@@ -70,52 +63,19 @@ class Run:
     stop_reason: str | None
 
 
-def completed_runs(trials: Sequence[FrozenTrial], policy: SearchSettings | None) -> list[Run]:
-    """The completed trials with a size and a value, in trial order.
+def completed_runs(view: StudyView, policy: SearchSettings | None) -> list[Run]:
+    """The completed runs of a study, in trial order.
 
-    Parameters come from the trial (``params_total``), else from the policy's size table.
+    Parameters come from the run (``params_total``), else from the policy's size table.
     """
     table = dict(policy.params_of_d) if policy is not None else {}
     runs = []
-    for t in trials:
-        d = t.params.get(PARAM, t.user_attrs.get(PARAM))
-        if t.state != TrialState.COMPLETE or t.value is None or d is None:
-            continue
-        params = t.user_attrs.get("params_total", table.get(int(d)))
+    for r in view.completed:
+        params = r.params_total if r.params_total is not None else table.get(r.d_model)
         if params is None:
             continue
-        runs.append(
-            Run(
-                t.number,
-                int(d),
-                int(params),
-                float(t.value),
-                t.user_attrs.get("seed"),
-                t.user_attrs.get("stop_reason"),
-            )
-        )
+        runs.append(Run(r.number, r.d_model, int(params), r.value, r.seed, r.stop_reason))
     return runs
-
-
-def stop_status(
-    policy: SearchSettings | None, completed: Sequence[tuple[int, float]], pending: Sequence[int]
-) -> tuple[str | None, str]:
-    """(stop reason or None, one sentence on where the search stands), from the policy itself."""
-    if not completed and not pending:
-        return None, "not started: no runs yet"
-    if policy is None:
-        return None, "unknown: the study has no stored estimate yet"
-    decision = decide(policy, completed, pending)
-    if not decision.stop:
-        return None, f"searching: the next run is at d = {decision.d} ({decision.reason})"
-    words = _STOP_WORDS.get(decision.reason, decision.reason)
-    if decision.reason == "precision":
-        words += f" ({policy.precision:g}x)"
-    elif decision.reason == "budget":
-        words = f"the budget of {policy.budget} runs is used"
-    if pending:
-        return decision.reason, f"finishing: {words}; {len(pending)} run(s) still running"
-    return decision.reason, f"stopped ({decision.reason}): {words}"
 
 
 def curve_sizes(params, *marks: float, n: int = CURVE_POINTS) -> np.ndarray:
@@ -146,21 +106,18 @@ def write_note(
     # (one renderer for pages, READMEs and notes); this module reads the trials and stores them.
     from threshold.report.notes import note_markdown, transition_figure
 
-    trials = study.get_trials(deepcopy=False)
-    completed, pending = split_trials(trials)
-    runs = completed_runs(trials, policy)
-    _, status = stop_status(policy, completed, pending)
+    view = read_study(study, study.study_name)
     body = note_markdown(
         settings,
         estimate,
-        runs,
-        n_running=sum(t.state == TrialState.RUNNING for t in trials),
-        status=status,
-        attrs=study.user_attrs,
+        completed_runs(view, policy),
+        n_running=view.n_running,
+        status=view.stop.text,
+        attrs=view.attrs,
         bracket_d=bracket(policy) if policy is not None else (),
     )
     if body != get_note(study):
-        figure = transition_figure(estimate, runs, settings.search.level)
+        figure = transition_figure(estimate, completed_runs(view, policy), settings.search.level)
         save_plotly_graph_object(study, figure, graph_object_id=FIGURE_ID)
         save_note(study, body)
     return body
@@ -170,25 +127,18 @@ def write_all_notes(storage: optuna.storages.BaseStorage) -> list[str]:
     """Write the note of every threshold study in ``storage``; returns their names.
 
     Studies that are not threshold studies (no readable settings) are left alone. The policy is
-    rebuilt from the stored settings and the chance rate stored with the estimate.
+    rebuilt from the stored settings and the study's stored chance rate.
     """
     written = []
-    for summary in storage.get_all_studies():
-        name = summary.study_name
-        try:
-            settings = StudySettings.from_attrs(summary.user_attrs)
-        except ThresholdError:
-            log.info("study %s has no threshold settings: no note", name)
-            continue
-        raw = summary.user_attrs.get("estimate")
-        estimate = json.loads(raw) if raw else None
+    for view in read_studies(storage):
         policy = None
-        if estimate and estimate.get("chance") is not None:
+        if view.chance is not None:
             try:
-                policy = policy_settings(settings, float(estimate["chance"]))
+                policy = policy_settings(view.settings, view.chance)
             except ThresholdError as e:
-                log.warning("study %s: no stop status (%s)", name, e)
-        study = optuna.load_study(study_name=name, storage=storage)
-        write_note(study, settings, policy, estimate)
-        written.append(name)
+                log.warning("study %s: no size table (%s)", view.name, e)
+        study = optuna.load_study(study_name=view.name, storage=storage)
+        estimate = view.estimate.to_dict() if view.estimate is not None else None
+        write_note(study, view.settings, policy, estimate)
+        written.append(view.name)
     return written

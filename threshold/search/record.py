@@ -17,16 +17,20 @@ from __future__ import annotations
 import json
 import logging
 import math
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import optuna
+from optuna.artifacts import download_artifact
+from optuna.artifacts.exceptions import ArtifactNotFound
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 
 from threshold.errors import ThresholdError
-from threshold.search.study import StudySettings, check_study_name, open_storage
+from threshold.search.study import StudySettings, artifact_store, check_study_name, open_storage
 
 if TYPE_CHECKING:
     from threshold.checkpoint import Checkpoint
@@ -38,12 +42,12 @@ __all__ = [
     "StopStatus",
     "StudyView",
     "load_checkpoint",
-    "quiet_storage_log",
     "read_run",
     "read_studies",
     "read_study",
     "split_runs",
     "stop_status",
+    "storage_log_level",
     "study_names",
     "write_analysis",
     "write_cancel",
@@ -333,9 +337,11 @@ def stop_status(
 # Reading -------------------------------------------------------------------------------------
 
 
-def _storage(storage_or_url: BaseStorage | str | None) -> BaseStorage:
+def _storage(storage_or_url: BaseStorage | optuna.Study | str | None) -> BaseStorage:
     if isinstance(storage_or_url, BaseStorage):
         return storage_or_url
+    if isinstance(storage_or_url, optuna.Study):
+        return storage_or_url._storage
     return open_storage(storage_or_url, create=False)
 
 
@@ -369,7 +375,8 @@ def _view(name: str, user_attrs: dict, trials: list[FrozenTrial], storage) -> St
 def read_study(storage_or_url: BaseStorage | str | None, name: str) -> StudyView:
     """The study ``name``; :class:`ThresholdError` when it is not there or not a threshold study.
 
-    ``storage_or_url``: an open storage, a URL, or None for ``$THRESHOLD_STORAGE`` or the default.
+    ``storage_or_url``: an open storage (or an Optuna study, for its storage), a URL, or None for
+    ``$THRESHOLD_STORAGE`` or the default.
     """
     check_study_name(name)
     storage = _storage(storage_or_url)
@@ -408,15 +415,27 @@ def study_names(storage_or_url: BaseStorage | str | None) -> list[str]:
 
 def load_checkpoint(view: StudyView, number: int, url: str | None = None) -> Checkpoint:
     """The checkpoint of run ``number`` of ``view``, from the artifact store beside ``url``."""
-    from threshold.search.study import trial_checkpoint
+    artifact_id = view.run(number).checkpoint
+    if artifact_id is None:
+        raise ThresholdError(f"trial {number} of {view.name!r} has no checkpoint")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.ckpt"
+        store = artifact_store(url)
+        try:
+            download_artifact(artifact_store=store, file_path=str(path), artifact_id=artifact_id)
+        except ArtifactNotFound:
+            raise ThresholdError(
+                f"checkpoint {artifact_id} of trial {number} is not in the artifact store "
+                f"{str(store._base_path)!r}: point $THRESHOLD_ARTIFACTS at the study's artifacts"
+            ) from None
+        from threshold.checkpoint import load_checkpoint as read  # torch: only when one is read
 
-    view.run(number)  # an unknown number names the study's trials
-    study = optuna.load_study(study_name=view.name, storage=_storage(view.storage or url))
-    return trial_checkpoint(study, number, url)
+        return read(path)
 
 
-def quiet_storage_log(level: int = logging.WARNING) -> None:
-    """Optuna's own log lines (a study created, a trial finished) from ``level`` up only."""
+def storage_log_level(level: int) -> None:
+    """Optuna's own log lines (a study created, a trial finished) from ``level`` up only: how the
+    CLI sets them without importing Optuna."""
     optuna.logging.set_verbosity(level)
 
 

@@ -1,37 +1,30 @@
 """What a study holds for later work: its runs, the trial to analyse, and stored analyses.
 
-Optuna refuses to change a finished trial's attributes, so the analysis of trial N is stored on the
-study under the key ``analysis:N`` (a small JSON summary; optuna-dashboard keeps its trial notes on
-the study for the same reason), and figures go to the artifact store attached to the study.
+Read from the study's record (:mod:`threshold.search.record`). Optuna refuses to change a finished
+trial's attributes, so the analysis of trial N is stored on the study under ``analysis:N`` (a small
+JSON summary; optuna-dashboard keeps its trial notes on the study for the same reason).
 """
 
 from __future__ import annotations
 
-import json
 import math
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
 
 from threshold.errors import ThresholdError
-from threshold.search.sampler import PARAM
+from threshold.search.record import Run, StudyView, read_study, write_analysis
 
 __all__ = ["PICKS", "load_analyses", "pick_trial", "runs", "save_analysis"]
 
 PICKS = ("at-transition", "largest")
-_PREFIX = "analysis:"
 
 
-def runs(study: optuna.Study) -> list[FrozenTrial]:
-    """Completed trials that kept a checkpoint, in trial order."""
-    return [
-        t
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if "checkpoint_artifact" in t.user_attrs
-    ]
+def runs(study: StudyView) -> list[Run]:
+    """Completed runs that kept a checkpoint, in trial order."""
+    return study.with_checkpoint
 
 
-def pick_trial(study: optuna.Study, how: str = "at-transition", d_model: int | None = None) -> int:
+def pick_trial(study: StudyView, how: str = "at-transition", d_model: int | None = None) -> int:
     """The number of the trial to analyse.
 
     ``at-transition``: the run nearest (in log size) to the fitted 80% point, ties to the better
@@ -41,40 +34,39 @@ def pick_trial(study: optuna.Study, how: str = "at-transition", d_model: int | N
     done = runs(study)
     if not done:
         raise ThresholdError(
-            f"study {study.study_name!r} has no completed run with a checkpoint: "
+            f"study {study.name!r} has no completed run with a checkpoint: "
             "run `threshold find` first"
         )
     if d_model is not None:
-        at = [t for t in done if t.params.get(PARAM) == d_model]
+        at = [r for r in done if r.d_model == d_model]
         if not at:
-            sizes = sorted({t.params[PARAM] for t in done})
+            sizes = sorted({r.d_model for r in done})
             raise ThresholdError(
-                f"study {study.study_name!r} has no run at d = {d_model} (sizes: {sizes})"
+                f"study {study.name!r} has no run at d = {d_model} (sizes: {sizes})"
             )
-        return max(at, key=lambda t: t.value).number
+        return max(at, key=lambda r: r.value).number
     if how == "largest":
-        return max(done, key=lambda t: (t.params[PARAM], t.value)).number
+        return max(done, key=lambda r: (r.d_model, r.value)).number
     if how != "at-transition":
         raise ThresholdError(f"trial choice {how!r} is unknown: use one of {', '.join(PICKS)}")
-    estimate = json.loads(study.user_attrs.get("estimate") or "null")
-    target = None if estimate is None else estimate.get("d_p80")
+    target = None if study.estimate is None else study.estimate.d_p80
     if target is None or not target > 0:
         raise ThresholdError(
-            f"study {study.study_name!r} has no fitted transition yet: "
-            "choose --trial N or --largest"
+            f"study {study.name!r} has no fitted transition yet: choose --trial N or --largest"
         )
-    return min(done, key=lambda t: (abs(math.log(t.params[PARAM] / target)), -t.value)).number
+    return min(done, key=lambda r: (abs(math.log(r.d_model / target)), -r.value)).number
 
 
-def save_analysis(study: optuna.Study, number: int, summary: dict) -> None:
+def save_analysis(study: StudyView | optuna.Study, number: int, summary: dict) -> None:
     """Store the summary of trial ``number``'s analysis on the study."""
-    study.set_user_attr(f"{_PREFIX}{number}", json.dumps(summary, sort_keys=True))
+    if isinstance(study, StudyView):
+        write_analysis(study.storage, study.name, number, summary)
+    else:
+        write_analysis(study, study.study_name, number, summary)
 
 
-def load_analyses(study: optuna.Study) -> dict[int, dict]:
+def load_analyses(study: StudyView | optuna.Study) -> dict[int, dict]:
     """Every stored analysis summary of the study, by trial number."""
-    return {
-        int(key[len(_PREFIX) :]): json.loads(value)
-        for key, value in study.user_attrs.items()
-        if key.startswith(_PREFIX)
-    }
+    if not isinstance(study, StudyView):
+        study = read_study(study, study.study_name)
+    return dict(study.analyses)

@@ -11,7 +11,6 @@ already carry a size (a retried trial, or one enqueued by hand) bypass the polic
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 
@@ -21,6 +20,7 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from threshold.config import ModelConfig, param_count
+from threshold.search import record
 from threshold.search.policy import SearchSettings, decide
 from threshold.search.study import StudySettings
 
@@ -67,18 +67,7 @@ def split_trials(
     trials: list[FrozenTrial], exclude: int | None = None
 ) -> tuple[list[tuple[int, float]], list[int]]:
     """Completed (d, accuracy) pairs and the sizes of pending trials, leaving out ``exclude``."""
-    completed, pending = [], []
-    for t in trials:
-        if t.number == exclude:
-            continue
-        d = t.params.get(PARAM, t.user_attrs.get(PARAM))
-        if d is None:
-            continue
-        if t.state == TrialState.COMPLETE and t.value is not None:
-            completed.append((int(d), float(t.value)))
-        elif t.state in _PENDING:
-            pending.append(int(d))
-    return completed, pending
+    return record.split_runs(map(record.read_run, trials), exclude)
 
 
 class TransitionSampler(BaseSampler):
@@ -95,8 +84,8 @@ class TransitionSampler(BaseSampler):
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial, search_space) -> dict:
         if PARAM not in search_space or PARAM in trial.params:
             return {}
-        if "seed" in trial.user_attrs:  # decided already: the retry of a trial whose worker died
-            # after the decision, before the size became a parameter
+        if record.SEED in trial.user_attrs:  # decided already: the retry of a trial whose
+            # worker died after the decision, before the size became a parameter
             return {PARAM: trial.user_attrs[PARAM]} if PARAM in trial.user_attrs else {}
         trials = self._after_earlier_decisions(study, trial.number)
         completed, pending = split_trials(trials, exclude=trial.number)
@@ -104,15 +93,12 @@ class TransitionSampler(BaseSampler):
         storage, tid = study._storage, trial._trial_id
         if decision.stop:  # another worker's trial began first and used the last slot
             storage.set_trial_system_attr(tid, CANCEL, decision.reason)
-            storage.set_trial_user_attr(tid, "cancelled", f"study done ({decision.reason})")
+            record.write_cancel(storage, tid, decision.reason)
             return {PARAM: self.settings.search.d_hi}
         seed = run_seed(
             self.settings.search.base_seed, self.settings.task.ops, decision.d, decision.replicate
         )
-        storage.set_trial_user_attr(tid, PARAM, decision.d)
-        storage.set_trial_user_attr(tid, "replicate", decision.replicate)
-        storage.set_trial_user_attr(tid, "seed", seed)
-        storage.set_trial_user_attr(tid, "decision", json.dumps(decision.info, sort_keys=True))
+        record.write_decision(storage, tid, decision.d, decision.replicate, seed, decision.info)
         return {PARAM: decision.d}
 
     def _after_earlier_decisions(self, study: optuna.Study, number: int) -> list[FrozenTrial]:

@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING
 
 import optuna
 import sqlalchemy
-from optuna.artifacts import FileSystemArtifactStore, download_artifact
-from optuna.artifacts.exceptions import ArtifactNotFound
+from optuna.artifacts import FileSystemArtifactStore
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.storages._rdb.models import TrialHeartbeatModel  # its table; no public reader
 from optuna.trial import TrialState
@@ -395,27 +394,9 @@ def load_study(name: str, storage: RDBStorage, sampler=None) -> tuple[optuna.Stu
 
 def trial_checkpoint(study: optuna.Study, number: int, url: str | None = None) -> Checkpoint:
     """The checkpoint of trial ``number``, read from the artifact store beside ``url``."""
-    trials = study.get_trials(deepcopy=False)
-    if not 0 <= number < len(trials):
-        raise ThresholdError(
-            f"trial {number} is not in study {study.study_name!r} (trials 0..{len(trials) - 1})"
-        )
-    artifact_id = trials[number].user_attrs.get("checkpoint_artifact")
-    if artifact_id is None:
-        raise ThresholdError(f"trial {number} of {study.study_name!r} has no checkpoint")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "model.ckpt"
-        store = artifact_store(url)
-        try:
-            download_artifact(artifact_store=store, file_path=str(path), artifact_id=artifact_id)
-        except ArtifactNotFound:
-            raise ThresholdError(
-                f"checkpoint {artifact_id} of trial {number} is not in the artifact store "
-                f"{str(store._base_path)!r}: point $THRESHOLD_ARTIFACTS at the study's artifacts"
-            ) from None
-        from threshold.checkpoint import load_checkpoint  # torch: only when a model is read
+    from threshold.search.record import load_checkpoint, read_study  # record imports this module
 
-        return load_checkpoint(path)
+    return load_checkpoint(read_study(study, study.study_name), number, url)
 
 
 def study_rows(storage: RDBStorage) -> list[dict]:

@@ -9,7 +9,6 @@ heartbeat thread runs beside training and stale trials of killed workers are fai
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -33,6 +32,7 @@ from threshold.device import resolve_device
 from threshold.errors import ConfigError, ThresholdError
 from threshold.model import ModelConfig, RecurrentTransformer, param_count
 from threshold.pretrain import pretrain_task, pretrained, transfer_model_config
+from threshold.search import record
 from threshold.search.fit import transition_estimate
 from threshold.search.policy import decide
 from threshold.search.sampler import CANCEL, PARAM, TransitionSampler, run_seed, split_trials
@@ -65,7 +65,7 @@ def refresh_estimate(study: optuna.Study, sampler: TransitionSampler) -> dict | 
     if not completed:
         return None
     estimate = transition_estimate(sampler.policy, completed)
-    study.set_user_attr("estimate", json.dumps(estimate, sort_keys=True))
+    record.write_estimate(study, estimate, sampler.policy.chance)
     from threshold.search.notes import write_note
 
     write_note(study, sampler.settings, sampler.policy, estimate)
@@ -91,7 +91,7 @@ def _begin(
     cancel = trial.storage.get_trial_system_attrs(trial._trial_id).get(CANCEL)
     if cancel is not None:
         raise Cancelled(cancel)
-    seed = trial.user_attrs.get("seed")
+    seed = trial.user_attrs.get(record.SEED)
     if seed is None:  # enqueued by hand: derive a seed that no earlier run at d used
         earlier = [
             t
@@ -99,22 +99,19 @@ def _begin(
             if t.number < trial.number and t.params.get(PARAM) == d
         ]
         seed = run_seed(settings.search.base_seed, settings.task.ops, d, len(earlier))
-        trial.set_user_attr("seed", seed)
+        record.write_seed(trial, seed)
     source = pretrain_task(settings.task, settings.pretrain) if settings.pretrain else None
     if source is None:
         model_cfg = model_config_for(data.config, d)
     else:
         model_cfg = transfer_model_config(source, settings.task, d)
     counts = param_count(model_cfg)
-    trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
-    trial.set_user_attr("params_total", counts["total"])
-    trial.set_user_attr("params_non_embedding", counts["non_embedding"])
+    record.write_size(trial, f"{socket.gethostname()}:{os.getpid()}", counts)
     cfg = replace(settings.train, seed=seed)
     init = None
     if source is not None:  # pretrained at this size and seed (cached), then trained on the task
         pre = pretrained(source, model_cfg, cfg, cache_dir, device=device)
-        trial.set_user_attr("pretrain_accuracy", json.dumps(pre.metrics["accuracy"]))
-        trial.set_user_attr("pretrain_steps", pre.metrics["steps"])
+        record.write_pretrain(trial, pre.metrics["accuracy"], pre.metrics["steps"])
         init = pre.model
     return _Run(trial, model_cfg, cfg, init)
 
@@ -136,13 +133,7 @@ def _record(run: _Run, result: TrainResult, settings: StudySettings, store) -> f
         artifact_id = upload_artifact(
             artifact_store=store, file_path=str(path), study_or_trial=trial
         )
-    trial.set_user_attr("checkpoint_artifact", artifact_id)
-    trial.set_user_attr("checkpoint_sha256", digest)
-    trial.set_user_attr("accuracy", json.dumps(result.accuracy, sort_keys=True))
-    trial.set_user_attr("strict_accuracy", json.dumps(result.strict_accuracy, sort_keys=True))
-    trial.set_user_attr("steps", result.steps)
-    trial.set_user_attr("stop_reason", result.stop_reason)
-    trial.set_user_attr("train_s", round(result.wall_s, 2))
+    record.write_result(trial, artifact_id, digest, result)
     return result.accuracy[settings.task.measured_op]
 
 

@@ -29,12 +29,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-import optuna
-from optuna.trial import TrialState
-
 import threshold
 from threshold.errors import ThresholdError
 from threshold.search.find import Interrupted, run_search, snapshot
+from threshold.search.record import read_study, study_names
 from threshold.search.study import create_or_load_study, open_storage, storage_url
 from threshold.suite.spec import (
     ALL_REPORT,
@@ -157,27 +155,20 @@ def check_reports_folder(suite: Suite) -> None:
         )
 
 
-def _state(db: optuna.storages.BaseStorage, study: SuiteStudy, known: set[str]) -> StudyState:
-    """The study's runs and whether its policy stops, read from the storage (no writes).
+def _state(db, study: SuiteStudy, known: set[str]) -> StudyState:
+    """The study's runs and whether its search stopped, read from the storage (no writes).
 
-    The policy's chance rate comes from the study's stored estimate (the worker's majority rate,
-    to 4 digits); a study without an estimate, or with running or waiting trials, is not done.
+    Stopped is the record's stop status (the policy's stop rules read off the estimate the worker
+    stored after its last run); a study with running or waiting trials is not done.
     """
-    from threshold.search.policy import decide
-    from threshold.search.sampler import policy_settings, split_trials
-
     name = study.name
     if name not in known:
         return StudyState(study.label, name, exists=False)
-    loaded = optuna.load_study(study_name=name, storage=db)
-    completed, pending = split_trials(loaded.get_trials(deepcopy=False))
-    raw = loaded.user_attrs.get("estimate")
-    estimate = json.loads(raw) if raw else None
-    done, reason = False, None
-    if not pending and estimate is not None and estimate.get("chance") is not None:
-        policy = policy_settings(study.settings, float(estimate["chance"]))
-        decision = decide(policy, completed, [])
-        done, reason = decision.stop, decision.reason if decision.stop else None
+    view = read_study(db, name)
+    completed, pending = view.split()
+    estimate = view.estimate.to_dict() if view.estimate is not None else None
+    done = not pending and view.stop.stopped
+    reason = view.stop.reason if done else None
     return StudyState(study.label, name, True, len(completed), len(pending), done, reason, estimate)
 
 
@@ -187,7 +178,7 @@ def study_states(suite: Suite, storage: str | None = None) -> list[StudyState]:
     if _sqlite_missing(url):
         return [StudyState(s.label, s.name, exists=False) for s in suite.studies]
     db = open_storage(url, create=False)
-    known = {s.study_name for s in db.get_all_studies()}
+    known = set(study_names(db))
     return [_state(db, s, known) for s in suite.studies]
 
 
@@ -279,7 +270,7 @@ def run_suite(
 
 def _run_study(study, db, url, workers, heartbeat, cache_dir, emit, poll_s, info, device) -> dict:
     create_or_load_study(study.settings, db)  # a study found again must have the same settings
-    known = {s.study_name for s in db.get_all_studies()}
+    known = set(study_names(db))
     state = _state(db, study, known)
     info = info | {"study": study.name, "n_runs": state.n_complete}
     if state.done:
@@ -328,7 +319,7 @@ def _run_study(study, db, url, workers, heartbeat, cache_dir, emit, poll_s, info
 
 
 def _finished(row: dict) -> bool:
-    return row["state"] in (TrialState.COMPLETE.name, TrialState.FAIL.name)
+    return row["state"] in ("COMPLETE", "FAIL")
 
 
 def _new_trials(snap: dict, study: SuiteStudy, seen: set[int], emit) -> None:
@@ -418,7 +409,7 @@ def _run_analyses(
     from threshold.analysis.studies import analyze_trial, matched_pair
     from threshold.search.results import load_analyses, pick_trial
 
-    known = {s.study_name for s in db.get_all_studies()}
+    known = set(study_names(db))
     jobs: list = [(a.study, a.pick if a.d is None else f"d = {a.d}", a) for a in suite.analyses]
     jobs += [(" vs ".join(c.studies), f"matched by {c.match}", c) for c in suite.comparisons]
     out = []
@@ -432,16 +423,14 @@ def _run_analyses(
             out.append(row | {"status": "skipped", "error": why})
             continue
         try:
-            studies = [
-                optuna.load_study(study_name=suite.study(lb).name, storage=db) for lb in labels
-            ]
+            studies = [read_study(db, suite.study(lb).name) for lb in labels]
             if isinstance(job, Analysis):
                 numbers = [pick_trial(studies[0], job.pick, job.d)]
             else:
                 numbers = list(matched_pair(studies[0], studies[1], job.match, job.d))
             trials = []
             for lb, study, number in zip(labels, studies, numbers, strict=True):
-                folder = ANALYSIS_DIR / f"{study.study_name}-trial{number}"
+                folder = ANALYSIS_DIR / f"{study.name}-trial{number}"
                 done = number in load_analyses(study) and (folder / "scores.json").is_file()
                 trials.append(
                     {"study": lb, "trial": number, "folder": str(folder), "ran": not done}
@@ -467,7 +456,7 @@ def _run_surveys(
     are deterministic), redone when the study has new runs."""
     from threshold.analysis.studies import SURVEY_FORMAT, survey, survey_trials
 
-    known = {s.study_name for s in db.get_all_studies()}
+    known = set(study_names(db))
     out = []
     for spec in suite.surveys:
         name = suite.study(spec.study).name
@@ -477,7 +466,7 @@ def _run_surveys(
             emit(Event("survey_failed", spec.study, {"error": why}))
             out.append(row | {"status": "skipped", "error": why})
             continue
-        study = optuna.load_study(study_name=name, storage=db)
+        study = read_study(db, name)
         path = suite.reports_dir / SURVEY_DIR / f"{spec.study}.json"
         wanted = [t.number for t in survey_trials(study, spec.min_accuracy)]
         try:
@@ -525,7 +514,7 @@ def _write_reports(suite: Suite, db, url: str, emit) -> list[dict]:
     """Every report of the suite, by :mod:`threshold.report` (the one call site of it here)."""
     from threshold.report import PLOTLY_JS, collect, write_report
 
-    known = {s.study_name for s in db.get_all_studies()}
+    known = set(study_names(db))
     transfers = {t.label: transfer_file(suite, t) for t in suite.transfers}
     out = []
     for spec in suite.reports:
