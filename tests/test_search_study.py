@@ -4,6 +4,7 @@ import optuna
 import pytest
 
 from threshold import ConfigError, ThresholdError
+from threshold.search.record import study_rows
 from threshold.search.study import (
     SearchConfig,
     StorageError,
@@ -11,7 +12,6 @@ from threshold.search.study import (
     create_or_load_study,
     load_study,
     open_storage,
-    study_rows,
 )
 from threshold.tasks import TaskConfig
 from threshold.train import TrainConfig

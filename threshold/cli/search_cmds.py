@@ -167,12 +167,8 @@ def status(
     """List the studies in a storage with their current transition estimates."""
 
     def body():
-        from threshold.search.study import (
-            default_storage_missing,
-            open_storage,
-            storage_url,
-            study_rows,
-        )
+        from threshold.search.record import study_rows
+        from threshold.search.study import default_storage_missing, open_storage, storage_url
 
         if default_storage_missing(storage):
             rows = []

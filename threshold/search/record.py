@@ -49,6 +49,7 @@ __all__ = [
     "stop_status",
     "storage_log_level",
     "study_names",
+    "study_rows",
     "write_analysis",
     "write_cancel",
     "write_decision",
@@ -411,6 +412,25 @@ def read_studies(
 def study_names(storage_or_url: BaseStorage | str | None) -> list[str]:
     """The names of every study in the storage, threshold's or not."""
     return [s.study_name for s in _storage(storage_or_url).get_all_studies()]
+
+
+def study_rows(storage_or_url: BaseStorage | str | None) -> list[dict]:
+    """Every study, threshold's or not: name, completed and running trials, its stored estimate
+    (what ``threshold status`` lists)."""
+    storage = _storage(storage_or_url)
+    rows = []
+    for s in storage.get_all_studies():
+        states = [t.state.name for t in storage.get_all_trials(s._study_id, deepcopy=False)]
+        estimate = _json(s.user_attrs.get(ESTIMATE))
+        rows.append(
+            {
+                "study": s.study_name,
+                "n_complete": states.count("COMPLETE"),
+                "n_running": states.count("RUNNING"),
+                "estimate": estimate if isinstance(estimate, dict) else None,
+            }
+        )
+    return rows
 
 
 def load_checkpoint(view: StudyView, number: int, url: str | None = None) -> Checkpoint:

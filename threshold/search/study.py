@@ -55,7 +55,6 @@ __all__ = [
     "load_study",
     "open_storage",
     "storage_url",
-    "study_rows",
     "trial_checkpoint",
 ]
 
@@ -397,20 +396,3 @@ def trial_checkpoint(study: optuna.Study, number: int, url: str | None = None) -
     from threshold.search.record import load_checkpoint, read_study  # record imports this module
 
     return load_checkpoint(read_study(study, study.study_name), number, url)
-
-
-def study_rows(storage: RDBStorage) -> list[dict]:
-    """Every study: name, completed and running trials, and its stored estimate."""
-    rows = []
-    for s in storage.get_all_studies():
-        states = [t.state for t in storage.get_all_trials(s._study_id, deepcopy=False)]
-        estimate = s.user_attrs.get("estimate")
-        rows.append(
-            {
-                "study": s.study_name,
-                "n_complete": sum(st == optuna.trial.TrialState.COMPLETE for st in states),
-                "n_running": sum(st == optuna.trial.TrialState.RUNNING for st in states),
-                "estimate": json.loads(estimate) if estimate else None,
-            }
-        )
-    return rows
