@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 
 from threshold.errors import ThresholdError
+from threshold.search.settings import SearchSettings
 from threshold.search.study import StudySettings, artifact_store, check_study_name, open_storage
 
 if TYPE_CHECKING:
@@ -70,8 +70,8 @@ PRETRAIN_ACCURACY, PRETRAIN_STEPS = "pretrain_accuracy", "pretrain_steps"
 CHECKPOINT, CHECKPOINT_SHA256 = "checkpoint_artifact", "checkpoint_sha256"
 ACCURACY, STRICT_ACCURACY = "accuracy", "strict_accuracy"
 STEPS, STOP_REASON, TRAIN_S = "steps", "stop_reason", "train_s"
-# Study user attributes besides the settings (StudySettings.to_attrs: task, train, search,
-# pretrain) and version and git_commit (create_or_load_study).
+# Study user attributes besides the settings, which StudySettings writes and reads whole
+# (to_attrs, from_attrs: task, train, search, pretrain) with version and git_commit beside them.
 ESTIMATE, CHANCE = "estimate", "chance"
 ANALYSIS_PREFIX = "analysis:"  # analysis:N holds the summary of trial N's analysis
 
@@ -295,8 +295,6 @@ def stop_status(
     last run, without the look-ahead :func:`threshold.search.policy.decide` runs to pick a size.
     An estimate older than the completed runs gives "searching" until the worker refreshes it.
     """
-    from threshold.search.settings import SearchSettings
-
     search = settings.search
     n_done = sum(r.complete for r in runs)
     n_pending = sum(r.pending for r in runs)
@@ -509,8 +507,7 @@ def write_result(trial: optuna.Trial, artifact_id: str, sha256: str, result) -> 
 def write_estimate(study: optuna.Study, estimate: dict, chance: float) -> None:
     """The study's transition estimate, and the chance rate the policy is built with."""
     study.set_user_attr(ESTIMATE, json.dumps(estimate, sort_keys=True))
-    if not math.isnan(chance):
-        study.set_user_attr(CHANCE, float(chance))
+    study.set_user_attr(CHANCE, float(chance))
 
 
 def write_analysis(
