@@ -368,3 +368,22 @@ def test_bench_families_small():
             assert 0 <= rows[key]["coverage"] <= 1 and 0 <= rows[key]["within_20"] <= 1
     with pytest.raises(ConfigError, match="families"):
         bench_families(n_studies=1, families=("smooth",))
+
+
+def test_a_batched_search_spreads_its_rounds_and_keeps_its_budget():
+    """Batch rounds (find --batch K, simulated): every round holds at most K runs, there are
+    fewer rounds than runs, and the budget holds."""
+    from threshold.search.settings import SearchSettings
+    from threshold.search.simulate import (
+        ResponseModel,
+        draw_truth,
+        listops_table,
+        run_policy_batched,
+    )
+
+    model = ResponseModel()
+    settings = SearchSettings(listops_table(), chance=model.unlearned_mean, budget=24)
+    truth = draw_truth(np.random.default_rng(3), model)
+    row = run_policy_batched(settings, model, truth, np.random.default_rng(4), batch=8)
+    assert row["runs"] <= 24
+    assert row["rounds"] * 8 >= row["runs"] > row["rounds"]

@@ -221,6 +221,14 @@ def bench_search(
             help="Instead: our sampler against a dense grid and plain Optuna (bimodal family).",
         ),
     ] = False,
+    batches: Annotated[
+        bool,
+        typer.Option(
+            "--batches",
+            help="Instead: batch workers of 1, 4, 8 and 16 trials (bimodal family): runs, "
+            "compute, rounds (wall-clock in runs), coverage.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Our sampler on simulated studies with known truth, family by family (see README)."""
@@ -240,10 +248,17 @@ def bench_search(
             raise ConfigError(f"--studies {studies} is not allowed: use 1 or more")
         # The tool's own defaults on ListOps mod 10 (vocabulary 22, context 60).
         defaults = StudySettings(TaskConfig(ops=("add",)), TrainConfig(), SearchConfig())
-        if methods:
+        if methods or batches:
             model = ResponseModel()
             settings = policy_settings(defaults, chance=model.unlearned_mean)
-            result = run_bench(n_studies=studies, seed=seed, settings=settings, model=model)
+            chosen = ("policy", "policy_b4", "policy_b8", "policy_b16", "grid")
+            result = run_bench(
+                n_studies=studies,
+                seed=seed,
+                settings=settings,
+                model=model,
+                **({"methods": chosen} if batches else {}),
+            )
         else:
             try:
                 counts = tuple(int(v) for v in runs.split(",") if v.strip())
@@ -259,7 +274,7 @@ def bench_search(
             )
         if as_json:
             typer.echo(json.dumps(result))
-        elif methods:
+        elif methods or batches:
             _print_bench_search(result)
         else:
             _print_bench_families(result)
@@ -347,12 +362,14 @@ def _print_bench_search(result: dict) -> None:
     from rich.table import Table
 
     table = Table(title=f"search on {result['n_studies']} simulated studies (known truth)")
-    for col in ("method", "median runs", "mean compute", "vs grid", "coverage", "median width"):
+    cols = ("method", "median runs", "median rounds", "mean compute", "vs grid", "coverage")
+    for col in (*cols, "median width"):
         table.add_column(col, justify="right")
     for name, m in result["methods"].items():
         table.add_row(
             name,
             f"{m['median_runs']:g}",
+            f"{m['median_rounds']:g}",
             f"{m['mean_compute']:.0f}",
             f"{result['compute_vs_grid'].get(name, float('nan')):.2f}",
             f"{m['coverage']:.2f}",

@@ -160,6 +160,35 @@ def run_policy(
     return _result(completed, settings, *_posterior_interval(settings, completed))
 
 
+def run_policy_batched(
+    settings: SearchSettings,
+    model: ResponseModel,
+    truth: Truth,
+    rng: np.random.Generator,
+    batch: int,
+) -> dict:
+    """Drive ``decide`` as a batch worker does: each round asks for up to ``batch`` sizes (each
+    decision sees the round's earlier ones as pending; a stop ends the round), then all of them
+    run at once. ``rounds`` counts the rounds: the wall-clock in units of one run, when a GPU
+    trains a round's members side by side."""
+    completed: list[tuple[int, float]] = []
+    rounds = 0
+    while True:
+        pending: list[int] = []
+        while len(pending) < batch:
+            decision = decide(settings, completed, pending)
+            if decision.stop:
+                break
+            pending.append(decision.d)
+        if not pending:
+            break
+        rounds += 1
+        for d in pending:
+            completed.append((d, sample_accuracy(rng, model, truth, float(settings.x_of(d)))))
+    result = _result(completed, settings, *_posterior_interval(settings, completed))
+    return result | {"rounds": rounds}
+
+
 def _posterior_interval(settings: SearchSettings, runs) -> tuple[float, float, float]:
     """(5%, 95%, 50%) posterior quantiles of x80 from the runs."""
     s, _ = posterior_summary(settings, runs)
