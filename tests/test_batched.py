@@ -39,8 +39,12 @@ def max_add5(tmp_path_factory):
     return load_task_data(TaskConfig(ops=("max", "add"), **TINY), tmp_path_factory.mktemp("c"))
 
 
-def _models(data, sizes):
-    return [init_model(model_config_for(data.config, d), seed) for seed, d in enumerate(sizes)]
+PAPER_BLOCK = {"block": "parallel", "activation": "relu", "init_std": 0.02}  # the group's code
+
+
+def _models(data, sizes, **shape):
+    cfgs = [model_config_for(data.config, d, **shape) for d in sizes]
+    return [init_model(cfg, seed) for seed, cfg in enumerate(cfgs)]
 
 
 def _padding_is_zero(ens: Ensemble) -> bool:
@@ -54,9 +58,11 @@ def _padding_is_zero(ens: Ensemble) -> bool:
     return True
 
 
-@pytest.mark.parametrize("sizes", [SIZES, [16, 16, 16]])
-def test_logits_at_init_equal_each_members_own(max5, sizes):
-    models = _models(max5, sizes)
+@pytest.mark.parametrize(
+    ("sizes", "shape"), [(SIZES, {}), ([16, 16, 16], {}), (SIZES, PAPER_BLOCK)]
+)
+def test_logits_at_init_equal_each_members_own(max5, sizes, shape):
+    models = _models(max5, sizes, **shape)
     ens = Ensemble.from_models(models)
     x = torch.randint(0, len(max5.vocab), (len(sizes), 3, 20))
     with torch.no_grad():
@@ -73,9 +79,10 @@ def test_logits_at_init_equal_each_members_own(max5, sizes):
             assert torch.equal(p, q), name
 
 
-def test_fifty_steps_on_the_same_batches_give_the_same_weights(max5):
+@pytest.mark.parametrize("shape", [{}, PAPER_BLOCK])
+def test_fifty_steps_on_the_same_batches_give_the_same_weights(max5, shape):
     cfg = TrainConfig(lr=1e-2, warmup_steps=10)
-    models = _models(max5, SIZES)
+    models = _models(max5, SIZES, **shape)
     ens = Ensemble.from_models(models)
     opt = StackedAdamW(ens, [cfg] * len(models))
     singles = [make_optimizer(m, cfg) for m in models]

@@ -85,3 +85,44 @@ def test_too_long_input_is_refused():
 def test_bad_model_config(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         ModelConfig(vocab_size=22, n_ctx=60, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [{"block": "parallel"}, {"activation": "relu"}, {"init_std": 0.02}],
+)
+def test_recipe_shapes_keep_the_parameter_count_and_differ_in_output(shape):
+    base = ModelConfig(vocab_size=20, n_ctx=30, d_model=16)
+    other = ModelConfig(vocab_size=20, n_ctx=30, d_model=16, **shape)
+    torch.manual_seed(0)
+    a = RecurrentTransformer(base)
+    torch.manual_seed(0)
+    b = RecurrentTransformer(other)
+    assert param_count(other) == b.num_params() == a.num_params()
+    x = torch.randint(0, 20, (2, 12))
+    assert not torch.allclose(a(x), b(x))
+    if "init_std" in shape:
+        weights = torch.cat([p.flatten() for n, p in b.named_parameters() if p.dim() == 2])
+        assert abs(weights.std().item() - 0.02) < 0.002
+
+
+def test_parallel_block_reads_the_same_stream_twice():
+    cfg = ModelConfig(vocab_size=20, n_ctx=30, d_model=8, block="parallel", n_recur=1)
+    model = RecurrentTransformer(cfg)
+    x = torch.randn(2, 5, 8)
+    block = model.block
+    expected = x + block.attn(block.ln_1(x), None, 0) + block.mlp(block.ln_2(x))
+    assert torch.allclose(block(x, None, 0), expected)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"block": "serial"}, "block 'serial'"),
+        ({"activation": "tanh"}, "activation 'tanh'"),
+        ({"init_std": 0.0}, "init_std 0.0"),
+    ],
+)
+def test_bad_recipe_shape(kwargs, named):
+    with pytest.raises(ConfigError, match=named):
+        ModelConfig(vocab_size=20, n_ctx=30, d_model=8, **kwargs)

@@ -26,6 +26,11 @@ class ModelConfig:
     n_head: int = 1  # domain.md: one head
     mlp_ratio: int = 4  # MLP hidden width = mlp_ratio * d_model (domain.md: 4x)
     tie_embeddings: bool = False  # untied head: the output map is free to differ from the input
+    # The recipe's model side (domain.md, Regimes). Defaults are this tool's first recipe, so
+    # configs stored before these fields existed read as what they trained.
+    block: str = "sequential"  # x += SA(LN x); x += FFN(LN x). "parallel": x + SA(..) + FFN(..)
+    activation: str = "gelu"  # of the MLP; "relu" as in the group's ListOps code
+    init_std: float | None = None  # None: fan-in scaled (embeddings N(0, 1)); else N(0, std) all
 
     def __post_init__(self) -> None:
         if not 1 <= self.d_model <= MAX_D_MODEL:
@@ -41,6 +46,15 @@ class ModelConfig:
         for name in ("vocab_size", "n_ctx", "n_recur", "n_head", "mlp_ratio"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} {getattr(self, name)} is not allowed: use 1 or more")
+        if self.block not in ("sequential", "parallel"):
+            raise ConfigError(f"block {self.block!r} is not allowed: use sequential or parallel")
+        if self.activation not in ("gelu", "relu"):
+            raise ConfigError(f"activation {self.activation!r} is not allowed: use gelu or relu")
+        if self.init_std is not None and not self.init_std > 0:
+            raise ConfigError(
+                f"init_std {self.init_std} is not allowed: use a positive standard deviation, "
+                "or none for the fan-in scaled init"
+            )
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -238,6 +238,13 @@ class Ensemble:
         x = F.embedding(idx + offsets, p["tok"].reshape(m * v_size, -1))  # (M, B, T, D)
         x = x + p["pos"][:, None, start : start + t]  # (M, B, T, D)
         for step in range(cfg.n_recur):
+            if cfg.block == "parallel":  # both read the same x
+                x = (
+                    x
+                    + self._attention(self._ln(x, "ln_1"), cache, step)
+                    + self._mlp(self._ln(x, "ln_2"))
+                )  # (M, B, T, D)
+                continue
             x = x + self._attention(self._ln(x, "ln_1"), cache, step)  # (M, B, T, D)
             x = x + self._mlp(self._ln(x, "ln_2"))  # (M, B, T, D)
         if cache is not None:
@@ -285,5 +292,6 @@ class Ensemble:
         return self._linear(y, "out.w", "out.b")  # (M, B, T, D)
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
-        h = F.gelu(self._linear(x, "up.w", "up.b"))  # (M, B, T, F)
+        h = self._linear(x, "up.w", "up.b")  # (M, B, T, F)
+        h = F.relu(h) if self.cfg.activation == "relu" else F.gelu(h)  # both keep zero at zero
         return self._linear(h, "down.w", "down.b")  # (M, B, T, D)

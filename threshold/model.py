@@ -64,9 +64,11 @@ class MLP(nn.Module):
         super().__init__()
         self.up = nn.Linear(cfg.d_model, cfg.mlp_ratio * cfg.d_model)
         self.down = nn.Linear(cfg.mlp_ratio * cfg.d_model, cfg.d_model)
+        self.relu = cfg.activation == "relu"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(F.gelu(self.up(x)))  # (B, T, D)
+        h = self.up(x)  # (B, T, mlp_ratio * D)
+        return self.down(F.relu(h) if self.relu else F.gelu(h))  # (B, T, D)
 
 
 class Block(nn.Module):
@@ -76,8 +78,11 @@ class Block(nn.Module):
         self.attn = Attention(cfg)
         self.ln_2 = nn.LayerNorm(cfg.d_model)
         self.mlp = MLP(cfg)
+        self.parallel = cfg.block == "parallel"
 
     def forward(self, x: torch.Tensor, cache: KVCache | None, step: int) -> torch.Tensor:
+        if self.parallel:  # both read the same x
+            return x + self.attn(self.ln_1(x), cache, step) + self.mlp(self.ln_2(x))  # (B, T, D)
         x = x + self.attn(self.ln_1(x), cache, step)  # (B, T, D)
         return x + self.mlp(self.ln_2(x))  # (B, T, D)
 
@@ -98,11 +103,14 @@ class RecurrentTransformer(nn.Module):
     def _init_weights(self) -> None:
         # Fan-in scaling keeps activations of order one at every d_model from 8 to 256; the two maps
         # that write into the residual stream are shrunk by the number of times they are applied.
+        # With init_std, every matrix and embedding is N(0, init_std) instead (the group's code).
         for name, p in self.named_parameters():
             if name.endswith("bias"):
                 nn.init.zeros_(p)
             elif "ln" in name:
                 nn.init.ones_(p)
+            elif self.cfg.init_std is not None:
+                nn.init.normal_(p, std=self.cfg.init_std)
             elif name in ("tok.weight", "pos.weight"):
                 nn.init.normal_(p, std=1.0)
             else:
