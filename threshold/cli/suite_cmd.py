@@ -34,6 +34,10 @@ def run_suite_cmd(
         bool, typer.Option("--dry-run", help="Check the suite and print the plan; run nothing.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    batch: Annotated[
+        int | None,
+        typer.Option(help="Trials a worker trains at once as one batch (default: the suite's)."),
+    ] = None,
     device: Device = "auto",
     cache_dir: CacheDir = None,
 ) -> None:
@@ -52,6 +56,8 @@ def run_suite_cmd(
 
         # refused before anything is opened: no device, more workers than the machine runs
         worker_devices(suite.workers if workers is None else workers, device)
+        if batch is not None and batch < 1:
+            raise ConfigError(f"--batch {batch} is not allowed: use 1 or more trials at once")
         if dry_run:
             from threshold.suite.run import plan
 
@@ -80,6 +86,7 @@ def run_suite_cmd(
                 _Printer(enabled=not as_json),
                 cache_dir,
                 device=device,
+                batch=batch,
             )
         except KeyboardInterrupt:
             typer.echo(f"interrupted: run `threshold run {suite_file}` again to resume", err=True)

@@ -150,7 +150,7 @@ class _Parser:
                 self.line("", None, "name"),
                 f"name {name!r} is not allowed: use letters, digits and . _ + -",
             )
-        for key in ("workers", "heartbeat"):
+        for key in ("workers", "batch", "heartbeat"):
             if key in top and top[key] < 1:
                 raise self.fail(
                     self.line("", None, key),
@@ -173,6 +173,7 @@ class _Parser:
             description=top.get("description", ""),
             storage=top.get("storage"),
             workers=top.get("workers", 1),
+            batch=top.get("batch", 1),
             heartbeat=top.get("heartbeat", 30),
             reports_dir=Path(top.get("reports", f"reports/{name}")),
             baseline=baseline,

@@ -229,14 +229,17 @@ def run_suite(
     cache_dir: Path | None = None,
     poll_s: float = 2.0,
     device: str = "auto",
+    batch: int | None = None,
 ) -> dict:
     """Run the suite (or the studies and transfers labelled ``only``); returns its record.
 
     ``analyze`` False skips the analyses (they are recorded as skipped). ``device`` is where the
-    studies' workers and the transfer experiments train.
+    studies' workers and the transfer experiments train; ``batch`` (default: the suite's) how
+    many trials a worker trains at once.
     """
     selected = suite.select(only)
     workers = suite.workers if workers is None else workers
+    batch = suite.batch if batch is None else batch
     if workers < 1:
         raise SuiteError(f"--workers {workers} is not allowed: use 1 or more")
     check_reports_folder(suite)  # before hours of training, not after
@@ -249,7 +252,16 @@ def run_suite(
         info = {"index": i + 1, "total": len(selected.studies)}
         record["studies"].append(
             _run_study(
-                study, db, url, workers, suite.heartbeat, cache_dir, emit, poll_s, info, device
+                study,
+                db,
+                url,
+                (workers, batch),
+                suite.heartbeat,
+                cache_dir,
+                emit,
+                poll_s,
+                info,
+                device,
             )
         )
     for spec in selected.transfers:
@@ -268,7 +280,8 @@ def run_suite(
 # Studies -------------------------------------------------------------------------------------
 
 
-def _run_study(study, db, url, workers, heartbeat, cache_dir, emit, poll_s, info, device) -> dict:
+def _run_study(study, db, url, pool, heartbeat, cache_dir, emit, poll_s, info, device) -> dict:
+    workers, batch = pool
     create_or_load_study(study.settings, db)  # a study found again must have the same settings
     known = set(study_names(db))
     state = _state(db, study, known)
@@ -282,7 +295,7 @@ def _run_study(study, db, url, workers, heartbeat, cache_dir, emit, poll_s, info
             )
         )
         return state.to_json() | {"ran": False}
-    emit(Event("study_start", study.label, info | {"workers": workers}))
+    emit(Event("study_start", study.label, info | {"workers": workers, "batch": batch}))
     t0 = time.perf_counter()
     seen = {r["number"] for r in snapshot(db, study.name)["trials"] if _finished(r)}
     try:
@@ -291,6 +304,7 @@ def _run_study(study, db, url, workers, heartbeat, cache_dir, emit, poll_s, info
             url,
             study.name,
             workers,
+            batch,
             device=device,
             heartbeat_s=heartbeat,
             cache_dir=cache_dir,

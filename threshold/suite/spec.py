@@ -102,6 +102,7 @@ TOP_KEYS = {
     "description": STR,
     "storage": STR,
     "workers": INT,
+    "batch": INT,
     "heartbeat": INT,
     "reports": STR,  # the folder of the suite's reports
     "baseline": STR,
@@ -219,6 +220,7 @@ class Suite:
     description: str = ""
     storage: str | None = None  # None: --storage, else $THRESHOLD_STORAGE, else the default
     workers: int = 1  # worker processes per study (one torch thread each)
+    batch: int = 1  # trials a worker trains at once as one batch (find --batch)
     heartbeat: int = 30  # seconds between worker heartbeats
     reports_dir: Path = Path("reports")  # the `reports` key: one sub-folder per report
     baseline: str | None = None  # label: the baseline of the report of every study
