@@ -79,9 +79,14 @@ def test_logits_at_init_equal_each_members_own(max5, sizes, shape):
             assert torch.equal(p, q), name
 
 
-@pytest.mark.parametrize("shape", [{}, PAPER_BLOCK])
-def test_fifty_steps_on_the_same_batches_give_the_same_weights(max5, shape):
-    cfg = TrainConfig(lr=1e-2, warmup_steps=10)
+# The group code's block (parallel, ReLU, init 0.02) at its own learning rate (5e-4): at lr 1e-2
+# its single and batched runs drifted apart by up to 1e-2 in the logits within 50 steps (measured;
+# the drift depends on the thread count, so rounding differences get amplified, probably at ReLU's
+# kink), this tool's block by 4e-6.
+@pytest.mark.parametrize(("shape", "lr"), [({}, 1e-2), (PAPER_BLOCK, 5e-4)])
+def test_fifty_steps_on_the_same_batches_give_the_same_weights(max5, shape, lr):
+    weights_atol = logits_atol = 1e-4
+    cfg = TrainConfig(lr=lr, warmup_steps=10)
     models = _models(max5, SIZES, **shape)
     ens = Ensemble.from_models(models)
     opt = StackedAdamW(ens, [cfg] * len(models))
@@ -107,9 +112,9 @@ def test_fifty_steps_on_the_same_batches_give_the_same_weights(max5, shape):
                 # every key), so AdamW walks it on rounding noise and it differs by up to
                 # 50 x lr; it changes no output, which the logits below check.
                 p, q = torch.cat([p[:d], p[2 * d :]]), torch.cat([q[:d], q[2 * d :]])
-            assert torch.allclose(p, q, atol=1e-4), (d, name, (p - q).abs().max())
+            assert torch.allclose(p, q, atol=weights_atol), (d, name, (p - q).abs().max())
         with torch.no_grad():
-            assert torch.allclose(ens.member(i)(probe), model(probe), atol=1e-4)
+            assert torch.allclose(ens.member(i)(probe), model(probe), atol=logits_atol)
 
 
 def test_greedy_and_teacher_forced_evaluation_match_each_member(max5):
