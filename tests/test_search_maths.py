@@ -120,7 +120,7 @@ def test_repeats_happen_with_replicate_index():
 
 @pytest.mark.parametrize(("d80", "side"), [(7.0, "low"), (330.0, "high")])
 def test_widening_beyond_the_initial_range(d80, side):
-    s = make_settings()
+    s = make_settings(d_lo=16)  # 7 lies below this range, 330 above it
     truth = make_truth(MODEL, d80, 3.0)
     completed, _ = drive(s, truth, np.random.default_rng(4))
     sizes = [d for d, _ in completed]

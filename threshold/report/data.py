@@ -46,7 +46,7 @@ from threshold.search.record import (
     study_names,
 )
 from threshold.search.sampler import policy_settings
-from threshold.search.settings import SearchSettings
+from threshold.search.settings import COST_A, COST_B, STEP_S, SearchSettings
 from threshold.search.study import StudySettings, open_storage, storage_url
 
 __all__ = [
@@ -71,9 +71,8 @@ log = logging.getLogger(__name__)
 
 GRID_SIZES = 16  # the dense grid of `threshold bench search`: 16 log-spaced sizes...
 GRID_SEEDS = 3  # ...times 3 seeds, each at the full step budget
-# The sampler's cost model (threshold.search.sampler.policy_settings): seconds per training step
-# measured by `threshold bench train` on this machine, 8.7 ms + 0.004 ms d^2.
-BENCH_STEP_S = (8.7e-3, 8.7e-3 / 2200)
+# The search's cost model (threshold.search.settings) in seconds per training step.
+BENCH_STEP_S = (STEP_S * COST_A, STEP_S * COST_B)
 
 # A fitted asymptote this far below the study's best run suggests that the runs crowd on a plateau
 # which the posterior took for the asymptote. Runs of one size scatter with an sd of 0.02-0.05, and

@@ -56,10 +56,6 @@ def policy_settings(settings: StudySettings, chance: float) -> SearchSettings:
         chance_corrected=search.chance_corrected,
         precision=search.precision,
         budget=search.budget,
-        # Seconds per training step measured by `threshold bench train` on this machine's CPU:
-        # about 8.7 ms + 0.004 ms * d^2 (d = 16: 9.7 ms, d = 128: 74 ms), in units of the 8.7.
-        cost_a=1.0,
-        cost_b=1 / 2200,
     )
 
 

@@ -16,7 +16,44 @@ import numpy as np
 from threshold.errors import ConfigError
 from threshold.search.posterior import PosteriorSettings, level_fraction
 
-__all__ = ["SearchSettings"]
+__all__ = ["COST_A", "COST_B", "STEP_S", "SearchConfig", "SearchSettings"]
+
+# Seconds per training step measured by `threshold bench train` on this project's CPU: about
+# 8.7 ms + 0.004 ms * d^2 (d = 16: 9.7 ms, d = 128: 74 ms), in units of the 8.7 ms: the one cost
+# model of the search, its simulations and its benchmarks.
+STEP_S = 8.7e-3  # seconds of one cost unit
+COST_A = 1.0
+COST_B = 1.0 / 2200
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """How the transition is searched; with the task and training settings it defines a study."""
+
+    d_lo: int = 8  # initial bracket, smallest d (the range widens if the transition lies below)
+    d_hi: int = 128  # initial bracket, largest d: pins the asymptote
+    d_min: int = 2  # widening never goes below this d
+    d_max: int = 512  # nor above this one
+    precision: float = 2.5  # stop when the 90% interval of the 80% point spans <= this factor
+    budget: int = 40  # most runs (completed and running)
+    level: float = 0.8  # the transition is where the curve reaches level x asymptote
+    chance_corrected: bool = False  # True: chance + level x (asymptote - chance) instead
+    base_seed: int = 0  # run seeds derive from (base_seed, mixture, d, replicate)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.d_min <= self.d_lo < self.d_hi <= self.d_max:
+            raise ConfigError(
+                f"d range {self.d_lo}..{self.d_hi} (limits {self.d_min}..{self.d_max}) is not "
+                "allowed: use 1 <= d_min <= d_lo < d_hi <= d_max"
+            )
+        if not self.precision > 1:
+            raise ConfigError(f"precision {self.precision} is not allowed: use a factor above 1")
+        if not 0 < self.level < 1:
+            raise ConfigError(f"level {self.level} is not allowed: use a value in (0, 1)")
+        if self.budget < 3:
+            raise ConfigError(
+                f"budget {self.budget} is below the initial bracket of 3 runs: use 3 or more"
+            )
 
 
 @dataclass(frozen=True)
@@ -24,19 +61,21 @@ class SearchSettings:
     # (d, total parameters) for every allowed d, increasing; no default: it depends on the
     # task's vocabulary and context (compute it with threshold.model.param_count).
     params_of_d: tuple[tuple[int, int], ...]
-    d_lo: int = 16  # initial range, low end: below the easy ops' transitions at n = 10
-    d_hi: int = 128  # initial range, high end: above ADD mod 10 (about 64), cost 17 units a run
+    # The settings a user sets have SearchConfig's defaults (policy_settings derives this view
+    # from a study's SearchConfig); the rest tunes the maths.
+    d_lo: int = SearchConfig.d_lo
+    d_hi: int = SearchConfig.d_hi
     chance: float = 0.1  # accuracy unlearned runs sit at: 1/n, or the majority rate if higher
-    level: float = 0.8  # the transition is where the curve reaches this level (paper: 0.8)
-    chance_corrected: bool = False  # False: level * A (paper); True: c + level * (A - c)
+    level: float = SearchConfig.level
+    chance_corrected: bool = SearchConfig.chance_corrected
     # Stop when the 90% interval of x80 spans at most this ratio in parameters. Two studies at
     # 2.5 give their reduction ratio a 90% interval about 2.5^sqrt(2) = 3.7 wide, so a 2x
     # reduction (the smallest the paper reports) is just told from none and 3.6x (ADD+PROD)
     # clearly; 2.0 costs about 1.4x the compute, and the runs needed grow as 1/ln(precision)^2.
-    precision: float = 2.5
-    budget: int = 40  # max runs (completed + pending): an hour or two of CPU near d = 64
-    cost_a: float = 1.0  # cost units per run at d -> 0: per-step overhead (Python, launches)
-    cost_b: float = 1.0 / 1024  # cost units per d^2: at d = 32 the matrix work equals overhead
+    precision: float = SearchConfig.precision
+    budget: int = SearchConfig.budget
+    cost_a: float = COST_A  # cost units per run at d -> 0: per-step overhead
+    cost_b: float = COST_B  # cost units per d^2: the matrix work
     # Look-ahead target: variance of x80 + mid_weight * variance of the midpoint. Both are
     # reported, and x80 alone is myopic: it piles runs onto x80 and learns the slope (which x80
     # needs) slowly. 0.5 cut the simulated compute by about a sixth at the same coverage.

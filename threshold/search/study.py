@@ -37,6 +37,7 @@ from optuna.trial import TrialState
 import threshold
 from threshold.config import TrainConfig
 from threshold.errors import ConfigError, ThresholdError
+from threshold.search.settings import SearchConfig
 from threshold.tasks import TaskConfig
 from threshold.tasks.generate import split_ops
 
@@ -65,36 +66,6 @@ DEFAULT_STORAGE = "sqlite:///studies/threshold.db"
 
 class StorageError(ThresholdError):
     """The storage URL is malformed, or the database cannot be reached."""
-
-
-@dataclass(frozen=True)
-class SearchConfig:
-    """How the transition is searched; with the task and training settings it defines a study."""
-
-    d_lo: int = 8  # initial bracket, smallest d (the range widens if the transition lies below)
-    d_hi: int = 128  # initial bracket, largest d: pins the asymptote
-    d_min: int = 2  # widening never goes below this d
-    d_max: int = 512  # nor above this one
-    precision: float = 2.5  # stop when the 90% interval of the 80% point spans <= this factor
-    budget: int = 40  # most runs (completed and running)
-    level: float = 0.8  # the transition is where the curve reaches level x asymptote
-    chance_corrected: bool = False  # True: chance + level x (asymptote - chance) instead
-    base_seed: int = 0  # run seeds derive from (base_seed, mixture, d, replicate)
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.d_min <= self.d_lo < self.d_hi <= self.d_max:
-            raise ConfigError(
-                f"d range {self.d_lo}..{self.d_hi} (limits {self.d_min}..{self.d_max}) is not "
-                "allowed: use 1 <= d_min <= d_lo < d_hi <= d_max"
-            )
-        if not self.precision > 1:
-            raise ConfigError(f"precision {self.precision} is not allowed: use a factor above 1")
-        if not 0 < self.level < 1:
-            raise ConfigError(f"level {self.level} is not allowed: use a value in (0, 1)")
-        if self.budget < 3:
-            raise ConfigError(
-                f"budget {self.budget} is below the initial bracket of 3 runs: use 3 or more"
-            )
 
 
 @dataclass(frozen=True)
