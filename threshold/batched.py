@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from threshold.batched_eval import ensemble_greedy, ensemble_teacher_forced
+from threshold.batched_eval import ensemble_decode, ensemble_greedy, ensemble_teacher_forced
 from threshold.config import TrainConfig
 from threshold.ensemble import Ensemble, check_members
 from threshold.memory import plan_waves
@@ -36,6 +36,8 @@ from threshold.train import (
     Progress,
     TrainResult,
     batch_tensors,
+    budget_point,
+    complete_budget,
     init_model,
     is_stuck,
     lr_factor,
@@ -73,7 +75,8 @@ class StackedAdamW:
     """AdamW over stacked member weights, every member with its own hyperparameters and step count.
 
     The update is torch's AdamW, written for tensors whose first dimension is the member: decoupled
-    weight decay on matrices and embeddings only, bias-corrected moments, ``eps`` outside the root.
+    weight decay on matrices and embeddings only (on every weight with ``decay_all``),
+    bias-corrected moments, ``eps`` outside the root.
     """
 
     def __init__(self, ens: Ensemble, cfgs: list[TrainConfig], eps: float = 1e-8) -> None:
@@ -86,6 +89,7 @@ class StackedAdamW:
         self.beta1 = per_member([c.betas[0] for c in cfgs])
         self.beta2 = per_member([c.betas[1] for c in cfgs])
         self.weight_decay = per_member([c.weight_decay for c in cfgs])
+        self.decay_all = per_member([float(c.decay_all) for c in cfgs])
         self.grad_clip = per_member([c.grad_clip for c in cfgs])
         self.steps = torch.zeros(len(cfgs), device=dev)  # (M,)
         self.exp_avg = torch.zeros_like(ens.flat)  # (M, P)
@@ -96,7 +100,7 @@ class StackedAdamW:
         new = object.__new__(StackedAdamW)
         index = torch.tensor(members, device=ens.device)
         new.ens, new.eps = ens, self.eps
-        for name in ("beta1", "beta2", "weight_decay", "grad_clip", "steps"):
+        for name in ("beta1", "beta2", "weight_decay", "decay_all", "grad_clip", "steps"):
             setattr(new, name, getattr(self, name).index_select(0, index))
         for name in ("exp_avg", "exp_avg_sq"):
             views = self.ens.unflatten(getattr(self, name))
@@ -115,7 +119,10 @@ class StackedAdamW:
         self.steps += 1
         bc1 = 1 - self.beta1**self.steps  # (M,)
         bc2_sqrt = (1 - self.beta2**self.steps).sqrt()
-        w.mul_(1 - (lr * self.weight_decay).view(col) * ens.decayed)  # decoupled decay
+        decayed = ens.decayed  # (P,), or (M, P) when some member decays every weight
+        if bool(self.decay_all.any()):
+            decayed = torch.maximum(decayed, self.decay_all.view(col))
+        w.mul_(1 - (lr * self.weight_decay).view(col) * decayed)  # decoupled decay
         self.exp_avg.lerp_(g, (1 - self.beta1).view(col))
         self.exp_avg_sq.mul_(self.beta2.view(col)).add_(g.square().mul_((1 - self.beta2).view(col)))
         denom = (self.exp_avg_sq.sqrt() / bc2_sqrt.view(col)).add_(self.eps)
@@ -163,6 +170,7 @@ class _Run:
     tokens: int = 0
     train_s: float = 0.0
     history: list[dict] = field(default_factory=list)
+    budget: list[dict] = field(default_factory=list)  # see TrainResult.budget
     val_acc: dict[str, float] = field(default_factory=dict)
     reported: int = 0
     stop_reason: str | None = None
@@ -341,8 +349,29 @@ def _groups(pack: _Pack, positions: list[int]) -> list[tuple[TaskData, list[int]
     return out
 
 
+def _measure_budget(pack: _Pack) -> None:
+    """The measured op's test accuracy of every member at one of its checkpoint steps (the last
+    is measured by :func:`_finish`)."""
+    at = [
+        j
+        for j, r in enumerate(pack.runs)
+        if r.step in r.cfg.checkpoint_steps and r.step < r.cfg.max_steps
+    ]
+    for data, group, ens in _groups(pack, at):
+        bs = max(pack.runs[j].cfg.eval_batch_size for j in group)
+        test, eos = data.test[data.config.measured_op], data.vocab.eos_id
+        greedy = ensemble_greedy(ens, test, eos, bs)[0].mean(1)
+        sampled = ensemble_decode(ens, test, eos, bs, pack.runs[group[0]].cfg.seed)[0].mean(1)
+        for k, j in enumerate(group):
+            r = pack.runs[j]
+            r.budget.append(
+                budget_point(r.step, r.tokens, float(greedy[k]), float(sampled[k]), True)
+            )
+
+
 def _check(pack: _Pack) -> None:
     """The stopping rules of :func:`threshold.train.continue_training`, for every member due."""
+    _measure_budget(pack)
     due = [
         j
         for j, r in enumerate(pack.runs)
@@ -397,16 +426,23 @@ def _finish(pack: _Pack, ended: list[int]) -> list[TrainResult]:
     results = {}
     for data, group, ens in _groups(pack, ended):
         bs = max(pack.runs[j].cfg.eval_batch_size for j in group)
-        accuracy, strict, teacher = ({j: {} for j in group} for _ in range(3))
+        accuracy, strict, teacher, sampled = ({j: {} for j in group} for _ in range(4))
+        seed = pack.runs[group[0]].cfg.seed
         for op, s in data.test.items():
             answer_ok, strict_ok = ensemble_greedy(ens, s, data.vocab.eos_id, bs)
             tf = ensemble_teacher_forced(ens, s, data.vocab.pad_id, bs)[0]
+            draws = ensemble_decode(ens, s, data.vocab.eos_id, bs, seed)[0]
             for k, j in enumerate(group):
                 accuracy[j][op] = float(answer_ok[k].mean())
                 strict[j][op] = float(strict_ok[k].mean())
                 teacher[j][op] = float(tf[k])
+                sampled[j][op] = float(draws[k].mean())
+        measure = data.config.measured_op
         for k, j in enumerate(group):
             r = pack.runs[j]
+            complete_budget(
+                r.budget, r.cfg, r.step, r.tokens, accuracy[j][measure], sampled[j][measure]
+            )
             results[j] = TrainResult(
                 model=ens.member(k),
                 steps=r.step,
@@ -418,5 +454,7 @@ def _finish(pack: _Pack, ended: list[int]) -> list[TrainResult]:
                 strict_accuracy=strict[j],
                 teacher_forced=teacher[j],
                 history=r.history,
+                sampled_accuracy=sampled[j],
+                budget=r.budget,
             )
     return [results[j] for j in ended]

@@ -14,9 +14,9 @@ import torch.nn.functional as F
 
 from threshold.ensemble import Ensemble, EnsembleCache
 from threshold.tasks import SequenceSet
-from threshold.train import prompt_groups, score_traces
+from threshold.train import pick_tokens, prompt_groups, sampler_for, score_traces
 
-__all__ = ["ensemble_greedy", "ensemble_teacher_forced"]
+__all__ = ["ensemble_decode", "ensemble_greedy", "ensemble_teacher_forced"]
 
 
 def _halving(fn, batch_size: int):
@@ -59,7 +59,6 @@ def ensemble_teacher_forced(
     return _halving(run, batch_size)
 
 
-@torch.no_grad()
 def ensemble_greedy(
     ens: Ensemble, seqs: SequenceSet, eos_id: int, batch_size: int = 256
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -67,19 +66,33 @@ def ensemble_greedy(
 
     Returns (M, N) arrays: whether member m got sequence n's final answer, and its whole trace.
     """
+    return ensemble_decode(ens, seqs, eos_id, batch_size)
+
+
+@torch.no_grad()
+def ensemble_decode(
+    ens: Ensemble,
+    seqs: SequenceSet,
+    eos_id: int,
+    batch_size: int = 256,
+    sample_seed: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`ensemble_greedy`, or with ``sample_seed`` sampling at temperature 1 (every member
+    draws its own tokens from one generator seeded so)."""
 
     def run(bs: int):
         m, dev, n_ctx = ens.n_members, ens.device, ens.cfg.n_ctx
+        gen = sampler_for(dev, sample_seed)
         answer_ok = np.zeros((m, len(seqs)), dtype=bool)
         strict_ok = np.zeros((m, len(seqs)), dtype=bool)
         for p, index in prompt_groups(seqs, bs):
             prompts = torch.from_numpy(seqs.padded(index, 0)[:, :p]).to(dev)  # (B, P)
             cache = EnsembleCache.empty(ens, len(index))
-            next_tok = ens(prompts[None].expand(m, -1, -1), cache)[:, :, -1].argmax(-1)  # (M, B)
+            next_tok = pick_tokens(ens(prompts[None].expand(m, -1, -1), cache)[:, :, -1], gen)
             out = [next_tok]
             done = next_tok == eos_id  # (M, B)
             while not bool(done.all()) and cache.length < n_ctx:
-                next_tok = ens(next_tok[:, :, None], cache)[:, :, -1].argmax(-1)  # (M, B)
+                next_tok = pick_tokens(ens(next_tok[:, :, None], cache)[:, :, -1], gen)  # (M, B)
                 out.append(next_tok)
                 done |= next_tok == eos_id
             generated = torch.stack(out, 2).cpu().numpy()  # (M, B, G)

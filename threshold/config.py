@@ -31,6 +31,7 @@ class ModelConfig:
     block: str = "sequential"  # x += SA(LN x); x += FFN(LN x). "parallel": x + SA(..) + FFN(..)
     activation: str = "gelu"  # of the MLP; "relu" as in the group's ListOps code
     init_std: float | None = None  # None: fan-in scaled (embeddings N(0, 1)); else N(0, std) all
+    qkv_bias: bool = True  # the group's code has none (3 d parameters fewer)
 
     def __post_init__(self) -> None:
         if not 1 <= self.d_model <= MAX_D_MODEL:
@@ -70,7 +71,7 @@ def param_count(cfg: ModelConfig) -> dict[str, int]:
     block = (
         2 * d  # ln_1
         + 3 * d * d
-        + 3 * d  # qkv
+        + (3 * d if cfg.qkv_bias else 0)  # qkv
         + d * d
         + d  # attention output
         + 2 * d  # ln_2
@@ -89,11 +90,15 @@ class TrainConfig:
     seed: int = 0  # model initialisation and batch order; the data split has its own seeds
     max_steps: int = 20_000  # budget; most runs stop earlier by the learned or stuck rule
     batch_size: int = 64  # sequences per step
+    recipe: str = "fast"  # the named recipe these values came from (threshold.recipe)
     lr: float = 3e-3  # peak learning rate (small models tolerate a large one)
-    weight_decay: float = 0.1  # on matrices and embeddings only, not on biases or LayerNorm
+    weight_decay: float = 0.1  # on matrices and embeddings only, unless decay_all
+    decay_all: bool = False  # True: weight decay on every parameter (the group's code)
     betas: tuple[float, float] = (0.9, 0.98)
     warmup_steps: int = 200  # linear warm-up from zero
-    min_lr_ratio: float = 0.1  # cosine decay ends at this fraction of lr at max_steps
+    schedule: str = "cosine"  # after warm-up: cosine | exponential (to min_lr_ratio) | constant
+    min_lr_ratio: float = 0.1  # the decay ends at this fraction of lr, decay_steps after warm-up
+    decay_steps: int | None = None  # None: the decay spans the budget (max_steps - warmup_steps)
     grad_clip: float = 1.0  # max global gradient norm
     batch_order: str = "binned"  # binned | bucketed (before 0.2) | random: see threshold.batches
     length_bins: int = 16  # binned: equal-count length bins (tighter lengths, still well mixed)
@@ -102,15 +107,19 @@ class TrainConfig:
     eval_every: int = 250  # steps between validation checks
     learned_tf: float = 0.99  # teacher-forced val answer accuracy (every op) that asks for a check
     learned_acc: float = 0.99  # greedy val accuracy (every op) that stops the run as learned
+    early_stop: str = "learned_or_stuck"  # "learned": only the learned rule stops a run early
     stuck_after: float = 0.5  # share of max_steps before the stuck rule may fire
     stuck_margin: float = 0.05  # "at chance": measured-op accuracy <= majority rate + margin
     stuck_window: float = 0.25  # answer loss must have moved < 2% over this share of max_steps
     eval_batch_size: int = 256
+    decoding: str = "greedy"  # the accuracy the transition uses: greedy, or sampled (temperature 1)
+    checkpoints: tuple[float, ...] = ()  # shares of max_steps where the measured accuracy is kept
     threads: int = 1  # torch threads; two single-thread processes beat one two-thread process
     time_limit_s: float | None = None  # wall-clock budget, stop_reason "time_limit" when hit
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", tuple(self.betas))
+        object.__setattr__(self, "checkpoints", tuple(float(c) for c in self.checkpoints))
         if not 0 <= self.seed < 2**63:
             raise ConfigError(f"seed {self.seed} is not allowed: use 0 to 2**63 - 1")
         names = ("max_steps", "batch_size", "eval_every", "eval_batch_size", "threads")
@@ -124,14 +133,60 @@ class TrainConfig:
             raise ConfigError(
                 f"batch_order {self.batch_order!r} is not allowed: use binned, bucketed or random"
             )
-        if self.loss_on not in ("completion", "all"):
-            raise ConfigError(f"loss_on {self.loss_on!r} is not allowed: use completion or all")
+        self._check_choices()
+        self._check_ranges()
+        if self.checkpoints and self.budget_dependent:
+            raise ConfigError(
+                f"checkpoints need a schedule that does not depend on the budget, but schedule "
+                f"{self.schedule!r} decays over max_steps: set decay_steps, or schedule constant"
+            )
         if not self.lr > 0:
             raise ConfigError(f"lr {self.lr} is not allowed: use a positive learning rate")
         if self.time_limit_s is not None and not self.time_limit_s > 0:
             raise ConfigError(
                 f"time_limit_s {self.time_limit_s} is not allowed: use a positive number of seconds"
             )
+
+    def _check_choices(self) -> None:
+        choices = {
+            "loss_on": ("completion", "all"),
+            "schedule": ("cosine", "exponential", "constant"),
+            "early_stop": ("learned_or_stuck", "learned"),
+            "decoding": ("greedy", "sampled"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(
+                    f"{name} {getattr(self, name)!r} is not allowed: use {' or '.join(allowed)}"
+                )
+
+    def _check_ranges(self) -> None:
+        if not 0 <= self.weight_decay < 1:
+            raise ConfigError(f"weight_decay {self.weight_decay} is not allowed: use 0 to below 1")
+        if not (len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas)):
+            raise ConfigError(f"betas {self.betas} are not allowed: use two values in [0, 1)")
+        if not 0 < self.min_lr_ratio <= 1:
+            raise ConfigError(f"min_lr_ratio {self.min_lr_ratio} is not allowed: use (0, 1]")
+        if self.decay_steps is not None and self.decay_steps < 1:
+            raise ConfigError(f"decay_steps {self.decay_steps} is not allowed: use 1 or more")
+        if not self.grad_clip > 0:
+            raise ConfigError(f"grad_clip {self.grad_clip} is not allowed: use a positive norm")
+        if not all(0 < c <= 1 for c in self.checkpoints):
+            raise ConfigError(
+                f"checkpoints {list(self.checkpoints)} are not allowed: use shares of the budget"
+                " in (0, 1], e.g. 0.125,0.25,0.5,1"
+            )
+
+    @property
+    def budget_dependent(self) -> bool:
+        """Whether the learning rate at a step depends on max_steps (so a run cut short is not
+        the run a smaller budget would have made)."""
+        return self.schedule != "constant" and self.decay_steps is None
+
+    @property
+    def checkpoint_steps(self) -> tuple[int, ...]:
+        """The steps where the measured op's accuracy is kept, increasing, without repeats."""
+        return tuple(sorted({max(1, round(c * self.max_steps)) for c in self.checkpoints}))
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -50,6 +50,13 @@ _LAYOUT = {
     "ln_f.b": ("ln_f.bias", False, ("d",)),
     "head.w": ("head.weight", True, ("d", "fixed")),  # (M, D, V)
 }
+
+
+def _layout(cfg: ModelConfig) -> dict:
+    """The stacked weights of models with ``cfg``: no q/k/v bias when the config has none."""
+    return {k: v for k, v in _LAYOUT.items() if cfg.qkv_bias or k != "qkv.b"}
+
+
 DECAYED = ("tok", "pos", "qkv.w", "out.w", "up.w", "down.w", "head.w")  # matrices: AdamW's decay
 
 
@@ -179,7 +186,7 @@ class Ensemble:
         width = max(c.d_model for c in cfgs)
         cfg, r = replace(cfgs[0], d_model=width), cfgs[0].mlp_ratio
         params = {}
-        for name, (key, transposed, dims) in _LAYOUT.items():
+        for name, (key, transposed, dims) in _layout(cfg).items():
             stacked = None
             for i, (model, c) in enumerate(zip(models, cfgs, strict=True)):
                 t = model.state_dict()[key].detach()
@@ -195,7 +202,7 @@ class Ensemble:
         d, r = self.d_models[i], self.cfg.mlp_ratio
         model = RecurrentTransformer(replace(self.cfg, d_model=d))
         state = {}
-        for name, (key, transposed, dims) in _LAYOUT.items():
+        for name, (key, transposed, dims) in _layout(self.cfg).items():
             like = model.state_dict()[key]
             out = torch.empty_like(like.T if transposed else like)
             _copy(out, d, self.params[name][i].detach().cpu(), self.width, d, dims, r)
@@ -275,7 +282,8 @@ class Ensemble:
         return y.view(m, b, t, -1)
 
     def _attention(self, x: torch.Tensor, cache: EnsembleCache | None, step: int) -> torch.Tensor:
-        q, k, v = self._linear(x, "qkv.w", "qkv.b").split(self.width, dim=-1)  # (M, B, T, D) each
+        bias = "qkv.b" if self.cfg.qkv_bias else None
+        q, k, v = self._linear(x, "qkv.w", bias).split(self.width, dim=-1)  # (M, B, T, D) each
         scale = self.width**-0.5
         if not self.uniform:
             q, scale = q * self.q_scale, 1.0  # the member's own 1/sqrt(d); the padding is zero

@@ -41,7 +41,7 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.n_head = cfg.n_head
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.qkv_bias)
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None, step: int) -> torch.Tensor:

@@ -32,7 +32,10 @@ __all__ = [
     "TrainResult",
     "batch_tensors",
     "bucket_batches",
+    "budget_point",
+    "complete_budget",
     "continue_training",
+    "evaluate_decode",
     "evaluate_greedy",
     "evaluate_teacher_forced",
     "init_model",
@@ -42,7 +45,9 @@ __all__ = [
     "make_batches",
     "make_optimizer",
     "model_config_for",
+    "pick_tokens",
     "prompt_groups",
+    "sampler_for",
     "score_traces",
     "train",
     "train_batches",
@@ -50,6 +55,7 @@ __all__ = [
 ]
 
 IGNORE = -100  # target id that the loss skips
+IMPROVING = 0.01  # an op whose accuracy rose more than this in the stuck window is still learning
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,11 @@ class TrainResult:
     strict_accuracy: dict[str, float]  # the whole chain of thought right
     teacher_forced: dict[str, float]  # teacher-forced answer accuracy on test
     history: list[dict] = field(default_factory=list)
+    sampled_accuracy: dict[str, float] = field(default_factory=dict)  # temperature 1, on test
+    # The measured op's test accuracy at the config's checkpoint steps: {"step", "tokens",
+    # "accuracy", "sampled_accuracy", "reached"}; a run that stopped earlier (learned or stuck)
+    # carries its final accuracy to the later checkpoints, "reached" false.
+    budget: list[dict] = field(default_factory=list)
 
     @property
     def tokens_per_s(self) -> float:
@@ -107,19 +118,27 @@ def batch_tensors(
 
 
 def lr_factor(cfg: TrainConfig) -> Callable[[int], float]:
+    """The learning rate at a step as a share of ``cfg.lr``: linear warm-up, then the schedule
+    (cosine or exponential to ``min_lr_ratio`` over ``decay_steps``, or the budget; or constant)."""
+    span = cfg.decay_steps or max(1, cfg.max_steps - cfg.warmup_steps)
+    end = cfg.min_lr_ratio
+
     def factor(step: int) -> float:
         if step < cfg.warmup_steps:
             return (step + 1) / cfg.warmup_steps
-        span = max(1, cfg.max_steps - cfg.warmup_steps)
+        if cfg.schedule == "constant":
+            return 1.0
         progress = min(1.0, (step - cfg.warmup_steps) / span)
-        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+        if cfg.schedule == "exponential":
+            return end**progress
+        return end + (1 - end) * 0.5 * (1 + math.cos(math.pi * progress))
 
     return factor
 
 
 def make_optimizer(model: RecurrentTransformer, cfg: TrainConfig) -> torch.optim.AdamW:
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    decay = [p for p in model.parameters() if p.dim() >= 2 or cfg.decay_all]
+    no_decay = [p for p in model.parameters() if p.dim() < 2 and not cfg.decay_all]
     groups = [
         {"params": decay, "weight_decay": cfg.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
@@ -167,7 +186,21 @@ def evaluate_teacher_forced(
     return correct / len(seqs), loss / len(seqs)
 
 
-@torch.no_grad()
+def sampler_for(device, seed: int | None) -> torch.Generator | None:
+    """The generator that sampled decoding draws from (``None``: greedy decoding)."""
+    if seed is None:
+        return None
+    return torch.Generator(device=device).manual_seed(seed % 2**63)
+
+
+def pick_tokens(logits: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
+    """Next tokens from ``logits`` (..., V): the argmax, or with ``gen`` a draw at temperature 1."""
+    if gen is None:
+        return logits.argmax(-1)
+    probs = logits.float().softmax(-1).reshape(-1, logits.shape[-1])  # (N, V)
+    return torch.multinomial(probs, 1, generator=gen).view(logits.shape[:-1])
+
+
 def evaluate_greedy(
     model: RecurrentTransformer, seqs: SequenceSet, eos_id: int, batch_size: int = 256
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -177,19 +210,32 @@ def evaluate_greedy(
     Decoding stops at the end token or when the context is full, so an untrained model cannot run
     away; no end token means a wrong answer.
     """
+    return evaluate_decode(model, seqs, eos_id, batch_size)
+
+
+@torch.no_grad()
+def evaluate_decode(
+    model: RecurrentTransformer,
+    seqs: SequenceSet,
+    eos_id: int,
+    batch_size: int = 256,
+    sample_seed: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`evaluate_greedy`, or with ``sample_seed`` sampling each token at temperature 1."""
     model.eval()
     device = model.head.weight.device
     n_ctx = model.cfg.n_ctx
+    gen = sampler_for(device, sample_seed)
     answer_ok = np.zeros(len(seqs), dtype=bool)
     strict_ok = np.zeros(len(seqs), dtype=bool)
     for p, index in prompt_groups(seqs, batch_size):
         prompts = torch.from_numpy(seqs.padded(index, 0)[:, :p]).to(device)  # (B, P)
         cache = KVCache(model.cfg, len(index), device=device)
-        next_tok = model(prompts, cache)[:, -1].argmax(-1)  # (B,)
+        next_tok = pick_tokens(model(prompts, cache)[:, -1], gen)  # (B,)
         out = [next_tok]
         done = next_tok == eos_id  # (B,)
         while not bool(done.all()) and cache.length < n_ctx:
-            next_tok = model(next_tok[:, None], cache)[:, -1].argmax(-1)  # (B,)
+            next_tok = pick_tokens(model(next_tok[:, None], cache)[:, -1], gen)  # (B,)
             out.append(next_tok)
             done |= next_tok == eos_id
         generated = torch.stack(out, 1).cpu().numpy()  # (B, G)
@@ -285,6 +331,7 @@ def continue_training(
     history: list[dict] = []
     val_acc: dict[str, float] = {}
     stop_reason, step, reported = "max_steps", 0, 0
+    budget: list[dict] = []
     model.train()
     while step < cfg.max_steps:
         ts = time.perf_counter()
@@ -297,6 +344,11 @@ def continue_training(
         train_s += time.perf_counter() - ts
         smooth = value if smooth is None else 0.95 * smooth + 0.05 * value
 
+        if step in cfg.checkpoint_steps and step < cfg.max_steps:  # the last: the test below
+            test = data.test[measure]
+            greedy = float(evaluate_greedy(model, test, eos_id, cfg.eval_batch_size)[0].mean())
+            sampled = evaluate_decode(model, test, eos_id, cfg.eval_batch_size, cfg.seed)[0]
+            budget.append(budget_point(step, tokens, greedy, float(sampled.mean()), True))
         if step % cfg.eval_every == 0 or step == cfg.max_steps:
             val = {
                 op: evaluate_teacher_forced(model, s, pad_id, cfg.eval_batch_size)
@@ -331,11 +383,14 @@ def continue_training(
 
     if on_progress is not None and reported != step:  # the step the run ended on
         on_progress(Progress(step, cfg.max_steps, smooth, tokens / train_s, dict(val_acc)))
-    accuracy, strict, teacher = {}, {}, {}
+    accuracy, strict, teacher, sampled = {}, {}, {}, {}
     for op, s in data.test.items():
         answer_ok, strict_ok = evaluate_greedy(model, s, eos_id, cfg.eval_batch_size)
         accuracy[op], strict[op] = float(answer_ok.mean()), float(strict_ok.mean())
         teacher[op] = evaluate_teacher_forced(model, s, pad_id, cfg.eval_batch_size)[0]
+        draws = evaluate_decode(model, s, eos_id, cfg.eval_batch_size, cfg.seed)[0]
+        sampled[op] = float(draws.mean())
+    complete_budget(budget, cfg, step, tokens, accuracy[measure], sampled[measure])
     return TrainResult(
         model=model.cpu(),
         steps=step,
@@ -347,7 +402,31 @@ def continue_training(
         strict_accuracy=strict,
         teacher_forced=teacher,
         history=history,
+        sampled_accuracy=sampled,
+        budget=budget,
     )
+
+
+def budget_point(step: int, tokens: int, greedy: float, sampled: float, reached: bool) -> dict:
+    """One entry of :attr:`TrainResult.budget`."""
+    return {
+        "step": step,
+        "tokens": tokens,
+        "accuracy": greedy,
+        "sampled_accuracy": sampled,
+        "reached": reached,
+    }
+
+
+def complete_budget(
+    budget: list[dict], cfg: TrainConfig, steps: int, tokens: int, greedy: float, sampled: float
+) -> None:
+    """Add the checkpoints at or past ``steps``, where the run ended: the final accuracy, the
+    tokens scaled to the checkpoint's step (a run that stopped early is taken to stay put)."""
+    for at in cfg.checkpoint_steps:
+        if at >= steps:
+            scaled = round(tokens * at / max(steps, 1))
+            budget.append(budget_point(at, scaled, greedy, sampled, at == steps))
 
 
 def train_batches(train_set: SequenceSet, cfg: TrainConfig):
@@ -363,14 +442,22 @@ def train_batches(train_set: SequenceSet, cfg: TrainConfig):
 
 
 def is_stuck(history: list[dict], cfg: TrainConfig, chance: float, measure: str) -> bool:
-    """Absolute rule: late in the budget, at chance, and the answer loss has stopped moving."""
+    """Absolute rule: late in the budget, at chance, the answer loss has stopped moving, and no
+    other op of the mixture is still improving (its accuracy up by over ``IMPROVING`` within the
+    window); never with ``early_stop = "learned"``."""
     step = history[-1]["step"]
-    if step < cfg.stuck_after * cfg.max_steps:
+    if cfg.early_stop != "learned_or_stuck" or step < cfg.stuck_after * cfg.max_steps:
         return False
     if max(h["val_tf"][measure] for h in history) > chance + cfg.stuck_margin:
         return False
     window_start = step - cfg.stuck_window * cfg.max_steps
-    earlier = [h["val_answer_loss"] for h in history if h["step"] <= window_start]
+    earlier = [h for h in history if h["step"] <= window_start]
     if not earlier:
         return False
-    return history[-1]["val_answer_loss"] > 0.98 * min(earlier)
+    recent = [h for h in history if h["step"] > window_start]
+    for op in history[-1]["val_tf"]:
+        if op != measure and max(h["val_tf"][op] for h in recent) > IMPROVING + max(
+            h["val_tf"][op] for h in earlier
+        ):
+            return False
+    return history[-1]["val_answer_loss"] > 0.98 * min(h["val_answer_loss"] for h in earlier)
