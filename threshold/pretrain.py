@@ -34,18 +34,21 @@ def pretrain_task(target: TaskConfig, ops: tuple[str, ...]) -> TaskConfig:
     """The source task: ``target`` with the ops ``ops`` (measured on its hardest op)."""
     if not ops:
         raise ConfigError("the pretraining mixture is empty: name at least one op, e.g. max,med")
-    return replace(target, ops=tuple(ops), measure=None)
+    return replace(target, ops=tuple(ops), measure=None, weights=None, match_exposure=False)
 
 
-def transfer_model_config(source: TaskConfig, target: TaskConfig, d_model: int) -> ModelConfig:
-    """One model config that fits both tasks; refuses tasks with different vocabularies."""
+def transfer_model_config(
+    source: TaskConfig, target: TaskConfig, d_model: int, **kwargs
+) -> ModelConfig:
+    """One model config that fits both tasks (``kwargs``: the recipe's model-side values);
+    refuses tasks with different vocabularies."""
     if source.vocab.tokens != target.vocab.tokens:
         raise ConfigError(
             f"transfer from {source.testbed} {source.n} to {target.testbed} {target.n} is not "
             "possible: their vocabularies differ; use the same testbed and modulus"
         )
     n_ctx = max(source.max_len, target.max_len)
-    return ModelConfig(vocab_size=len(target.vocab), n_ctx=n_ctx, d_model=d_model)
+    return ModelConfig(vocab_size=len(target.vocab), n_ctx=n_ctx, d_model=d_model, **kwargs)
 
 
 def _key(source: TaskConfig, model_cfg: ModelConfig, cfg: TrainConfig) -> str:

@@ -74,6 +74,64 @@ CacheDir = Annotated[
 ]
 
 
+# Recipe options (threshold.recipe): None keeps the recipe's value.
+Recipe = Annotated[
+    str, typer.Option(help="Training recipe: fast (this tool's) or paper (the group's code).")
+]
+Steps = Annotated[
+    int | None, typer.Option(help="Most training steps per run \\[default: the recipe's].")
+]
+Lr = Annotated[float | None, typer.Option(help="Peak learning rate \\[default: the recipe's].")]
+WeightDecay = Annotated[float | None, typer.Option(help="AdamW weight decay.")]
+InitStd = Annotated[
+    float | None, typer.Option(help="Init every weight N(0, std) instead of fan-in scaled.")
+]
+Schedule = Annotated[
+    str | None, typer.Option(help="Learning-rate schedule: cosine, exponential or constant.")
+]
+DecaySteps = Annotated[
+    int | None,
+    typer.Option(
+        help="Steps the decay spans (fixed: needed for --checkpoints) \\[default: budget]."
+    ),
+]
+LossOn = Annotated[str | None, typer.Option(help="Loss on the completion or on all tokens.")]
+Block = Annotated[str | None, typer.Option(help="Block: sequential or parallel.")]
+EarlyStop = Annotated[
+    str | None, typer.Option(help="learned_or_stuck, or learned (no stuck rule).")
+]
+Decoding = Annotated[
+    str | None, typer.Option(help="Accuracy the transition uses: greedy or sampled (T = 1).")
+]
+Checkpoints = Annotated[
+    str | None,
+    typer.Option(help="Shares of the budget where accuracy is kept, e.g. 0.125,0.25,0.5,1."),
+]
+Weights = Annotated[
+    str | None, typer.Option(help="Mixture weights per op, e.g. add=2 (others weigh 1).")
+]
+MatchExposure = Annotated[
+    bool,
+    typer.Option(help="Grow the training set until the measured op has its single-op node count."),
+]
+
+
+def recipe_overrides(**values) -> dict:
+    """The recipe fields a command's options set (``None``: not set); ``checkpoints`` as text
+    ``0.25,0.5,1`` becomes shares."""
+    from threshold.errors import ConfigError
+
+    out = {k: v for k, v in values.items() if v is not None}
+    if "checkpoints" in out:
+        try:
+            out["checkpoints"] = tuple(float(x) for x in out["checkpoints"].split(",") if x)
+        except ValueError:
+            raise ConfigError(
+                f"--checkpoints {values['checkpoints']!r} is not a list like 0.25,0.5,1"
+            ) from None
+    return out
+
+
 class TrainingBars:
     """Rich progress bars on stderr (stdout stays clean), fed by training callbacks, one per key.
 

@@ -69,6 +69,8 @@ WORKER, PARAMS_TOTAL, PARAMS_NON_EMBEDDING = "worker", "params_total", "params_n
 PRETRAIN_ACCURACY, PRETRAIN_STEPS = "pretrain_accuracy", "pretrain_steps"
 CHECKPOINT, CHECKPOINT_SHA256 = "checkpoint_artifact", "checkpoint_sha256"
 ACCURACY, STRICT_ACCURACY = "accuracy", "strict_accuracy"
+SAMPLED_ACCURACY = "sampled_accuracy"  # per op, decoded at temperature 1
+BUDGET = "budget"  # the measured op's accuracy at the recipe's checkpoints (TrainResult.budget)
 STEPS, STOP_REASON, TRAIN_S = "steps", "stop_reason", "train_s"
 # Study user attributes besides the settings, which StudySettings writes and reads whole
 # (to_attrs, from_attrs: task, train, search, pretrain) with version and git_commit beside them.
@@ -112,6 +114,8 @@ class Run:
     replicate: int | None = None
     accuracy: dict = field(default_factory=dict)  # greedy test accuracy per op
     strict_accuracy: dict = field(default_factory=dict)  # whole chain of thought right, per op
+    sampled_accuracy: dict = field(default_factory=dict)  # sampled at temperature 1, per op
+    budget: tuple = ()  # {"step", "tokens", "accuracy", "sampled_accuracy", "reached"} dicts
     steps: int | None = None
     stop_reason: str | None = None  # why training ended: max_steps, learned, stuck, time_limit
     train_s: float | None = None
@@ -155,6 +159,8 @@ def read_run(t: FrozenTrial) -> Run:
         replicate=_int(a.get(REPLICATE)),
         accuracy=_json(a.get(ACCURACY)) or {},
         strict_accuracy=_json(a.get(STRICT_ACCURACY)) or {},
+        sampled_accuracy=_json(a.get(SAMPLED_ACCURACY)) or {},
+        budget=tuple(_json(a.get(BUDGET)) or ()),
         steps=_int(a.get(STEPS)),
         stop_reason=a.get(STOP_REASON),
         train_s=a.get(TRAIN_S),
@@ -499,6 +505,9 @@ def write_result(trial: optuna.Trial, artifact_id: str, sha256: str, result) -> 
     trial.set_user_attr(CHECKPOINT_SHA256, sha256)
     trial.set_user_attr(ACCURACY, json.dumps(result.accuracy, sort_keys=True))
     trial.set_user_attr(STRICT_ACCURACY, json.dumps(result.strict_accuracy, sort_keys=True))
+    trial.set_user_attr(SAMPLED_ACCURACY, json.dumps(result.sampled_accuracy, sort_keys=True))
+    if result.budget:
+        trial.set_user_attr(BUDGET, json.dumps(result.budget, sort_keys=True))
     trial.set_user_attr(STEPS, result.steps)
     trial.set_user_attr(STOP_REASON, result.stop_reason)
     trial.set_user_attr(TRAIN_S, round(result.wall_s, 2))

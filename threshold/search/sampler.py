@@ -19,7 +19,7 @@ from optuna.distributions import IntDistribution
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
-from threshold.config import ModelConfig, param_count
+from threshold.config import param_count
 from threshold.search import record
 from threshold.search.policy import SearchSettings, decide
 from threshold.search.study import StudySettings
@@ -41,10 +41,9 @@ def run_seed(base_seed: int, ops: tuple[str, ...], d_model: int, replicate: int)
 
 def policy_settings(settings: StudySettings, chance: float) -> SearchSettings:
     """The policy's view of a study: sizes with their parameter counts, bracket, stop rule."""
-    search, task = settings.search, settings.task
-    vocab, n_ctx = len(task.vocab), task.max_len
+    search = settings.search
     table = tuple(
-        (d, param_count(ModelConfig(vocab, n_ctx, d))["total"])
+        (d, param_count(settings.model_config(d))["total"])
         for d in range(search.d_min, search.d_max + 1)
     )
     return SearchSettings(

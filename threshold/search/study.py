@@ -35,7 +35,7 @@ from optuna.storages._rdb.models import TrialHeartbeatModel  # its table; no pub
 from optuna.trial import TrialState
 
 import threshold
-from threshold.config import TrainConfig
+from threshold.config import ModelConfig, TrainConfig
 from threshold.errors import ConfigError, ThresholdError
 from threshold.search.settings import SearchConfig
 from threshold.tasks import TaskConfig
@@ -71,12 +71,28 @@ class StorageError(ThresholdError):
 @dataclass(frozen=True)
 class StudySettings:
     task: TaskConfig
-    train: TrainConfig
+    train: TrainConfig  # its ``recipe`` names the recipe its values came from
     search: SearchConfig
     pretrain: tuple[str, ...] = ()  # ops every run is first trained on (transfer); () for none
+    model: tuple[tuple[str, object], ...] = ()  # the recipe's model-side values (threshold.recipe)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pretrain", tuple(self.pretrain))
+        object.__setattr__(self, "model", tuple((k, v) for k, v in dict(self.model).items()))
+
+    @property
+    def recipe(self) -> str:
+        return self.train.recipe
+
+    def model_config(self, d_model: int) -> ModelConfig:
+        """The model every run at ``d_model`` trains (sized for the pretraining task too)."""
+        if self.pretrain:
+            from threshold.pretrain import pretrain_task, transfer_model_config
+
+            source = pretrain_task(self.task, self.pretrain)
+            return transfer_model_config(source, self.task, d_model, **dict(self.model))
+        task = self.task
+        return ModelConfig(len(task.vocab), task.max_len, d_model, **dict(self.model))
 
     @classmethod
     def from_options(
@@ -91,7 +107,7 @@ class StudySettings:
         n_test: int = 2000,
         measure: str | None = None,
         split_seed: int = 0,
-        steps: int = 20_000,
+        steps: int | None = None,
         d_lo: int = 8,
         d_hi: int = 128,
         precision: float = 2.5,
@@ -100,19 +116,39 @@ class StudySettings:
         chance_corrected: bool = False,
         seed: int = 0,
         pretrain: str | tuple[str, ...] | None = None,
+        weights: str | dict | None = None,
+        match_exposure: bool = False,
+        recipe: str = "fast",
+        **overrides,
     ) -> StudySettings:
         """The settings ``threshold find``'s options (and :func:`threshold.find_threshold`'s
-        arguments) mean: ``tasks`` and ``pretrain`` as ``max,med`` or a tuple, ``arity`` as MIN-MAX.
-        Every value is checked here, before anything is written."""
+        arguments) mean: ``tasks`` and ``pretrain`` as ``max,med`` or a tuple, ``arity`` as MIN-MAX,
+        ``weights`` as ``add=2``; ``recipe`` names a training recipe and ``overrides`` set its
+        fields (``weight_decay=0.01``, ``checkpoints=(0.25, 0.5, 1)``; see threshold.recipe;
+        ``steps`` is ``max_steps``, and ``None`` keeps the recipe's value). Every value is
+        checked here, before anything is written."""
+        from threshold.recipe import make_recipe
 
         task = TaskConfig.from_options(
-            tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
+            tasks,
+            testbed,
+            mod,
+            depth,
+            arity,
+            p_nest,
+            n_train,
+            n_test,
+            measure,
+            split_seed,
+            weights,
+            match_exposure,
         )
+        made = make_recipe(recipe, max_steps=steps, **overrides)
         source = split_ops(pretrain) if pretrain is not None else ()
         if pretrain is not None:
             from threshold.pretrain import pretrain_task, transfer_model_config
 
-            transfer_model_config(pretrain_task(task, source), task, d_lo)  # checks both
+            transfer_model_config(pretrain_task(task, source), task, d_lo, **made.model_kwargs)
         search = SearchConfig(
             d_lo=d_lo,
             d_hi=d_hi,
@@ -122,7 +158,7 @@ class StudySettings:
             chance_corrected=chance_corrected,
             base_seed=seed,
         )
-        return cls(task, TrainConfig(max_steps=steps), search, source)
+        return cls(task, made.train, search, source, made.model)
 
     def to_attrs(self) -> dict[str, str]:
         attrs = {
@@ -132,6 +168,8 @@ class StudySettings:
         }
         if self.pretrain:  # only when set, so studies without pretraining keep their names
             attrs["pretrain"] = json.dumps(list(self.pretrain))
+        if self.model:  # as pretrain: only a recipe with model-side values writes it
+            attrs["model"] = json.dumps(dict(self.model), sort_keys=True)
         return attrs
 
     @classmethod
@@ -142,6 +180,7 @@ class StudySettings:
                 TrainConfig.from_dict(json.loads(attrs["train"])),
                 SearchConfig(**json.loads(attrs["search"])),
                 tuple(json.loads(attrs.get("pretrain", "[]"))),
+                tuple(json.loads(attrs.get("model", "{}")).items()),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise ThresholdError(
@@ -149,7 +188,8 @@ class StudySettings:
             ) from None
 
     def default_name(self) -> str:
-        """``listops10-max+med+add-add-<hash>``; ``...-add-from-max+med-<hash>`` with pretraining.
+        """``listops10-max+med+add-add-fast-<hash>``; ``...-add-from-max+med-fast-<hash>`` with
+        pretraining; the recipe's name before the hash.
 
         The hash covers every setting.
         """
@@ -157,7 +197,8 @@ class StudySettings:
         blob = json.dumps(self.to_attrs(), sort_keys=True).encode()
         digest = hashlib.sha256(blob).hexdigest()[:8]
         source = f"from-{'+'.join(self.pretrain)}-" if self.pretrain else ""
-        return f"{task.testbed}{task.n}-{'+'.join(task.ops)}-{task.measured_op}-{source}{digest}"
+        mix = "+".join(task.ops)
+        return f"{task.testbed}{task.n}-{mix}-{task.measured_op}-{source}{self.recipe}-{digest}"
 
 
 def storage_url(url: str | None) -> str:

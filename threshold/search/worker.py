@@ -31,7 +31,7 @@ from threshold.config import TrainConfig
 from threshold.device import resolve_device
 from threshold.errors import ConfigError, ThresholdError
 from threshold.model import ModelConfig, RecurrentTransformer, param_count
-from threshold.pretrain import pretrain_task, pretrained, transfer_model_config
+from threshold.pretrain import pretrain_task, pretrained
 from threshold.search import record
 from threshold.search.fit import transition_estimate
 from threshold.search.policy import decide
@@ -42,7 +42,6 @@ from threshold.train import (
     TrainResult,
     continue_training,
     majority_rate,
-    model_config_for,
     train,
 )
 
@@ -101,10 +100,7 @@ def _begin(
         seed = run_seed(settings.search.base_seed, settings.task.ops, d, len(earlier))
         record.write_seed(trial, seed)
     source = pretrain_task(settings.task, settings.pretrain) if settings.pretrain else None
-    if source is None:
-        model_cfg = model_config_for(data.config, d)
-    else:
-        model_cfg = transfer_model_config(source, settings.task, d)
+    model_cfg = settings.model_config(d)
     counts = param_count(model_cfg)
     record.write_size(trial, f"{socket.gethostname()}:{os.getpid()}", counts)
     cfg = replace(settings.train, seed=seed)
@@ -124,6 +120,8 @@ def _record(run: _Run, result: TrainResult, settings: StudySettings, store) -> f
         metrics = {
             "accuracy": result.accuracy,
             "strict_accuracy": result.strict_accuracy,
+            "sampled_accuracy": result.sampled_accuracy,
+            "budget": result.budget,
             "steps": result.steps,
             "stop_reason": result.stop_reason,
             "trial": trial.number,
@@ -134,7 +132,8 @@ def _record(run: _Run, result: TrainResult, settings: StudySettings, store) -> f
             artifact_store=store, file_path=str(path), study_or_trial=trial
         )
     record.write_result(trial, artifact_id, digest, result)
-    return result.accuracy[settings.task.measured_op]
+    scored = result.sampled_accuracy if cfg.decoding == "sampled" else result.accuracy
+    return scored[settings.task.measured_op]
 
 
 def _reporter(trial: optuna.Trial, measure: str) -> Callable:

@@ -6,6 +6,8 @@ from threshold.tasks.generate import (
     build_task_data,
     default_cache_dir,
     load_task_data,
+    op_nodes,
+    parse_weights,
 )
 from threshold.tasks.sequences import SequenceSet
 from threshold.tasks.testbeds import TESTBEDS, Testbed, get_testbed
@@ -22,4 +24,6 @@ __all__ = [
     "default_cache_dir",
     "get_testbed",
     "load_task_data",
+    "op_nodes",
+    "parse_weights",
 ]

@@ -36,7 +36,15 @@ from threshold.tasks.sequences import SequenceSet
 from threshold.tasks.testbeds import Testbed, get_testbed
 from threshold.tasks.vocab import Vocabulary
 
-__all__ = ["TaskConfig", "TaskData", "build_task_data", "default_cache_dir", "load_task_data"]
+__all__ = [
+    "TaskConfig",
+    "TaskData",
+    "build_task_data",
+    "default_cache_dir",
+    "load_task_data",
+    "op_nodes",
+    "parse_weights",
+]
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +74,17 @@ class TaskConfig:
     data_seed: int = 0  # draws the training sequences
     sadd_seed: int = 0  # the fixed digit relabelling that defines sadd
     measure: str | None = None  # op whose test accuracy is the run's number; None: the hardest
+    # Exposure control (domain.md, Regimes): each node draws its op with these weights (one per
+    # op, in ops order; None: uniform), and with match_exposure the training set grows until the
+    # measured op has as many nodes as in its single-op training set (so "joint helps" is told
+    # from "joint sees less of the measured op").
+    weights: tuple[float, ...] | None = None
+    match_exposure: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ops", tuple(self.ops))
+        if self.weights is not None:
+            object.__setattr__(self, "weights", tuple(float(w) for w in self.weights))
         testbed = self.testbed_obj  # validates testbed and n
         if not self.ops:
             raise ConfigError("the task mixture is empty: name at least one op, e.g. --tasks max")
@@ -94,6 +110,16 @@ class TaskConfig:
         _check(self.n_train is None or self.n_train >= 1, f"n_train {self.n_train} must be >= 1")
         _check(self.n_test >= 1, f"n_test {self.n_test} must be >= 1")
         _check(self.n_val >= 1, f"n_val {self.n_val} must be >= 1")
+        if self.weights is not None:
+            _check(
+                len(self.weights) == len(self.ops) and all(w > 0 for w in self.weights),
+                f"weights {list(self.weights)} are not allowed: give one positive weight per op"
+                f" of {','.join(self.ops)}",
+            )
+        _check(
+            not self.match_exposure or len(self.ops) > 1,
+            "match_exposure needs a mixture: a single op already has its own node count",
+        )
 
     @classmethod
     def from_options(
@@ -108,17 +134,23 @@ class TaskConfig:
         n_test: int = 2000,
         measure: str | None = None,
         split_seed: int = 0,
+        weights: str | dict | None = None,
+        match_exposure: bool = False,
     ) -> TaskConfig:
         """The task the command line's options mean: ``tasks`` as ``max,med`` (or a tuple),
-        ``arity`` as MIN-MAX, ``mod`` the modulus (or degree)."""
+        ``arity`` as MIN-MAX, ``mod`` the modulus (or degree), ``weights`` as ``add=2`` (ops not
+        named weigh 1) or a dict."""
         try:
             lo, _, hi = arity.partition("-")
             arity_min, arity_max = int(lo), int(hi or lo)
         except ValueError:
             raise ConfigError(f"arity {arity!r} is not allowed: write MIN-MAX, e.g. 2-3") from None
+        ops = split_ops(tasks)
         return cls(
             testbed=testbed,
-            ops=split_ops(tasks),
+            ops=ops,
+            weights=parse_weights(weights, ops),
+            match_exposure=match_exposure,
             n=mod,
             depth=depth,
             arity_min=arity_min,
@@ -172,6 +204,41 @@ def split_ops(ops: str | tuple[str, ...]) -> tuple[str, ...]:
     """``"max, med"`` or ``("max", "med")`` as a tuple of op names (blanks dropped)."""
     items = ops.split(",") if isinstance(ops, str) else ops
     return tuple(op.strip() for op in items if op.strip())
+
+
+def parse_weights(weights: str | dict | None, ops: tuple[str, ...]) -> tuple[float, ...] | None:
+    """``add=2,max=0.5`` (or a dict) as one weight per op of ``ops``, unnamed ops 1; None stays."""
+    if weights is None or weights == "" or weights == {}:
+        return None
+    if isinstance(weights, str):
+        pairs = {}
+        for part in weights.split(","):
+            op, eq, value = part.partition("=")
+            try:
+                pairs[op.strip()] = float(value)
+            except ValueError:
+                eq = ""
+            if not eq:
+                raise ConfigError(
+                    f"weights {weights!r} are not allowed: write OP=W,..., e.g. add=2"
+                )
+        weights = pairs
+    for op in weights:
+        if op not in ops:
+            raise ConfigError(
+                f"weights name op {op!r}, which is not in the mixture {','.join(ops)}"
+            )
+    return tuple(float(weights.get(op, 1.0)) for op in ops)
+
+
+def op_nodes(seqs: SequenceSet, cfg: TaskConfig, op: str) -> int:
+    """How many applications of ``op`` the prompts of ``seqs`` hold (each node's op token is
+    written once in its prompt)."""
+    op_id = cfg.vocab.ids[op]
+    count = 0
+    for i in range(len(seqs)):
+        count += int((seqs[i][: seqs.prompt_len[i]] == op_id).sum())
+    return count
 
 
 def _check(ok: bool, message: str) -> None:
@@ -243,15 +310,17 @@ class _Generator:
                 most = ranked[groups_per_op // 2]
                 self.threshold[o] = min(max(self.threshold[o], least), most)
 
-    def tree(self, rng: random.Random, ops: list[int], level: int = 1) -> list:
+    def tree(self, rng: random.Random, ops: list[int], level: int = 1, weights=None) -> list:
         cfg = self.cfg
         children: list = []
         for _ in range(rng.randint(cfg.arity_min, cfg.arity_max)):
             if level < cfg.depth and rng.random() < cfg.p_nest:
-                children.append(self.tree(rng, ops, level + 1))
+                children.append(self.tree(rng, ops, level + 1, weights))
             else:
                 children.append(rng.randrange(self.n_values))
-        return [ops[rng.randrange(len(ops))], children]
+        if weights is None:
+            return [ops[rng.randrange(len(ops))], children]
+        return [rng.choices(ops, weights)[0], children]
 
     def full_tree(self, level: int) -> list:
         """The largest tree the grammar allows (every operand nested, maximal arity)."""
@@ -328,12 +397,26 @@ class _Generator:
         parent[1][i] = value
         return tree
 
-    def draw(self, ops: list[int], n: int, seed: int, test_side: bool) -> SequenceSet:
-        """``n`` sequences whose trees fall on the requested side of the split."""
+    def draw(
+        self,
+        ops: list[int],
+        n: int,
+        seed: int,
+        test_side: bool,
+        weights: tuple[float, ...] | None = None,
+        nodes_of: tuple[int, int] | None = None,
+    ) -> SequenceSet:
+        """``n`` sequences whose trees fall on the requested side of the split; with ``nodes_of``
+        (op index, count), as many as it takes for that op to have ``count`` nodes instead."""
         rng = random.Random(seed)
         seqs, prompts, roots = [], [], []
         tries, limit = 0, 200 * n + 10_000
-        while len(seqs) < n:
+        nodes = 0
+
+        def more() -> bool:
+            return len(seqs) < n if nodes_of is None else nodes < nodes_of[1]
+
+        while more():
             tries += 1
             if tries > limit:
                 side = "test" if test_side else "training"
@@ -342,10 +425,12 @@ class _Generator:
                     f"{','.join(self.op_names[o] for o in ops)} in {limit} tries: "
                     "raise holdout or the modulus, or lower the set size"
                 )
-            tree = self.tree(rng, ops)
+            tree = self.tree(rng, ops, weights=weights)
             if self.on_test_side(tree) != test_side:
                 continue
             ids, prompt_len = self.render(tree)
+            if nodes_of is not None:
+                nodes += sum(t == self.op_ids[nodes_of[0]] for t in ids[:prompt_len])
             seqs.append(ids)
             prompts.append(prompt_len)
             roots.append(tree[0])
@@ -362,9 +447,15 @@ def build_task_data(cfg: TaskConfig) -> TaskData:
     index = {op: i for i, op in enumerate(gen.op_names)}
     mixture = [index[op] for op in cfg.ops]
     grammar = (cfg.testbed, cfg.n, cfg.depth, cfg.arity_min, cfg.arity_max, cfg.p_nest)
-    train = gen.draw(
-        mixture, cfg.train_size, _seed("train", cfg.data_seed, cfg.ops, grammar), False
-    )
+    nodes_of = None
+    if cfg.match_exposure:  # the measured op's node count in its own single-op training set
+        alone = dataclasses.replace(cfg, ops=(cfg.measured_op,), weights=None, match_exposure=False)
+        single = build_task_data(alone).train
+        nodes_of = (index[cfg.measured_op], op_nodes(single, alone, cfg.measured_op))
+    seed = _seed("train", cfg.data_seed, cfg.ops, grammar)
+    if cfg.weights is not None or cfg.match_exposure:  # else the seed of the plain mixture
+        seed = _seed("train", cfg.data_seed, cfg.ops, grammar, cfg.weights, cfg.match_exposure)
+    train = gen.draw(mixture, cfg.train_size, seed, False, cfg.weights, nodes_of)
     val, test = {}, {}
     for op in cfg.ops:
         val[op] = gen.draw([index[op]], cfg.n_val, _seed("val", cfg.split_seed, op, grammar), True)
