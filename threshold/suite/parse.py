@@ -2,12 +2,13 @@
 
 An unknown key, a value of the wrong type, a duplicate label, a reference to a label the suite does
 not define and every setting the config dataclasses refuse are a :class:`SuiteError` whose message
-is one line, ``FILE:LINE: ...``, naming the key and the fix. Each study's settings are built with
-the real dataclasses (``TaskConfig``, ``TrainConfig``, ``SearchConfig``, ``StudySettings``) exactly
-as ``find`` builds them from the same values, so a suite study and a ``find`` run with the same
-settings are one study (its name is a hash of every setting), and the dataclasses' own checks
-apply. Building the settings imports the modules that define them (no torch at this module's
-import).
+is one line, ``FILE:LINE: ...``, naming the key and the fix. A study's settings are its keys passed
+to ``StudySettings.from_options``, the one mapping from ``find``'s options to a study, so a suite
+study and a ``find`` run with the same settings are one study (its name is a hash of every
+setting); its keywords are the keys a ``[[study]]`` and ``[defaults]`` take, so a new one is a
+suite key with no change here. An error it raises is put on the line of the key it is about: the
+key whose value, left out, lets the settings build (else changes the error). Building the settings
+imports the modules that define them (no torch at this module's import).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import difflib
 import json
 import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,12 +36,10 @@ from threshold.suite.spec import (
     MATCHES,
     PICKS,
     REPORT_KEYS,
-    SEARCH_KEYS,
-    SETTING_KEYS,
     STR,
     STRS,
-    STUDY_KEYS,
     SURVEY_KEYS,
+    TABLE,
     TASK_KEYS,
     TOP_KEYS,
     TRANSFER_KEYS,
@@ -51,6 +51,9 @@ from threshold.suite.spec import (
     SuiteStudy,
     Survey,
     TransferSpec,
+    option_kinds,
+    option_values,
+    takes_more,
 )
 from threshold.suite.toml_lines import KEY, find_line, key_lines, unquote
 from threshold.tasks import TaskConfig
@@ -60,8 +63,12 @@ if TYPE_CHECKING:
 
 __all__ = ["load_suite", "parse_suite"]
 
-# Which key a dataclass's error message is about, by the words it starts with (the first of the
-# keys that the table or [defaults] set).
+# What building a study's settings may raise for a value in the file: the dataclasses' checks,
+# and a value of a kind the suite does not check (an option whose annotation names no TOML kind).
+_REFUSALS = (ConfigError, TypeError, ValueError)
+
+# Which keys a dataclass's error message is likely about, by the words it starts with: tried first
+# when looking for the key to blame.
 _MESSAGE_KEYS = [
     (r"(the task mixture|op '|ops )", ("tasks",)),
     (r"measured op", ("measure",)),
@@ -110,6 +117,8 @@ class _Parser:
     def __init__(self, text: str, path: Path) -> None:
         self.text, self.path = text, path
         self.lines: dict = {}
+        self.setting_keys: dict[str, str | None] = {}  # of a study: from_options' keywords
+        self.more_settings = False  # from_options takes **kwargs: other keys pass to it
         self.seen: dict[str, int] = {}  # labels of studies and transfers -> their lines
 
     def fail(self, line: int, message: str) -> SuiteError:
@@ -135,8 +144,10 @@ class _Parser:
                 self.line("", None, "defaults"),
                 "key 'defaults' must be a table: write a [defaults] header",
             )
-        self.check_keys(defaults, SETTING_KEYS, "defaults", None, "in [defaults]")
-        self.check_types(defaults, SETTING_KEYS, "defaults", None, "in [defaults]")
+        self.setting_keys, self.more_settings = _setting_keys()
+        more = self.more_settings
+        self.check_keys(defaults, self.setting_keys, "defaults", None, "in [defaults]", more)
+        self.check_types(defaults, self.setting_keys, "defaults", None, "in [defaults]")
         tables = {name: self.array(data, name) for name in ARRAY_KEYS}
         if not tables["study"]:
             raise self.fail(
@@ -217,9 +228,17 @@ class _Parser:
 
     # -- checks shared by every table
 
-    def check_keys(self, table: dict, allowed: dict, name: str, index: int | None, where: str):
+    def check_keys(
+        self,
+        table: dict,
+        allowed: dict,
+        name: str,
+        index: int | None,
+        where: str,
+        more: bool = False,  # other keys are allowed: what they are given to checks them
+    ):
         for key in table:
-            if key not in allowed:
+            if key not in allowed and not more:
                 near = difflib.get_close_matches(key, list(allowed), n=1)
                 hint = f"did you mean {near[0]!r}? " if near else ""
                 raise self.fail(
@@ -229,7 +248,7 @@ class _Parser:
 
     def check_types(self, table: dict, kinds: dict, name: str, index: int | None, where: str):
         for key, value in table.items():
-            kind = kinds[key]
+            kind = kinds.get(key)
             if not _is(value, kind):
                 example = f"{key} = {EXAMPLES[kind]}" if kind in EXAMPLES else f"[{key}]"
                 raise self.fail(
@@ -245,12 +264,12 @@ class _Parser:
                 f"[[study]] in this suite: use one of {', '.join(known)}",
             )
 
-    def table(self, name: str, index: int, entry: dict, kinds: dict) -> str:
+    def table(self, name: str, index: int, entry: dict, kinds: dict, more: bool = False) -> str:
         """Check an entry's keys and types; returns how messages name it."""
         label = entry.get("label", entry.get("name"))
         label = label if isinstance(label, str) else None
         where = f"in [[{name}]] {label!r}" if label else f"in [[{name}]] #{index + 1}"
-        self.check_keys(entry, kinds, name, index, where)
+        self.check_keys(entry, kinds, name, index, where, more)
         self.check_types(entry, kinds, name, index, where)
         return where
 
@@ -277,19 +296,37 @@ class _Parser:
             )
         self.seen[label] = line
 
-    def locate(self, error: ConfigError, origin: dict, what: str, key: str | None = None):
-        """A dataclass's ConfigError as a SuiteError on the line of the key it is about."""
+    def build(self, make: Callable[[dict], object], values: dict, origin: dict, what: str):
+        """``make(values)``; what it raises as a SuiteError on the line of the key to blame."""
+        try:
+            return make(values)
+        except _REFUSALS as e:
+            raise self.blame(e, make, values, origin, what) from None
+
+    def blame(self, error: Exception, make, values: dict, origin: dict, what: str) -> SuiteError:
+        """The key ``error`` is about: the first whose value, left out, lets ``make`` pass, else
+        the first whose absence changes the message; keys its words suggest tried first."""
         message = str(error)
+        hinted = next((keys for pattern, keys in _MESSAGE_KEYS if re.match(pattern, message)), ())
+        keys = [k for k in dict.fromkeys([*hinted, *values]) if k in values and k != "label"]
+        outcomes: dict[str, str | None] = {}
+        for key in keys:
+            try:
+                make({k: v for k, v in values.items() if k != key})
+                outcomes[key] = None
+            except Exception as e:  # anything: only whether it passes, or how it fails, counts
+                outcomes[key] = str(e)
+        key = next((k for k in keys if outcomes[k] is None), None)
+        key = key or next((k for k in keys if outcomes[k] != message), None)
         if key is None:
-            for pattern, keys in _MESSAGE_KEYS:
-                if re.match(pattern, message):
-                    key = next((k for k in keys if k in origin), None)
-                    break
-        if key is None or key not in origin:
             table, index = origin.get("label", ("defaults", None))
             return self.fail(self.line(table, index), f"{what}: {message}")
+        near = []
+        if key not in self.setting_keys and key not in TRANSFER_KEYS:  # passed on unchecked
+            near = difflib.get_close_matches(key, list(self.setting_keys), n=1)
+        hint = f" (or did you mean {near[0]!r}?)" if near else ""
         return self.fail(
-            self.line(*origin[key], key), f"key {key!r} {_in(origin[key], what)}: {message}"
+            self.line(*origin[key], key), f"key {key!r} {_in(origin[key], what)}: {message}{hint}"
         )
 
     # -- the tables
@@ -304,7 +341,8 @@ class _Parser:
         out: list[SuiteStudy] = []
         names: dict[str, str] = {}
         for index, entry in entries:
-            where = self.table("study", index, entry, STUDY_KEYS)
+            kinds = {"label": STR, **self.setting_keys}
+            where = self.table("study", index, entry, kinds, self.more_settings)
             label = self.require(entry, "label", "study", index, where, 'label = "add"')
             header = self.line("study", index)
             self.unique_label(label, self.line("study", index, "label"))
@@ -327,65 +365,17 @@ class _Parser:
             out.append(study)
         return out
 
-    def task(self, values: dict, origin: dict, what: str) -> TaskConfig:
-        kwargs: dict = {}
-        if "arity" in values:
-            arity = values["arity"]
-            lo, _, hi = arity.partition("-")
-            try:
-                kwargs["arity_min"], kwargs["arity_max"] = int(lo), int(hi or lo)
-            except ValueError:
-                raise self.fail(
-                    self.line(*origin["arity"], "arity"),
-                    f"key 'arity' {_in(origin['arity'], what)} = {arity!r} is not MIN-MAX: "
-                    'write e.g. arity = "2-3"',
-                ) from None
-        renamed = {"tasks": "ops", "mod": "n"}
-        for key in TASK_KEYS:
-            if key in values and key != "arity":
-                kwargs[renamed.get(key, key)] = values[key]
-        if "ops" in kwargs:
-            kwargs["ops"] = tuple(kwargs["ops"])
-        try:
-            return TaskConfig(**kwargs)
-        except ConfigError as e:
-            raise self.locate(e, origin, what) from None
-
     def settings(self, values: dict, origin: dict, what: str) -> StudySettings:
         """The study's settings, built as ``threshold find`` builds them from its options."""
-        from threshold.search.study import SearchConfig, StudySettings
-        from threshold.train import TrainConfig
+        from threshold.search.study import StudySettings
 
-        task = self.task(values, origin, what)
-        renamed = {"seed": "base_seed"}
-        try:
-            train = TrainConfig(max_steps=values["steps"]) if "steps" in values else TrainConfig()
-            search = SearchConfig(
-                **{renamed.get(k, k): values[k] for k in SEARCH_KEYS if k in values}
-            )
-        except ConfigError as e:
-            raise self.locate(e, origin, what) from None
-        pretrain = tuple(values.get("pretrain", ()))
-        if pretrain:
-            self.check_transfer(task, pretrain, search.d_lo, origin, what)
-        return StudySettings(task, train, search, pretrain)
+        def make(values: dict) -> StudySettings:
+            options = {k: v for k, v in values.items() if k != "label"}
+            return StudySettings.from_options(**option_values(options, StudySettings.from_options))
 
-    def check_transfer(self, task: TaskConfig, pretrain, d: int, origin: dict, what: str) -> None:
-        """The source mixture exists and shares the target's vocabulary (as ``find`` checks)."""
-        from threshold.pretrain import pretrain_task, transfer_model_config
-
-        try:
-            source = pretrain_task(task, tuple(pretrain))
-        except ConfigError as e:
-            raise self.locate(e, origin, what, "pretrain") from None
-        try:
-            transfer_model_config(source, task, d)
-        except ConfigError as e:
-            raise self.locate(e, origin, what) from None
+        return self.build(make, values, origin, what)
 
     def transfers(self, entries: list[tuple[int, dict]], defaults: dict) -> list[TransferSpec]:
-        from threshold.train import TrainConfig
-
         out = []
         inherited = {k: v for k, v in defaults.items() if k in TASK_KEYS or k == "steps"}
         for index, entry in entries:
@@ -405,14 +395,8 @@ class _Parser:
                     self.line("transfer", index),
                     f"key 'tasks' is missing in {what}: add the target, e.g. tasks = [\"add\"]",
                 )
-            task = self.task(values, origin, what)
+            task = self.build(_transfer_task, values, origin, what)
             steps = values.get("steps", 20_000)
-            pretrain_steps = entry.get("pretrain_steps", steps)
-            for key, value in (("steps", steps), ("pretrain_steps", pretrain_steps)):
-                try:
-                    TrainConfig(max_steps=value)
-                except ConfigError as e:
-                    raise self.locate(e, origin, what, key) from None
             seeds = tuple(entry.get("seeds", (0, 1, 2)))
             if not seeds or len(set(seeds)) != len(seeds):
                 raise self.fail(
@@ -420,7 +404,6 @@ class _Parser:
                     f"key 'seeds' in {what} = {list(seeds)} is not allowed: list "
                     "one or more different seeds, e.g. seeds = [0, 1, 2]",
                 )
-            self.check_transfer(task, pretrain, d, origin, what)
             out.append(
                 TransferSpec(
                     label,
@@ -429,7 +412,7 @@ class _Parser:
                     d,
                     seeds,
                     steps,
-                    pretrain_steps,
+                    entry.get("pretrain_steps", steps),
                     self.line("transfer", index),
                 )
             )
@@ -551,6 +534,30 @@ class _Parser:
         return out
 
 
+def _setting_keys() -> tuple[dict[str, str | None], bool]:
+    """The keys of a study's settings with their kinds: ``StudySettings.from_options``' keywords,
+    and whether it takes others (``**kwargs``) too. Its module holds Optuna: imported when a file
+    is read, not with this one."""
+    from threshold.search.study import StudySettings
+
+    return option_kinds(StudySettings.from_options), takes_more(StudySettings.from_options)
+
+
+def _transfer_task(values: dict) -> TaskConfig:
+    """A ``[[transfer]]``'s target task, checked as ``threshold transfer`` checks it: its step
+    counts, and a source mixture that exists and shares the target's vocabulary."""
+    from threshold.config import TrainConfig
+    from threshold.pretrain import pretrain_task, transfer_model_config
+
+    options = {k: v for k, v in values.items() if k in TASK_KEYS}
+    task = TaskConfig.from_options(**option_values(options, TaskConfig.from_options))
+    steps = values.get("steps", 20_000)
+    TrainConfig(max_steps=steps)
+    TrainConfig(max_steps=values.get("pretrain_steps", steps))
+    transfer_model_config(pretrain_task(task, tuple(values["pretrain"])), task, values["d"])
+    return task
+
+
 def _in(origin: tuple[str, int | None], what: str) -> str:
     """Where a merged value was written: the table itself, or [defaults] on its behalf."""
     return f"in [defaults] (for {what})" if origin[0] == "defaults" else f"in {what}"
@@ -565,6 +572,8 @@ def _is(value: object, kind: str | None) -> bool:
         return isinstance(value, int | float) and not isinstance(value, bool)
     if kind == BOOL:
         return isinstance(value, bool)
+    if kind == TABLE:
+        return isinstance(value, dict)
     if kind == STRS:
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
     if kind == INTS:

@@ -17,9 +17,10 @@ No torch or Optuna at import.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -57,33 +58,84 @@ EXAMPLES = {
     BOOL: "true",
     STRS: '["max", "med"]',
     INTS: "[0, 1, 2]",
+    TABLE: "{ name = 1 }",
 }
 
-# The options of `threshold find`, by the config they go to.
-TASK_KEYS = {
-    "testbed": STR,  # listops or perm
-    "tasks": STRS,  # the mixture
-    "measure": STR,  # the op whose accuracy is the run's number (default: the hardest)
-    "mod": INT,  # modulus n (listops) or degree k (perm)
-    "depth": INT,
-    "arity": STR,  # "MIN-MAX", as --arity
-    "p_nest": FLOAT,
-    "n_train": INT,
-    "n_test": INT,
-    "split_seed": INT,
+
+def option_kinds(function: Callable) -> dict[str, str | None]:
+    """The keyword parameters of ``function`` as suite keys, each with the kind of TOML value it
+    takes, read off its annotation: ``int``, ``float``, ``bool``, ``str`` (``| None`` dropped: TOML
+    has no null), ops (``str | tuple[str, ...]``) as a list of strings, ``dict`` as a table; None
+    for any other annotation, whose values the function checks itself."""
+    kinds: dict[str, str | None] = {}
+    for param in inspect.signature(function).parameters.values():
+        if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            types = _types(param.annotation)
+            kinds[param.name] = _ANNOTATION_KINDS.get(types)
+            if types and all(t == "dict" or t.startswith("dict[") for t in types):
+                kinds[param.name] = TABLE
+    return kinds
+
+
+def option_values(values: dict, function: Callable) -> dict:
+    """``values`` (a table's settings as TOML read them) as keyword arguments of ``function``, in
+    the types it takes: a TOML list as a tuple (as one comma string ``"a,b"`` for an option that
+    takes only a string), and the same inside lists and tables. Keys that are not its parameters
+    are left out, unless it takes ``**kwargs``: then they are passed for it to check."""
+    params = inspect.signature(function).parameters
+    more = takes_more(function)
+    return {
+        key: _option(value, _types(params[key].annotation) if key in params else frozenset())
+        for key, value in values.items()
+        if key in params or more
+    }
+
+
+def takes_more(function: Callable) -> bool:
+    """Whether ``function`` takes ``**kwargs``: keyword arguments other than those it names."""
+    params = inspect.signature(function).parameters.values()
+    return any(p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _types(annotation: object) -> frozenset[str]:
+    """The types an annotation unites, as written, ``None`` dropped: {'str', 'tuple[str, ...]'}."""
+    if annotation is inspect.Parameter.empty:
+        return frozenset()
+    text = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text + "|"):
+        depth += (char == "[") - (char == "]")
+        if char == "|" and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    return frozenset(p for p in parts if p not in ("None", "NoneType", ""))
+
+
+def _option(value: object, types: frozenset[str]) -> object:
+    if isinstance(value, list):
+        if types and all(t == "str" for t in types) and all(isinstance(v, str) for v in value):
+            return ",".join(value)
+        return tuple(_option(v, frozenset()) for v in value)
+    if isinstance(value, dict):
+        return {k: _option(v, frozenset()) for k, v in value.items()}
+    return value
+
+
+_ANNOTATION_KINDS = {
+    frozenset({"int"}): INT,
+    frozenset({"float"}): FLOAT,
+    frozenset({"int", "float"}): FLOAT,
+    frozenset({"bool"}): BOOL,
+    frozenset({"str"}): STR,
+    frozenset({"str", "tuple[str, ...]"}): STRS,  # ops: "max,med" on the command line
+    frozenset({"tuple[str, ...]"}): STRS,
+    frozenset({"tuple[int, ...]"}): INTS,
 }
-TRAIN_KEYS = {"steps": INT}
-SEARCH_KEYS = {
-    "budget": INT,
-    "precision": FLOAT,
-    "d_lo": INT,
-    "d_hi": INT,
-    "level": FLOAT,
-    "chance_corrected": BOOL,
-    "seed": INT,  # the base seed run seeds derive from
-}
-SETTING_KEYS = {**TASK_KEYS, **TRAIN_KEYS, **SEARCH_KEYS, "pretrain": STRS}
-STUDY_KEYS = {"label": STR, **SETTING_KEYS}
+
+# A study's settings are the keywords of StudySettings.from_options (what `threshold find`'s
+# options mean), read by the parser (threshold.suite.parse) when it reads a file; a transfer's
+# task, those of TaskConfig.from_options.
+TASK_KEYS = option_kinds(TaskConfig.from_options)
 TRANSFER_KEYS = {
     "label": STR,
     **TASK_KEYS,
@@ -114,14 +166,7 @@ TOP_KEYS = {
     "survey": TABLES,
     "report": TABLES,
 }
-ARRAY_KEYS = {
-    "study": STUDY_KEYS,
-    "transfer": TRANSFER_KEYS,
-    "analysis": ANALYSIS_KEYS,
-    "comparison": COMPARISON_KEYS,
-    "survey": SURVEY_KEYS,
-    "report": REPORT_KEYS,
-}
+ARRAY_KEYS = ("study", "transfer", "analysis", "comparison", "survey", "report")  # [[tables]]
 LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")  # no commas: --only takes a comma list
 
 
