@@ -321,8 +321,8 @@ class _Parser:
         if key is None:
             table, index = origin.get("label", ("defaults", None))
             return self.fail(self.line(table, index), f"{what}: {message}")
-        near = []
-        if key not in self.setting_keys and key not in TRANSFER_KEYS:  # passed on unchecked
+        near = []  # a key passed on unchecked (**kwargs) that the error calls unknown: a typo?
+        if key not in self.setting_keys and key not in TRANSFER_KEYS and repr(key) in message:
             near = difflib.get_close_matches(key, list(self.setting_keys), n=1)
         hint = f" (or did you mean {near[0]!r}?)" if near else ""
         return self.fail(
