@@ -16,12 +16,11 @@ import json
 import logging
 from pathlib import Path
 
-from threshold.config import TrainConfig
 from threshold.errors import ThresholdError
 from threshold.search.fit import transition_estimate
-from threshold.search.sampler import policy_settings, split_trials
-from threshold.search.study import SearchConfig, StudySettings
-from threshold.tasks import TaskConfig
+from threshold.search.record import Estimate, read_studies
+from threshold.search.sampler import policy_settings
+from threshold.search.study import StudySettings
 
 __all__ = ["compare", "refit_results", "refit_storage", "refit_study"]
 
@@ -30,61 +29,75 @@ log = logging.getLogger(__name__)
 FLAG_GAP = 0.2  # the report flags a study whose asymptote lies this far below its best run
 
 
-def _top_runs(completed, d_min: float) -> list[float]:
-    return [y for d, y in completed if d >= d_min]
-
-
-def compare(name: str, label: str, old: dict | None, new: dict, completed) -> dict:
-    """One study's old and new estimate as a small row (plain numbers)."""
+def compare(
+    name: str,
+    label: str,
+    settings: StudySettings,
+    old: Estimate | None,
+    new: Estimate,
+    completed: list[tuple[int, float]],
+) -> dict:
+    """One study's old and new estimate as a small row (plain numbers); ``settings`` are those
+    ``new`` was fitted with."""
     best = max((y for _, y in completed), default=None)
-    d_top = max((d for d, _ in completed), default=None)
-    row = {
+
+    def numbers(est: Estimate) -> dict:
+        interval = est.interval_params
+        row = {
+            "params_p80": est.params_p80,
+            "d_p80": est.d_p80,
+            "interval_params": None if interval is None else list(interval),
+            "asymptote": est.asymptote,
+        }
+        if best is not None and est.asymptote is not None:
+            row["flagged"] = bool(best - est.asymptote > FLAG_GAP)
+        return row
+
+    new_row = numbers(new)
+    new_row["asymptote_interval"] = new.to_dict().get("asymptote_interval")  # not typed
+    return {
         "study": name,
         "label": label,
         "n_runs": len(completed),
         "best_run": best,
-        "largest_d": d_top,
-        "level": new.get("level"),
-        "chance_corrected": new.get("chance_corrected"),
-        "old": None,
-        "new": {
-            k: new.get(k)
-            for k in ("params_p80", "d_p80", "interval_params", "asymptote", "asymptote_interval")
-        },
+        "largest_d": max((d for d, _ in completed), default=None),
+        "level": settings.search.level,
+        "chance_corrected": settings.search.chance_corrected,
+        "old": numbers(old) if old is not None else None,
+        "new": new_row,
     }
-    if old:
-        keys = ("params_p80", "d_p80", "interval_params", "asymptote")
-        row["old"] = {k: old.get(k) for k in keys}
-    for key in ("old", "new"):
-        est = row[key]
-        if est and best is not None and est.get("asymptote") is not None:
-            est["flagged"] = bool(best - est["asymptote"] > FLAG_GAP)
-    return row
+
+
+def _refit(
+    name: str,
+    label: str,
+    settings: StudySettings,
+    old: Estimate | None,
+    chance: float,
+    completed: list[tuple[int, float]],
+    chance_corrected: bool | None,
+) -> dict:
+    settings = _reading(settings, chance_corrected)
+    return compare(name, label, settings, old, refit_study(settings, completed, chance), completed)
+
+
+def _reading(settings: StudySettings, chance_corrected: bool | None) -> StudySettings:
+    """``settings`` with the level read the other way when ``chance_corrected`` says so."""
+    if chance_corrected is None:
+        return settings
+    search = dataclasses.replace(settings.search, chance_corrected=chance_corrected)
+    return dataclasses.replace(settings, search=search)
 
 
 def refit_study(
     settings: StudySettings,
-    completed,
+    completed: list[tuple[int, float]],
     chance: float,
     chance_corrected: bool | None = None,
-) -> dict:
+) -> Estimate:
     """The estimate of one study's completed runs, (d, accuracy) pairs, with today's posterior."""
-    if chance_corrected is not None:
-        search = dataclasses.replace(settings.search, chance_corrected=chance_corrected)
-        settings = dataclasses.replace(settings, search=search)
-    return transition_estimate(policy_settings(settings, chance), completed)
-
-
-def _settings_of(stored: dict) -> StudySettings:
-    try:
-        return StudySettings(
-            TaskConfig.from_dict(stored["task"]),
-            TrainConfig.from_dict(stored["train"]),
-            SearchConfig(**stored["search"]),
-            tuple(stored.get("pretrain", ())),
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise ThresholdError(f"study settings cannot be read ({e})") from None
+    settings = _reading(settings, chance_corrected)
+    return Estimate.from_dict(transition_estimate(policy_settings(settings, chance), completed))
 
 
 def refit_results(path: str | Path, chance_corrected: bool | None = None) -> list[dict]:
@@ -97,42 +110,40 @@ def refit_results(path: str | Path, chance_corrected: bool | None = None) -> lis
     rows = []
     for entry in results.get("studies", []):
         study = entry.get("data", entry)  # format 2 keeps the study's data beside its page
-        old = study.get("estimate") or {}
-        if old.get("chance") is None:
+        old = Estimate.from_dict(study["estimate"]) if study.get("estimate") else None
+        if old is None or old.chance is None:
             log.info("study %s has no stored chance rate: skipped", study.get("name"))
             continue
         completed = [(int(r["d"]), float(r["accuracy"])) for r in study.get("runs", [])]
         if not completed:
             continue
-        settings = _settings_of(study["settings"])
-        new = refit_study(settings, completed, float(old["chance"]), chance_corrected)
-        rows.append(compare(study["name"], study.get("label", ""), old, new, completed))
+        # The settings as the study stored them (one JSON value each), read as a study reads them.
+        stored = {k: json.dumps(v) for k, v in study["settings"].items()}
+        settings = StudySettings.from_attrs(stored)
+        label = study.get("label", "")
+        rows.append(
+            _refit(study["name"], label, settings, old, old.chance, completed, chance_corrected)
+        )
     return rows
 
 
 def refit_storage(url: str | None = None, chance_corrected: bool | None = None) -> list[dict]:
     """Rows for every threshold study in a storage that has completed runs and an estimate."""
-    import optuna
-
     from threshold.search.study import open_storage, storage_url
 
-    storage = open_storage(storage_url(url), create=False)
     rows = []
-    for summary in storage.get_all_studies():
-        try:
-            settings = StudySettings.from_attrs(summary.user_attrs)
-        except ThresholdError:
+    for view in read_studies(open_storage(storage_url(url), create=False)):
+        if view.estimate is None or view.chance is None:
+            log.info("study %s has no stored estimate: skipped", view.name)
             continue
-        raw = summary.user_attrs.get("estimate")
-        old = json.loads(raw) if raw else {}
-        if old.get("chance") is None:
-            log.info("study %s has no stored estimate: skipped", summary.study_name)
-            continue
-        study = optuna.load_study(study_name=summary.study_name, storage=storage)
-        completed, _ = split_trials(study.get_trials(deepcopy=False))
+        completed, _ = view.split()
         if not completed:
             continue
-        new = refit_study(settings, completed, float(old["chance"]), chance_corrected)
+        settings = view.settings
         label = f"{'+'.join(settings.task.ops)} ({settings.task.measured_op})"
-        rows.append(compare(summary.study_name, label, old, new, completed))
+        rows.append(
+            _refit(
+                view.name, label, settings, view.estimate, view.chance, completed, chance_corrected
+            )
+        )
     return rows
