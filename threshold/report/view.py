@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from threshold.report.data import Collected, StudyData, study_title, where
 from threshold.report.notes import near_transition_words
 from threshold.report.results import FORMAT
+from threshold.search.record import Estimate
 
 __all__ = [
     "AnalysisView",
@@ -264,8 +265,13 @@ def _pair(value) -> tuple[float, float] | None:
     return (float(value[0]), float(value[1])) if value else None
 
 
+def _estimate(s: StudyData) -> Estimate:
+    """The study's estimate, typed (every field None when it has none or too few runs)."""
+    return Estimate.from_dict(s.estimate if s.ok and s.estimate else {})
+
+
 def _row(s: StudyData) -> Row:
-    est = s.estimate if s.ok else {}
+    est = _estimate(s)
     return Row(
         name=s.name,
         label=s.label,
@@ -273,11 +279,11 @@ def _row(s: StudyData) -> Row:
         measured_op=s.settings.task.measured_op.upper(),
         n_runs=len(s.runs),
         status=s.status,
-        params_p80=est.get("params_p80"),
-        interval_params=_pair(est.get("interval_params")),
-        d_p80=est.get("d_p80"),
-        interval_d=_pair(est.get("interval_d")),
-        interval_ratio=est.get("interval_ratio"),
+        params_p80=est.params_p80,
+        interval_params=est.interval_params,
+        d_p80=est.d_p80,
+        interval_d=_pair(est.to_dict().get("interval_d")),  # not a typed field
+        interval_ratio=est.interval_ratio,
         precision=s.settings.search.precision,
         is_baseline=s.baseline == s.name,
         ratio=_ratio(s),
@@ -404,11 +410,13 @@ def _runs(s: StudyData, others: tuple[str, ...]) -> tuple[RunRow, ...]:
 
 
 def _study(s: StudyData, row: Row, labels: dict[str, str], figure: str | None, data: dict):
-    est = s.estimate if s.ok else {}
+    typed = _estimate(s)
+    est = typed.to_dict()  # the keys the record does not type: midpoint, fit, seed spread
     fit = est.get("fit") or {}
     others = tuple(op for op in s.settings.task.ops if op != s.settings.task.measured_op)
     spread = est.get("seed_spread") or {}
     near = near_transition_words(est) if est else None
+    chance = Estimate.from_dict(s.estimate or {}).chance  # also of a study with too few runs
     return StudyView(
         row=row,
         title=study_title(s.settings),
@@ -419,8 +427,8 @@ def _study(s: StudyData, row: Row, labels: dict[str, str], figure: str | None, d
         midpoint_params=est.get("midpoint_params"),
         midpoint_interval=_pair(est.get("midpoint_interval_params")),
         midpoint_d=est.get("midpoint_d"),
-        asymptote=est.get("asymptote"),
-        chance=(s.estimate or {}).get("chance"),
+        asymptote=typed.asymptote,
+        chance=chance,
         fit_params_p80=fit.get("params_p80"),
         fit_d_p80=fit.get("d_p80"),
         near=near,
@@ -428,7 +436,7 @@ def _study(s: StudyData, row: Row, labels: dict[str, str], figure: str | None, d
         recomputed=s.estimate_source == "recomputed",
         baseline_label=labels.get(s.baseline) if s.baseline != s.name else None,
         figure=figure,
-        settings=settings_rows(s, (s.estimate or {}).get("chance")),
+        settings=settings_rows(s, chance),
         other_ops=others,
         runs=_runs(s, others),
         data=data,
