@@ -74,11 +74,11 @@ class StudySettings:
     train: TrainConfig  # its ``recipe`` names the recipe its values came from
     search: SearchConfig
     pretrain: tuple[str, ...] = ()  # ops every run is first trained on (transfer); () for none
-    model: tuple[tuple[str, object], ...] = ()  # the recipe's model-side values (threshold.recipe)
+    model: tuple[tuple[str, object], ...] = ()  # the recipe's model-side values, sorted by name
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pretrain", tuple(self.pretrain))
-        object.__setattr__(self, "model", tuple((k, v) for k, v in dict(self.model).items()))
+        object.__setattr__(self, "model", tuple(sorted(dict(self.model).items())))
 
     @property
     def recipe(self) -> str:
