@@ -24,7 +24,18 @@ from dataclasses import dataclass
 from threshold.config import ModelConfig, TrainConfig
 from threshold.errors import ConfigError
 
-__all__ = ["MODEL_FIELDS", "RECIPES", "TRAIN_FIELDS", "Recipe", "make_recipe", "recipe_fields"]
+__all__ = [
+    "MODEL_FIELDS",
+    "RECIPES",
+    "TRAIN_FIELDS",
+    "Recipe",
+    "make_recipe",
+    "recipe_fields",
+    "recipe_words",
+]
+
+# Fields that set the budget or where it is read, not how a model learns: left out of titles.
+_BUDGET_FIELDS = ("max_steps", "checkpoints", "decay_steps", "min_lr_ratio")
 
 MODEL_FIELDS = ("init_std", "block", "activation", "n_recur", "qkv_bias")
 TRAIN_FIELDS = (
@@ -115,3 +126,20 @@ def recipe_fields(train: TrainConfig, model: dict) -> dict:
     defaults = {f.name: f.default for f in fields if f.name in MODEL_FIELDS}
     out = {k: getattr(train, k) for k in TRAIN_FIELDS}
     return out | defaults | dict(model)
+
+
+def recipe_words(train: TrainConfig, model: dict) -> str:
+    """``paper``, or ``fast + init_std 0.02, weight_decay 0.01``: the recipe's name and how the
+    values depart from it (budget fields left out); "" for the plain ``fast`` recipe."""
+    base = make_recipe(train.recipe)
+    mine, theirs = recipe_fields(train, model), recipe_fields(base.train, base.model_kwargs)
+    changed = [
+        f"{k} {_word(mine[k])}" for k in mine if k not in _BUDGET_FIELDS and mine[k] != theirs[k]
+    ]
+    if not changed:
+        return "" if train.recipe == "fast" else train.recipe
+    return f"{train.recipe} + {', '.join(changed)}"
+
+
+def _word(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)

@@ -30,6 +30,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from threshold.errors import ConfigError, ThresholdError
+from threshold.recipe import recipe_words
 from threshold.search.fit import reduction_factor, transition_estimate, transition_posterior
 from threshold.search.notes import MIN_RUNS, curve_sizes
 from threshold.search.posterior import (
@@ -116,6 +117,11 @@ class StudyData:
     # baseline's op needs (ADD against MAX: how much harder ADD is), not an effect of a mixture.
     size_ratio: dict | None = None
     label: str = ""  # short and unique among the report's studies, for legends and tables
+    # The budget axis: the estimate at each checkpoint step every run kept (step, tokens,
+    # params_p80, interval_params, asymptote, n_runs, x80), and its factors against the baseline's
+    # at the same steps (step, tokens, and factor's keys).
+    budget: list[dict] = field(default_factory=list)
+    budget_reduction: list[dict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -153,6 +159,8 @@ class StudyData:
             "reduction_note": self.reduction_note or None,
             "size_ratio": self.size_ratio,
             "efficiency": self.efficiency,
+            "budget": self.budget,
+            "budget_reduction": self.budget_reduction,
             # Without where a report read back from its folder copies the figures from.
             "analyses": [{k: v for k, v in a.items() if k != "copy_from"} for a in self.analyses],
             "runs": self.runs,
@@ -172,13 +180,21 @@ class Collected:
 
 
 def study_title(settings: StudySettings) -> str:
-    """``ADD in MAX+MED+ADD, mod 10``; ``ADD after MAX+MED, mod 10`` with pretraining."""
+    """``ADD in MAX+MED+ADD, mod 10``; ``ADD after MAX+MED, mod 10`` with pretraining; a recipe
+    other than plain ``fast`` and exposure control in brackets."""
     task = settings.task
     measured = task.measured_op.upper()
     where = f"mod {task.n}" if task.testbed == "listops" else f"{task.testbed} S_{task.n}"
     mix = "" if tuple(task.ops) == (task.measured_op,) else f" in {'+'.join(task.ops).upper()}"
     before = f" after {'+'.join(settings.pretrain).upper()}" if settings.pretrain else ""
-    return f"{measured}{mix}{before}, {where}"
+    extra = [recipe_words(settings.train, dict(settings.model))]
+    if task.weights is not None:
+        pairs = zip(task.ops, task.weights, strict=True)
+        extra.append("weights " + ",".join(f"{o}={w:g}" for o, w in pairs))
+    if task.match_exposure:
+        extra.append(f"{task.measured_op.upper()} nodes matched")
+    words = "; ".join(e for e in extra if e)
+    return f"{measured}{mix}{before}, {where}" + (f" ({words})" if words else "")
 
 
 def label(studies: list[StudyData]) -> None:
@@ -375,7 +391,30 @@ def _study_data(view: StudyView, analysis_dir: Path) -> StudyData:
     ]
     data.efficiency = _efficiency(runs, settings, d_range, view.n_failed)
     data.analyses = _analyses(view, runs, analysis_dir)
+    if data.ok:
+        data.budget = _budget(view, policy)
     return data
+
+
+def _budget(view: StudyView, policy: SearchSettings) -> list[dict]:
+    """The study's estimate at each of its checkpoint steps, from the same runs."""
+    out = []
+    for step, tokens, pairs in view.at_checkpoints():
+        if len(pairs) < MIN_RUNS:
+            continue
+        estimate = transition_estimate(policy, pairs)
+        out.append(
+            {
+                "step": step,
+                "tokens": tokens,
+                "n_runs": len(pairs),
+                "params_p80": estimate["params_p80"],
+                "interval_params": estimate["interval_params"],
+                "asymptote": estimate["asymptote"],
+                "x80": x80_marginal(transition_posterior(policy, pairs)),
+            }
+        )
+    return out
 
 
 def judge(data: StudyData, n_completed: int) -> None:
@@ -599,8 +638,11 @@ def compare(studies: list[StudyData], baselines: Sequence[str]) -> None:
         mine = [b for b in bases if where(b) == where(s)]
         if not mine:
             continue
-        base = next((b for b in mine if _measured(b) == _measured(s)), mine[0])
+        same_op = [b for b in mine if _measured(b) == _measured(s)]
+        same_recipe = [b for b in same_op if _recipe(b) == _recipe(s)]
+        base = (same_recipe or same_op or mine)[0]
         s.baseline = base.name
+        s.budget_reduction = []
         if not base.ok:
             s.reduction_note = f"none: the baseline has {base.status.replace('_', ' ')}"
         elif not s.ok:
@@ -613,7 +655,19 @@ def compare(studies: list[StudyData], baselines: Sequence[str]) -> None:
             s.size_ratio = factor(base.x80, s.x80)
         else:
             s.reduction = factor(base.x80, s.x80)
+            theirs = {b["step"]: b for b in base.budget}
+            s.budget_reduction = [
+                {"step": b["step"], "tokens": b["tokens"]}
+                | factor(theirs[b["step"]]["x80"], b["x80"])
+                for b in s.budget
+                if b["step"] in theirs
+            ]
 
 
 def _measured(s: StudyData) -> str:
     return s.settings.task.measured_op
+
+
+def _recipe(s: StudyData) -> tuple:
+    """What a study's runs train with: its training settings and model side, seed aside."""
+    return s.settings.train.to_dict(), s.settings.model

@@ -20,6 +20,7 @@ from threshold.search.notes import fit_accuracy
 
 __all__ = [
     "COLORS",
+    "budget_figure",
     "comparison_figure",
     "comparison_plotly",
     "curves_figure",
@@ -271,6 +272,46 @@ def curves_figure(studies: list[StudyData], styles: dict, path: Path) -> Path:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), handlelength=2.6)
     else:
         ax.legend(fontsize=8, loc="upper left", handlelength=2.6)
+    return _save(fig, path)
+
+
+def budget_figure(studies: list[StudyData], styles: dict, path: Path) -> Path:
+    """The budget axis: each study's 80% point against the tokens its runs had trained by each
+    checkpoint (left), and its factor against its baseline at the same checkpoints (right), both
+    with 90% intervals."""
+    shown = [s for s in studies if s.budget]
+    fig = Figure(figsize=(11.0, 4.4), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    nudge = {s.name: 1 + 0.03 * (i - (len(shown) - 1) / 2) for i, s in enumerate(shown)}
+    for s in shown:
+        color, (dash, _) = styles[s.name]
+        tokens = np.array([b["tokens"] for b in s.budget], dtype=float) * nudge[s.name]
+        p80 = np.array([b["params_p80"] for b in s.budget], dtype=float)
+        lo, hi = np.array([b["interval_params"] for b in s.budget], dtype=float).T
+        left.errorbar(tokens, p80, yerr=[p80 - lo, hi - p80], fmt="o", linestyle=dash,
+                      color=color, capsize=3, label=s.label)  # fmt: skip
+        if s.budget_reduction:
+            t = np.array([b["tokens"] for b in s.budget_reduction], dtype=float) * nudge[s.name]
+            f = np.array([b["factor"] for b in s.budget_reduction])
+            flo, fhi = np.array([b["interval"] for b in s.budget_reduction], dtype=float).T
+            right.errorbar(t, f, yerr=[f - flo, fhi - f], fmt="o", linestyle=dash, color=color,
+                           capsize=3, label=s.label)  # fmt: skip
+    for ax in (left, right):
+        ax.set_xscale("log")
+        _log_ticks(ax.xaxis, _thousands)
+        ax.set_yscale("log")
+        ax.grid(True, which="major", alpha=0.3)
+        ax.set_xlabel("training tokens by the checkpoint (log scale)")
+    _log_ticks(left.yaxis, _thousands)
+    left.set_ylabel("80% point, total parameters")
+    left.set_title("80% point against training tokens, 90% intervals", fontsize=10)
+    right.axhline(1.0, color="#555", linewidth=0.8)
+    _log_ticks(right.yaxis, lambda v, _p=None: f"{v:g}")
+    right.set_ylabel("factor: baseline's 80% point / study's")
+    right.set_title("reduction factor against tokens (above 1: smaller)", fontsize=10)
+    left.legend(fontsize=7, loc="best")
+    if right.has_data():
+        right.legend(fontsize=7, loc="best")
     return _save(fig, path)
 
 

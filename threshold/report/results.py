@@ -73,6 +73,7 @@ def _study(entry: dict, folder: Path, commit: str) -> StudyData:
         efficiency=entry["efficiency"],
         analyses=analyses,
         stored_settings=entry["settings"],
+        budget=entry.get("budget", []),
     )
     judge(data, len(data.runs))
     if data.ok:

@@ -199,6 +199,21 @@ class EfficiencyRow:
 
 
 @dataclass(frozen=True)
+class BudgetRow:
+    """A study's estimate at one checkpoint of its budget, and its factor there."""
+
+    label: str
+    anchor: str
+    step: int
+    tokens: int
+    n_runs: int
+    params_p80: float
+    interval_params: tuple[float, float]
+    asymptote: float | None
+    ratio: Ratio | None  # against the baseline at the same checkpoint
+
+
+@dataclass(frozen=True)
 class Report:
     format: str
     created: str  # when the studies were read
@@ -222,6 +237,7 @@ class Report:
     transfer: tuple[TransferView, ...]
     efficiency: tuple[EfficiencyRow, ...]
     pretraining_excluded: bool
+    budget: tuple[BudgetRow, ...] = ()  # studies with checkpoints, in page order
 
     @property
     def rows(self) -> list[Row]:
@@ -570,4 +586,29 @@ def build(
         ),
         efficiency=tuple(_efficiency(by_name[n][0]) for n in order),
         pretraining_excluded=any(s.settings.pretrain for s in studies),
+        budget=tuple(row for n in order for row in _budget_rows(by_name[n][0])),
     )
+
+
+def _budget_rows(s: StudyData) -> list[BudgetRow]:
+    factors = {b["step"]: b for b in s.budget_reduction}
+    rows = []
+    for b in s.budget:
+        f = factors.get(b["step"])
+        ratio = None
+        if f is not None:
+            ratio = Ratio("reduction", f["factor"], *f["interval"], f["p_above_1"])
+        rows.append(
+            BudgetRow(
+                s.label,
+                anchor(s.name),
+                b["step"],
+                b["tokens"],
+                b["n_runs"],
+                b["params_p80"],
+                tuple(b["interval_params"]),
+                b["asymptote"],
+                ratio,
+            )
+        )
+    return rows

@@ -159,6 +159,8 @@ def _write(collected, out, earlier, on_progress, shared_plotly, rendered_from) -
     names = (
         {"comparison": unique("comparison.png"), "curves": unique("curves.png")} if fitted else {}
     )
+    if any(s.budget for s in studies):
+        names["budget"] = unique("budget.png")
     entries = []
     copies = {}  # file in out: source
     for s in studies:
@@ -193,6 +195,8 @@ def _write(collected, out, earlier, on_progress, shared_plotly, rendered_from) -
             (names["comparison"], lambda p: figures.comparison_figure(view.groups, styles, p))
         )
         jobs.append((names["curves"], lambda p: figures.curves_figure(ordered, styles, p)))
+    if "budget" in names:
+        jobs.append((names["budget"], lambda p: figures.budget_figure(ordered, styles, p)))
     for s, entry in zip(studies, entries, strict=True):
         if entry["figure"]:
             jobs.append((entry["figure"], lambda p, s=s: figures.study_figure(s, p)))

@@ -283,6 +283,24 @@ class StudyView:
         """(d, accuracy) of completed runs and sizes of pending ones (:func:`split_runs`)."""
         return split_runs(self.runs)
 
+    def at_checkpoints(self) -> list[tuple[int, int, list[tuple[int, float]]]]:
+        """The budget axis: for each checkpoint step that every completed run kept, (step, median
+        tokens trained by then, (d, accuracy) of each run there), the accuracy the study's
+        decoding scores; [] for a study without checkpoints."""
+        runs = self.completed
+        if not runs or not all(r.budget for r in runs):
+            return []
+        key = "sampled_accuracy" if self.settings.train.decoding == "sampled" else "accuracy"
+        by_step = [{b["step"]: b for b in r.budget} for r in runs]
+        steps = sorted(set.intersection(*(set(b) for b in by_step)))
+        out = []
+        for step in steps:
+            points = [b[step] for b in by_step]
+            tokens = int(sorted(p["tokens"] for p in points)[len(points) // 2])
+            pairs = [(r.d_model, float(p[key])) for r, p in zip(runs, points, strict=True)]
+            out.append((step, tokens, pairs))
+        return out
+
     def run(self, number: int) -> Run:
         for r in self.runs:
             if r.number == number:
