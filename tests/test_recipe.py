@@ -170,6 +170,15 @@ def test_a_run_that_stops_learned_carries_its_accuracy_to_later_checkpoints(max5
     assert result.budget[1]["tokens"] == pytest.approx(2 * result.budget[0]["tokens"], rel=0.01)
 
 
+def test_a_run_stopped_at_a_checkpoint_keeps_one_entry_there(tmp_path):
+    data = load_task_data(TaskConfig(ops=("add",), n=5, **TINY), tmp_path)
+    cfg = TrainConfig(max_steps=200, eval_every=10, lr=1e-9, warmup_steps=0, schedule="constant",
+                      checkpoints=(0.5, 1))  # fmt: skip
+    result = train(model_config_for(data.config, 8), data, cfg)
+    assert result.stop_reason == "stuck" and result.steps == 100  # stuck rule: from half the budget
+    assert [(b["step"], b["reached"]) for b in result.budget] == [(100, True), (200, False)]
+
+
 def _history(other_acc: list[float]) -> list[dict]:
     """A run of MAX+ADD measured on ADD: ADD flat at chance, answer loss flat; MAX as given."""
     return [

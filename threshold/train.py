@@ -423,8 +423,9 @@ def complete_budget(
 ) -> None:
     """Add the checkpoints at or past ``steps``, where the run ended: the final accuracy, the
     tokens scaled to the checkpoint's step (a run that stopped early is taken to stay put)."""
+    done = {b["step"] for b in budget}  # measured during the run
     for at in cfg.checkpoint_steps:
-        if at >= steps:
+        if at >= steps and at not in done:
             scaled = round(tokens * at / max(steps, 1))
             budget.append(budget_point(at, scaled, greedy, sampled, at == steps))
 
