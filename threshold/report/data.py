@@ -643,7 +643,9 @@ def compare(studies: list[StudyData], baselines: Sequence[str]) -> None:
         base = (same_recipe or same_op or mine)[0]
         s.baseline = base.name
         s.budget_reduction = []
-        if not base.ok:
+        if same_op and not same_recipe:
+            s.reduction_note = "none: the baseline trains with another recipe or budget"
+        elif not base.ok:
             s.reduction_note = f"none: the baseline has {base.status.replace('_', ' ')}"
         elif not s.ok:
             s.reduction_note = f"none: {s.status.replace('_', ' ')}"
