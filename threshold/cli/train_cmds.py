@@ -10,20 +10,35 @@ import typer
 
 from threshold.cli.common import (
     Arity,
+    Block,
     CacheDir,
+    Checkpoints,
+    DecaySteps,
+    Decoding,
     Depth,
     Device,
+    EarlyStop,
+    InitStd,
+    LossOn,
+    Lr,
+    MatchExposure,
     Measure,
     Mod,
     NTest,
     NTrain,
     PNest,
+    Recipe,
+    Schedule,
     SplitSeed,
+    Steps,
     Tasks,
     Testbed,
     TrainingBars,
+    WeightDecay,
+    Weights,
     app,
     bench_app,
+    recipe_overrides,
     run_guarded,
     task_config,
     val_accuracy_words,
@@ -51,9 +66,23 @@ def train(
             "--seed", "--seeds", help="Seed of initialisation and batch order, or a list (0,1,2)."
         ),
     ] = "0",
-    steps: Annotated[int, typer.Option(help="Most training steps.")] = 20_000,
-    batch_size: Annotated[int, typer.Option(help="Sequences per step.")] = 64,
-    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 3e-3,
+    recipe: Recipe = "fast",
+    steps: Steps = None,
+    batch_size: Annotated[
+        int | None, typer.Option(help="Sequences per step \\[default: the recipe's].")
+    ] = None,
+    lr: Lr = None,
+    weight_decay: WeightDecay = None,
+    init_std: InitStd = None,
+    schedule: Schedule = None,
+    decay_steps: DecaySteps = None,
+    loss_on: LossOn = None,
+    block: Block = None,
+    early_stop: EarlyStop = None,
+    decoding: Decoding = None,
+    checkpoints: Checkpoints = None,
+    weights: Weights = None,
+    match_exposure: MatchExposure = False,
     eval_every: Annotated[int, typer.Option(help="Steps between validation checks.")] = 250,
     threads: Annotated[int, typer.Option(help="Torch threads.")] = 1,
     time_limit: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
@@ -78,26 +107,39 @@ def train(
         from threshold.device import resolve_device
         from threshold.errors import ConfigError
         from threshold.memory import plan_packs
-        from threshold.tasks import load_task_data
+        from threshold.recipe import make_recipe
+        from threshold.tasks import TaskConfig, load_task_data
         from threshold.train import TrainConfig, model_config_for
         from threshold.train import train as train_model
 
-        task_cfg = task_config(
-            tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
+        task_cfg = TaskConfig.from_options(
+            tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed,
+            weights, match_exposure,
+        )  # fmt: skip
+        made = make_recipe(
+            recipe,
+            **recipe_overrides(
+                max_steps=steps,
+                batch_size=batch_size,
+                lr=lr,
+                weight_decay=weight_decay,
+                init_std=init_std,
+                schedule=schedule,
+                decay_steps=decay_steps,
+                loss_on=loss_on,
+                block=block,
+                early_stop=early_stop,
+                decoding=decoding,
+                checkpoints=checkpoints,
+            ),
         )
+        base = made.train.to_dict() | {
+            "eval_every": eval_every,
+            "threads": threads,
+            "time_limit_s": time_limit,
+        }
         runs = [
-            (
-                model_config_for(task_cfg, d),
-                TrainConfig(
-                    seed=s,
-                    max_steps=steps,
-                    batch_size=batch_size,
-                    lr=lr,
-                    eval_every=eval_every,
-                    threads=threads,
-                    time_limit_s=time_limit,
-                ),
-            )
+            (model_config_for(task_cfg, d, **made.model_kwargs), TrainConfig(**base | {"seed": s}))
             for d in int_list(d_model, "--d-model")
             for s in int_list(seed, "--seed")
         ]
@@ -194,7 +236,10 @@ def _train_report(task_cfg, run, result, path, device) -> dict:
         "params_non_embedding": counts["non_embedding"],
         "accuracy": result.accuracy,
         "strict_accuracy": result.strict_accuracy,
+        "sampled_accuracy": result.sampled_accuracy,
         "teacher_forced_accuracy": result.teacher_forced,
+        "recipe": cfg.recipe,
+        "budget": result.budget,
         "steps": result.steps,
         "stop_reason": result.stop_reason,
         "wall_s": round(result.wall_s, 2),
@@ -256,6 +301,7 @@ def _print_train_report(report: dict) -> None:
     table.add_column("accuracy (greedy)", justify="right")
     table.add_column("strict (trace)", justify="right")
     table.add_column("teacher-forced", justify="right")
+    table.add_column("sampled (T = 1)", justify="right")
     for op, acc in report["accuracy"].items():
         name = f"{op} (measured)" if op == report["measure"] else op
         table.add_row(
@@ -263,9 +309,13 @@ def _print_train_report(report: dict) -> None:
             f"{acc:.3f}",
             f"{report['strict_accuracy'][op]:.3f}",
             f"{report['teacher_forced_accuracy'][op]:.3f}",
+            f"{report['sampled_accuracy'][op]:.3f}",
         )
     console = Console()
     console.print(table)
+    if report["budget"]:
+        points = ", ".join(f"{b['step']:,}: {b['accuracy']:.3f}" for b in report["budget"])
+        console.print(f"{report['measure']} accuracy at checkpoints (step: greedy): {points}")
     console.print(
         f"params {report['params_total']:,} total, {report['params_non_embedding']:,} without "
         f"embeddings; {report['steps']} steps, stopped: {report['stop_reason']}; "

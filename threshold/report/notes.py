@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from threshold.recipe import recipe_words
 from threshold.report.render import render
 from threshold.search.fit import MIN_POINTS
 from threshold.search.notes import MIN_RUNS, Run, curve_sizes, fit_accuracy
@@ -64,6 +65,8 @@ def near_transition_words(estimate: dict) -> str | None:
 def _title(settings: StudySettings) -> str:
     task = settings.task
     where = f"listops mod {task.n}" if task.testbed == "listops" else f"{task.testbed} S_{task.n}"
+    recipe = recipe_words(settings.train, dict(settings.model))
+    where += f", {recipe}" if recipe else ""
     measured = task.measured_op.upper()
     if tuple(task.ops) == (task.measured_op,):
         return f"{measured} ({where})"
@@ -82,9 +85,18 @@ def _settings_lines(settings: StudySettings, attrs: dict) -> tuple[str, ...]:
         f"- **Task**: {task.testbed} n = {task.n}, ops {', '.join(task.ops)}, measured "
         f"{task.measured_op}; depth {task.depth}, arity {task.arity_min}-{task.arity_max}, "
         f"p_nest {task.p_nest:g}; {n_train:,} training and {task.n_test:,} test sequences "
-        f"(split seed {task.split_seed})",
-        f"- **Training**: at most {train.max_steps:,} steps a run, batch {train.batch_size}, "
-        f"lr {train.lr:g}, weight decay {train.weight_decay:g}",
+        f"(split seed {task.split_seed})"
+        + (f"; weights {', '.join(f'{w:g}' for w in task.weights)}" if task.weights else "")
+        + ("; measured op's nodes matched to its own set" if task.match_exposure else ""),
+        f"- **Training**: recipe {recipe_words(train, dict(settings.model)) or 'fast'}; at most "
+        f"{train.max_steps:,} steps a run, batch {train.batch_size}, lr {train.lr:g} "
+        f"({train.schedule}), weight decay {train.weight_decay:g}, loss on {train.loss_on}, "
+        f"{train.decoding} accuracy"
+        + (
+            f", checkpoints at {', '.join(f'{c:g}' for c in train.checkpoints)}"
+            if train.checkpoints
+            else ""
+        ),
         f"- **Search**: precision {search.precision:g}x, budget {search.budget} runs, first "
         f"bracket d {search.d_lo}-{search.d_hi} (limits {search.d_min}-{search.d_max}), "
         f"transition at {level}, base seed {search.base_seed}",
@@ -93,6 +105,10 @@ def _settings_lines(settings: StudySettings, attrs: dict) -> tuple[str, ...]:
     if version or commit:
         lines.append(f"- threshold {version or '?'}, commit {str(commit or '?')[:10]}")
     return tuple(lines)
+
+
+def _shares(values) -> str:
+    return ", ".join(f"{v:g}" for v in values)
 
 
 def _pair(value) -> tuple[float, float] | None:
