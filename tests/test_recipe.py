@@ -96,7 +96,8 @@ def test_paper_model_side_counts_and_decays_every_weight():
     assert param_count(cfg) == model.num_params()
     with_bias = ModelConfig(vocab_size=20, n_ctx=30, d_model=16)
     assert param_count(with_bias)["total"] - param_count(cfg)["total"] == 3 * 16
-    assert all(abs(float(p.detach().std()) - 0.02) < 0.01 for p in model.parameters() if p.dim() == 2)
+    matrices = [p.detach() for p in model.parameters() if p.dim() == 2]
+    assert all(abs(float(p.std()) - 0.02) < 0.01 for p in matrices)
     groups = make_optimizer(model, make_recipe("paper").train).param_groups
     assert [len(g["params"]) for g in groups] == [len(list(model.parameters())), 0]
 
@@ -248,3 +249,13 @@ def test_bad_recipe_input_on_the_command_line(tmp_path, args, message):
 def test_every_recipe_is_valid():
     for name in RECIPES:
         make_recipe(name)
+
+
+def test_chance_of_sampled_decoding_is_a_draw_from_the_answer_distribution(max5):
+    from threshold.search.worker import chance_rate
+    from threshold.train import majority_rate
+
+    shares = np.bincount(max5.test["max"].answers) / len(max5.test["max"])
+    assert chance_rate(max5, "greedy") == majority_rate(max5.test["max"]) == shares.max()
+    assert chance_rate(max5, "sampled") == pytest.approx((shares**2).sum())
+    assert chance_rate(max5, "sampled") < chance_rate(max5, "greedy")

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import optuna
 from optuna.artifacts import upload_artifact
 from optuna.storages import fail_stale_trials
@@ -56,6 +57,17 @@ log = logging.getLogger(__name__)
 
 class Cancelled(ThresholdError):
     """The policy decided to stop after this trial began (another worker finished the study)."""
+
+
+def chance_rate(data: TaskData, decoding: str) -> float:
+    """Where runs that did not learn the measured op sit: the majority answer's rate for greedy
+    decoding (a model that always gives the commonest answer), and for sampled decoding the rate
+    at which an answer drawn from the answer distribution is right (sum of squared shares)."""
+    answers = data.test[data.config.measured_op].answers
+    if decoding != "sampled":
+        return majority_rate(data.test[data.config.measured_op])
+    shares = np.bincount(answers) / len(answers)
+    return float((shares**2).sum())
 
 
 def refresh_estimate(study: optuna.Study, sampler: TransitionSampler) -> dict | None:
@@ -187,7 +199,7 @@ def run_worker(
     storage = open_storage(storage_url, heartbeat_s, create=False)
     study, settings = load_study(study_name, storage)
     data = load_task_data(settings.task, cache_dir)
-    sampler = TransitionSampler(settings, majority_rate(data.test[settings.task.measured_op]))
+    sampler = TransitionSampler(settings, chance_rate(data, settings.train.decoding))
     study.sampler = sampler
     store = artifact_store(storage_url)
     objective = _objective(settings, data, store, sampler, cache_dir, device)
