@@ -143,6 +143,7 @@ class StudyData:
                 "train": s.train.to_dict(),
                 "search": json.loads(s.to_attrs()["search"]),
                 "pretrain": list(s.pretrain),
+                "model": dict(s.model),
                 "measured_op": s.task.measured_op,
             },
             "version": self.attrs.get("version"),

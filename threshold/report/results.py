@@ -39,6 +39,7 @@ def _settings(entry: dict) -> StudySettings:
             "train": json.dumps(st["train"]),
             "search": json.dumps(st["search"]),
             "pretrain": json.dumps(st.get("pretrain", [])),
+            "model": json.dumps(st.get("model", {})),  # the recipe's model side
         }
     )
 
