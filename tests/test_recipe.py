@@ -66,6 +66,9 @@ def test_fast_is_the_defaults_and_paper_is_the_group_code():
         ("fast", {"decoding": "beam"}, "decoding 'beam' is not allowed"),
         ("paper", {"checkpoints": (0.5, 2.0)}, "checkpoints [0.5, 2.0] are not allowed"),
         ("fast", {"checkpoints": (0.5, 1.0)}, "checkpoints need a schedule that does not depend"),
+        ("fast", {"weight_decay": "x"}, "weight_decay 'x' is not allowed: give a value of type"),
+        ("paper", {"qkv_bias": 1}, "qkv_bias 1 is not allowed: give a value of type bool"),
+        ("fast", {"n_recur": 2.5}, "n_recur 2.5 is not allowed: give a value of type int"),
     ],
 )
 def test_bad_recipes_name_the_field(name, overrides, message):
