@@ -35,9 +35,12 @@ from threshold.train import (
     IGNORE,
     Progress,
     TrainResult,
-    batch_tensors,
     budget_point,
+    check_context,
     complete_budget,
+    drawn_length,
+    drawn_tensors,
+    drawn_tokens,
     init_model,
     is_stuck,
     lr_factor,
@@ -161,7 +164,7 @@ class _Run:
 
     index: int  # position in the caller's list
     member: Member
-    batches: Iterator[np.ndarray]  # the member's own endless batch order
+    batches: Iterator[np.ndarray]  # the member's own endless batches (indices, or windows)
     chance: float  # majority rate of the measured op: what "stuck at chance" means
     lr_factor: Callable[[int], float]
     start: float  # perf_counter when its pack began
@@ -260,6 +263,7 @@ def start_pack(indexed: list[tuple[int, Member]], device: torch.device) -> _Pack
             model = init_model(member.model_cfg, member.cfg.seed)
         if param_count(model.cfg) != model.num_params():
             raise AssertionError("parameter formula and model disagree")
+        check_context(model.cfg, member.cfg)
         models.append(model)
         data, cfg = member.data, member.cfg
         chance = majority_rate(data.val[data.config.measured_op])
@@ -309,7 +313,7 @@ def step_pack(pack: _Pack) -> None:
     spent = time.perf_counter() - ts
     for r in pack.runs:
         r.step += 1
-        r.tokens += int(r.data.train.lengths[r.pending].sum())
+        r.tokens += drawn_tokens(r.data.train, r.pending)
         r.train_s += spent
         r.pending = None
 
@@ -319,12 +323,12 @@ def stacked_batch(pack: _Pack) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     for r in pack.runs:
         if r.pending is None:
             r.pending = next(r.batches)
-    length = max(int(r.data.train.lengths[r.pending].max()) for r in pack.runs) - 1
+    length = max(drawn_length(r.data.train, r.pending) for r in pack.runs)
     rows = max(len(r.pending) for r in pack.runs)
     xs, ys = [], []
     for r in pack.runs:
         pad = r.data.vocab.pad_id
-        x, y = batch_tensors(r.data.train, r.pending, pad, r.cfg.loss_on == "completion", length)
+        x, y = drawn_tensors(r.data.train, r.pending, r.cfg, pad, length)
         if len(x) < rows:  # a member with a smaller batch: rows of padding, out of the loss
             x = torch.cat([x, torch.full((rows - len(x), length), pad, dtype=x.dtype)])
             y = torch.cat([y, torch.full((rows - len(y), length), IGNORE, dtype=y.dtype)])

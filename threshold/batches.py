@@ -14,6 +14,12 @@ Three orders, named by ``TrainConfig.batch_order``:
 
 The run's own generator (from its seed) fixes its bins' tie-breaks and queue orders, so a run's
 batches depend on its seed and data only, whichever runs it is trained beside.
+
+``TrainConfig.batches = "windows"`` draws no sequences but windows (the group's ListOps code): the
+training sequences, each ending in its end token, concatenated into one stream (built once, a view
+of the set's tokens), and every step ``batch_size`` windows of ``window`` + 1 tokens at uniformly
+random starts from the run's own generator, so a run trained alone and the same run as a member of
+a batched pass draw the same windows.
 """
 
 from __future__ import annotations
@@ -22,7 +28,17 @@ from collections.abc import Iterator
 
 import numpy as np
 
-__all__ = ["BATCH_ORDERS", "SCHEDULE_SEED", "binned_batches", "bucket_batches", "make_batches"]
+from threshold.errors import ConfigError
+
+__all__ = [
+    "BATCH_ORDERS",
+    "SCHEDULE_SEED",
+    "binned_batches",
+    "bucket_batches",
+    "make_batches",
+    "token_stream",
+    "window_batches",
+]
 
 BATCH_ORDERS = ("binned", "bucketed", "random")
 SCHEDULE_SEED = 20_261_123  # the bin schedule shared by every run: fixed, never the run's seed
@@ -85,3 +101,27 @@ def make_batches(
     if order in ("bucketed", "random"):
         return bucket_batches(lengths, batch_size, rng, chunk, bucketing=order == "bucketed")
     raise ValueError(f"batch order {order!r} is not one of {', '.join(BATCH_ORDERS)}")
+
+
+def token_stream(tokens: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The sequences ``tokens[offsets[i]:offsets[i + 1]]`` concatenated in order: (total,), a view
+    of ``tokens`` (the sequences of a set lie end to end, each with its end token)."""
+    return tokens[int(offsets[0]) : int(offsets[-1])]
+
+
+def window_batches(
+    stream: np.ndarray, window: int, batch_size: int, seed: int
+) -> Iterator[np.ndarray]:
+    """Endless batches of ``batch_size`` windows of ``stream`` at random starts drawn from
+    ``seed``: int64 (batch_size, window + 1), inputs ``[:, :-1]`` and targets ``[:, 1:]``."""
+    starts_span = len(stream) - window  # starts 0 .. len - window - 1 keep window + 1 tokens
+    if starts_span < 1:
+        raise ConfigError(
+            f"window {window} does not fit in a training stream of {len(stream)} tokens: "
+            "use a smaller window or more training sequences"
+        )
+    rng = np.random.default_rng(seed)
+    ahead = np.arange(window + 1)  # (window + 1,)
+    while True:
+        starts = rng.integers(0, starts_span, size=batch_size)  # (B,)
+        yield stream[starts[:, None] + ahead].astype(np.int64)  # (B, window + 1)

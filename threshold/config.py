@@ -85,11 +85,14 @@ def param_count(cfg: ModelConfig) -> dict[str, int]:
     return {"total": v * d + c * d + head + non_embedding, "non_embedding": non_embedding}
 
 
+_DEFAULT_WINDOW = 128
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     seed: int = 0  # model initialisation and batch order; the data split has its own seeds
     max_steps: int = 20_000  # budget; most runs stop earlier by the learned or stuck rule
-    batch_size: int = 64  # sequences per step
+    batch_size: int = 64  # sequences (or stream windows) per step
     recipe: str = "fast"  # the named recipe these values came from (threshold.recipe)
     lr: float = 3e-3  # peak learning rate (small models tolerate a large one)
     weight_decay: float = 0.1  # on matrices and embeddings only, unless decay_all
@@ -104,6 +107,12 @@ class TrainConfig:
     length_bins: int = 16  # binned: equal-count length bins (tighter lengths, still well mixed)
     bucket_chunk: int = 32  # bucketed: batches per sort chunk
     loss_on: str = "completion"  # "completion": only the chain of thought; "all": prompt too
+    # "sequences": whole sequences from position 0; "windows": random ``window``-token windows of
+    # the training sequences concatenated (the group's code), every token in the loss
+    batches: str = "sequences"
+    window: int = (
+        _DEFAULT_WINDOW  # tokens a window (the group's code); the model needs n_ctx >= window
+    )
     eval_every: int = 250  # steps between validation checks
     learned_tf: float = 0.99  # teacher-forced val answer accuracy (every op) that asks for a check
     learned_acc: float = 0.99  # greedy val accuracy (every op) that stops the run as learned
@@ -123,7 +132,7 @@ class TrainConfig:
         if not 0 <= self.seed < 2**63:
             raise ConfigError(f"seed {self.seed} is not allowed: use 0 to 2**63 - 1")
         names = ("max_steps", "batch_size", "eval_every", "eval_batch_size", "threads")
-        for name in (*names, "length_bins", "bucket_chunk"):
+        for name in (*names, "length_bins", "bucket_chunk", "window"):
             value = getattr(self, name)
             if value < 1:
                 raise ConfigError(f"{name} {value} is not allowed: use 1 or more")
@@ -153,12 +162,18 @@ class TrainConfig:
             "schedule": ("cosine", "exponential", "constant"),
             "early_stop": ("learned_or_stuck", "learned"),
             "decoding": ("greedy", "sampled"),
+            "batches": ("sequences", "windows"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(
                     f"{name} {getattr(self, name)!r} is not allowed: use {' or '.join(allowed)}"
                 )
+        if self.batches == "windows" and self.loss_on != "all":
+            raise ConfigError(
+                f"loss_on {self.loss_on!r} is not allowed with batches 'windows': a window starts"
+                " mid-sequence and every token of it is in the loss; use loss_on all"
+            )
 
     def _check_ranges(self) -> None:
         if not 0 <= self.weight_decay < 1:
@@ -188,8 +203,18 @@ class TrainConfig:
         """The steps where the measured op's accuracy is kept, increasing, without repeats."""
         return tuple(sorted({max(1, round(c * self.max_steps)) for c in self.checkpoints}))
 
+    def context(self, longest: int) -> int:
+        """The positions a model needs for sequences of up to ``longest`` tokens trained with
+        these batches: ``longest``, or at least ``window`` with stream windows."""
+        return max(longest, self.window) if self.batches == "windows" else longest
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields as a dict; ``batches`` and ``window`` left out at their defaults, so a
+        config of whole-sequence batches stores (and names its study) as before they existed."""
+        d = asdict(self)
+        if d["batches"] == "sequences" and d["window"] == _DEFAULT_WINDOW:
+            del d["batches"], d["window"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:

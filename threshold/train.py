@@ -2,12 +2,14 @@
 
 Nothing here knows a task by name: the data is a training :class:`SequenceSet` plus validation and
 test sets keyed by op, all token ids. Training uses length-bucketed batches (sequences of similar
-length share a batch, so little compute goes to padding), AdamW with linear warm-up and cosine
-decay, and gradient clipping. Accuracy is measured by greedy chain-of-thought decoding from the
-prompt: the final answer is the token before the end token. A run stops early only by absolute
-rules: *learned* (teacher-forced answers right on validation, confirmed by greedy decoding), or
-*stuck* (after half the budget, the measured op's answers are still at chance and its answer loss
-has stopped moving). Progress is reported through a callback; nothing is printed.
+length share a batch, so little compute goes to padding) or random windows of the concatenated
+training stream (``TrainConfig.batches``; evaluation is always on whole sequences), AdamW with
+linear warm-up and cosine decay, and gradient clipping. Accuracy is measured by greedy
+chain-of-thought decoding from the prompt: the final answer is the token before the end token. A run
+stops early only by absolute rules: *learned* (teacher-forced answers right on validation, confirmed
+by greedy decoding), or *stuck* (after half the budget, the measured op's answers are still at
+chance and its answer loss has stopped moving). Progress is reported through a callback; nothing is
+printed.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from threshold.batches import bucket_batches, make_batches
+from threshold.batches import bucket_batches, make_batches, token_stream, window_batches
 from threshold.config import TrainConfig
+from threshold.errors import ConfigError
 from threshold.model import KVCache, ModelConfig, RecurrentTransformer, param_count
 from threshold.tasks import SequenceSet, TaskConfig, TaskData
 
@@ -33,8 +36,12 @@ __all__ = [
     "batch_tensors",
     "bucket_batches",
     "budget_point",
+    "check_context",
     "complete_budget",
     "continue_training",
+    "drawn_length",
+    "drawn_tensors",
+    "drawn_tokens",
     "evaluate_decode",
     "evaluate_greedy",
     "evaluate_teacher_forced",
@@ -92,12 +99,16 @@ class TrainResult:
         return self.tokens / self.train_s if self.train_s > 0 else 0.0
 
 
-def model_config_for(task: TaskConfig, d_model: int, **kwargs) -> ModelConfig:
-    """The model config that fits the vocabulary and longest sequence of ``task``.
+def model_config_for(
+    task: TaskConfig, d_model: int, train: TrainConfig | None = None, **kwargs
+) -> ModelConfig:
+    """The model config that fits the vocabulary and longest sequence of ``task`` (and the
+    windows of ``train``, when it trains on stream windows: see :meth:`TrainConfig.context`).
 
     Needs no generated data, so settings can be checked before anything is written.
     """
-    return ModelConfig(vocab_size=len(task.vocab), n_ctx=task.max_len, d_model=d_model, **kwargs)
+    n_ctx = task.max_len if train is None else train.context(task.max_len)
+    return ModelConfig(vocab_size=len(task.vocab), n_ctx=n_ctx, d_model=d_model, **kwargs)
 
 
 def batch_tensors(
@@ -115,6 +126,40 @@ def batch_tensors(
         t = np.arange(y.shape[1])[None, :]
         y[t + 1 < seqs.prompt_len[index].astype(np.int64)[:, None]] = IGNORE
     return x, torch.from_numpy(y)
+
+
+def drawn_tensors(
+    seqs: SequenceSet, drawn: np.ndarray, cfg: TrainConfig, pad_id: int, length: int = 0
+):
+    """Inputs and targets (B, T) of a batch from :func:`train_batches`, at least ``length`` long.
+
+    ``drawn`` is an index array (B,) of sequences (see :func:`batch_tensors`) or, with stream
+    windows, a token array (B, window + 1): every target in the loss, padding beyond it out.
+    """
+    if drawn.ndim == 1:
+        return batch_tensors(seqs, drawn, pad_id, cfg.loss_on == "completion", length)
+    tokens = drawn  # (B, W + 1)
+    if tokens.shape[1] < length + 1:
+        extra = np.full((len(tokens), length + 1 - tokens.shape[1]), pad_id, dtype=tokens.dtype)
+        tokens = np.concatenate([tokens, extra], axis=1)
+    x = torch.from_numpy(np.ascontiguousarray(tokens[:, :-1]))  # (B, T)
+    y = tokens[:, 1:].copy()  # (B, T)
+    y[:, drawn.shape[1] - 1 :] = IGNORE  # the padding, if any
+    return x, torch.from_numpy(y)
+
+
+def drawn_tokens(seqs: SequenceSet, drawn: np.ndarray) -> int:
+    """Tokens a drawn batch trains on: its sequences' lengths, or batch x window."""
+    if drawn.ndim == 1:
+        return int(seqs.lengths[drawn].sum())
+    return drawn.shape[0] * (drawn.shape[1] - 1)
+
+
+def drawn_length(seqs: SequenceSet, drawn: np.ndarray) -> int:
+    """Input positions a drawn batch needs: its longest sequence less one, or the window."""
+    if drawn.ndim == 1:
+        return int(seqs.lengths[drawn].max()) - 1
+    return drawn.shape[1] - 1
 
 
 def lr_factor(cfg: TrainConfig) -> Callable[[int], float]:
@@ -320,6 +365,7 @@ def continue_training(
     vocab = data.vocab
     pad_id, eos_id = vocab.pad_id, vocab.eos_id
     measure = data.config.measured_op
+    check_context(model.cfg, cfg)
     model.to(device)
     opt = make_optimizer(model, cfg)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg))
@@ -335,12 +381,12 @@ def continue_training(
     model.train()
     while step < cfg.max_steps:
         ts = time.perf_counter()
-        index = next(batches)
-        x, y = batch_tensors(data.train, index, pad_id, cfg.loss_on == "completion")
+        drawn = next(batches)
+        x, y = drawn_tensors(data.train, drawn, cfg, pad_id)
         value = train_step(model, opt, x.to(device), y.to(device), cfg.grad_clip)
         sched.step()
         step += 1
-        tokens += int(data.train.lengths[index].sum())
+        tokens += drawn_tokens(data.train, drawn)
         train_s += time.perf_counter() - ts
         smooth = value if smooth is None else 0.95 * smooth + 0.05 * value
 
@@ -431,7 +477,11 @@ def complete_budget(
 
 
 def train_batches(train_set: SequenceSet, cfg: TrainConfig):
-    """The run's endless batches of training indices (its order, from its seed)."""
+    """The run's endless batches (its order, from its seed): index arrays (B,) of sequences, or
+    with ``cfg.batches = "windows"`` token arrays (B, window + 1) of the concatenated stream."""
+    if cfg.batches == "windows":
+        stream = token_stream(train_set.tokens, train_set.offsets)
+        return window_batches(stream, cfg.window, cfg.batch_size, cfg.seed)
     return make_batches(
         train_set.lengths,
         cfg.batch_size,
@@ -440,6 +490,15 @@ def train_batches(train_set: SequenceSet, cfg: TrainConfig):
         cfg.length_bins,
         cfg.bucket_chunk,
     )
+
+
+def check_context(model_cfg: ModelConfig, cfg: TrainConfig) -> None:
+    """Refuse a model with fewer positions than the windows it would train on."""
+    if cfg.batches == "windows" and model_cfg.n_ctx < cfg.window:
+        raise ConfigError(
+            f"window {cfg.window} is longer than the model's context (n_ctx {model_cfg.n_ctx}): "
+            "build the model with model_config_for(task, d, train) or use a smaller window"
+        )
 
 
 def is_stuck(history: list[dict], cfg: TrainConfig, chance: float, measure: str) -> bool:

@@ -85,14 +85,17 @@ class StudySettings:
         return self.train.recipe
 
     def model_config(self, d_model: int) -> ModelConfig:
-        """The model every run at ``d_model`` trains (sized for the pretraining task too)."""
+        """The model every run at ``d_model`` trains (sized for the pretraining task too, and
+        for the training windows: ``n_ctx`` is at least ``train.window`` with stream windows)."""
         if self.pretrain:
             from threshold.pretrain import pretrain_task, transfer_model_config
 
             source = pretrain_task(self.task, self.pretrain)
-            return transfer_model_config(source, self.task, d_model, **dict(self.model))
+            cfg = transfer_model_config(source, self.task, d_model, **dict(self.model))
+            return dataclasses.replace(cfg, n_ctx=self.train.context(cfg.n_ctx))
         task = self.task
-        return ModelConfig(len(task.vocab), task.max_len, d_model, **dict(self.model))
+        n_ctx = self.train.context(task.max_len)
+        return ModelConfig(len(task.vocab), n_ctx, d_model, **dict(self.model))
 
     @classmethod
     def from_options(
