@@ -127,7 +127,7 @@ def test_a_recipe_round_trips_through_a_study_and_a_checkpoint(tmp_path, max5):
     )
     # A checkpoint keeps the recipe: the model side in its model config, the name in its train.
     cfg = TrainConfig(**{**paper.train.to_dict(), "max_steps": 20, "eval_every": 10})
-    model_cfg = model_config_for(max5.config, 8, **dict(paper.model))
+    model_cfg = model_config_for(max5.config, 8, cfg, **dict(paper.model))  # n_ctx: its windows
     result = train(model_cfg, max5, cfg)
     path = tmp_path / "run.ckpt"
     save_checkpoint(path, result.model, max5.config, cfg.to_dict(), {"accuracy": result.accuracy})

@@ -8,12 +8,13 @@ this module only names value sets and splits a user's overrides between the two.
 - ``fast`` is this tool's first recipe: the classes' defaults (20,000 steps of 64 whole sequences,
   loss on the completion, AdamW 3e-3 with warm-up and cosine decay, weight decay 0.1, large init,
   sequential GELU block, early stops).
-- ``paper`` is the group's public ListOps code (domain.md, "Regimes"): 100,000 steps, loss on every
-  token, AdamW 5e-4 decaying exponentially to 2e-5 with betas (0.9, 0.999), weight decay 0.01 on
-  all parameters, no warm-up, init N(0, 0.02), a parallel ReLU block without q/k/v bias, no early
-  stop but the learned one, accuracy sampled at temperature 1. It keeps the paper's text's 4
-  recurrence steps (the code uses 5). Its batches are whole sequences, not the code's 128-token
-  windows of the concatenated stream: this tool does not build stream windows (yet).
+- ``paper`` is the group's public ListOps code (domain.md, "Regimes"): 100,000 steps of 64 random
+  128-token windows of the concatenated training stream (8,192 tokens a step, every one in the
+  loss; the model gets at least 128 positions), AdamW 5e-4 decaying exponentially to 2e-5 with
+  betas (0.9, 0.999), weight decay 0.01 on all parameters, no warm-up, init N(0, 0.02), a parallel
+  ReLU block without q/k/v bias, no early stop but the learned one, accuracy sampled at
+  temperature 1 (evaluation decodes whole sequences from position 0). It keeps the paper's text's
+  4 recurrence steps (the code uses 5).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ TRAIN_FIELDS = (
     "decay_steps",
     "grad_clip",
     "loss_on",
+    "batches",
+    "window",
     "early_stop",
     "decoding",
     "checkpoints",
@@ -69,6 +72,8 @@ RECIPES: dict[str, dict] = {
         "weight_decay": 0.01,
         "decay_all": True,
         "loss_on": "all",
+        "batches": "windows",
+        "window": 128,
         "early_stop": "learned",
         "decoding": "sampled",
         "init_std": 0.02,

@@ -96,6 +96,16 @@ DecaySteps = Annotated[
     ),
 ]
 LossOn = Annotated[str | None, typer.Option(help="Loss on the completion or on all tokens.")]
+Batches = Annotated[
+    str | None,
+    typer.Option(
+        help="Batches of whole sequences, or windows of the concatenated stream (--loss-on all)."
+    ),
+]
+Window = Annotated[
+    int | None,
+    typer.Option(help="Tokens a stream window (--batches windows) \\[default: the recipe's]."),
+]
 Block = Annotated[str | None, typer.Option(help="Block: sequential or parallel.")]
 EarlyStop = Annotated[
     str | None, typer.Option(help="learned_or_stuck, or learned (no stuck rule).")

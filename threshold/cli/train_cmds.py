@@ -10,6 +10,7 @@ import typer
 
 from threshold.cli.common import (
     Arity,
+    Batches,
     Block,
     CacheDir,
     Checkpoints,
@@ -36,6 +37,7 @@ from threshold.cli.common import (
     TrainingBars,
     WeightDecay,
     Weights,
+    Window,
     app,
     bench_app,
     recipe_overrides,
@@ -69,7 +71,8 @@ def train(
     recipe: Recipe = "fast",
     steps: Steps = None,
     batch_size: Annotated[
-        int | None, typer.Option(help="Sequences per step \\[default: the recipe's].")
+        int | None,
+        typer.Option(help="Sequences (or stream windows) per step \\[default: the recipe's]."),
     ] = None,
     lr: Lr = None,
     weight_decay: WeightDecay = None,
@@ -77,6 +80,8 @@ def train(
     schedule: Schedule = None,
     decay_steps: DecaySteps = None,
     loss_on: LossOn = None,
+    batches: Batches = None,
+    window: Window = None,
     block: Block = None,
     early_stop: EarlyStop = None,
     decoding: Decoding = None,
@@ -127,6 +132,8 @@ def train(
                 schedule=schedule,
                 decay_steps=decay_steps,
                 loss_on=loss_on,
+                batches=batches,
+                window=window,
                 block=block,
                 early_stop=early_stop,
                 decoding=decoding,
@@ -139,7 +146,10 @@ def train(
             "time_limit_s": time_limit,
         }
         runs = [
-            (model_config_for(task_cfg, d, **made.model_kwargs), TrainConfig(**base | {"seed": s}))
+            (
+                model_config_for(task_cfg, d, made.train, **made.model_kwargs),
+                TrainConfig(**base | {"seed": s}),
+            )
             for d in int_list(d_model, "--d-model")
             for s in int_list(seed, "--seed")
         ]
