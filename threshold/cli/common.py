@@ -126,18 +126,35 @@ MatchExposure = Annotated[
 ]
 
 
-def recipe_overrides(**values) -> dict:
-    """The recipe fields a command's options set (``None``: not set); ``checkpoints`` as text
-    ``0.25,0.5,1`` becomes shares."""
+# The recipe options a command takes beside --recipe, named as the recipe fields they set.
+RECIPE_OPTIONS = (
+    "lr",
+    "weight_decay",
+    "init_std",
+    "schedule",
+    "decay_steps",
+    "loss_on",
+    "batches",
+    "window",
+    "block",
+    "early_stop",
+    "decoding",
+    "checkpoints",
+)
+
+
+def recipe_overrides(options: dict) -> dict:
+    """The recipe fields that a command's options set: ``options`` is the command's ``locals()``
+    (``None``: not set); ``checkpoints`` as text ``0.25,0.5,1`` becomes shares."""
     from threshold.errors import ConfigError
 
-    out = {k: v for k, v in values.items() if v is not None}
+    out = {k: options[k] for k in RECIPE_OPTIONS if options.get(k) is not None}
     if "checkpoints" in out:
         try:
             out["checkpoints"] = tuple(float(x) for x in out["checkpoints"].split(",") if x)
         except ValueError:
             raise ConfigError(
-                f"--checkpoints {values['checkpoints']!r} is not a list like 0.25,0.5,1"
+                f"--checkpoints {options['checkpoints']!r} is not a list like 0.25,0.5,1"
             ) from None
     return out
 

@@ -110,6 +110,7 @@ def find(
     cache_dir: CacheDir = None,
 ) -> None:
     """Locate the learning transition of a mixture with an Optuna study."""
+    options = dict(locals())  # the recipe options among them: recipe_overrides
 
     def body():
         from threshold.search.find import Interrupted, run_search
@@ -138,20 +139,7 @@ def find(
             weights,
             match_exposure,
             recipe,
-            **recipe_overrides(
-                lr=lr,
-                weight_decay=weight_decay,
-                init_std=init_std,
-                schedule=schedule,
-                decay_steps=decay_steps,
-                loss_on=loss_on,
-                batches=batches,
-                window=window,
-                block=block,
-                early_stop=early_stop,
-                decoding=decoding,
-                checkpoints=checkpoints,
-            ),
+            **recipe_overrides(options),
         )
         try:
             with _LiveView(enabled=not as_json) as view:

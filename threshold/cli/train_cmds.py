@@ -106,6 +106,7 @@ def train(
     cache_dir: CacheDir = None,
 ) -> None:
     """Train one model, or every size x seed of the lists as one batch; report per-op accuracy."""
+    options = dict(locals())  # the recipe options among them: recipe_overrides
 
     def body():
         from threshold.batched import Member, train_batched
@@ -121,25 +122,8 @@ def train(
             tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed,
             weights, match_exposure,
         )  # fmt: skip
-        made = make_recipe(
-            recipe,
-            **recipe_overrides(
-                max_steps=steps,
-                batch_size=batch_size,
-                lr=lr,
-                weight_decay=weight_decay,
-                init_std=init_std,
-                schedule=schedule,
-                decay_steps=decay_steps,
-                loss_on=loss_on,
-                batches=batches,
-                window=window,
-                block=block,
-                early_stop=early_stop,
-                decoding=decoding,
-                checkpoints=checkpoints,
-            ),
-        )
+        sizes = {"max_steps": steps, "batch_size": batch_size}  # None: the recipe's
+        made = make_recipe(recipe, **sizes, **recipe_overrides(options))
         base = made.train.to_dict() | {
             "eval_every": eval_every,
             "threads": threads,
