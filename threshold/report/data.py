@@ -48,7 +48,7 @@ from threshold.search.record import (
 )
 from threshold.search.sampler import policy_settings
 from threshold.search.settings import COST_A, COST_B, STEP_S, SearchSettings
-from threshold.search.study import StudySettings, open_storage, storage_url
+from threshold.search.study import StudySettings, git_commit, open_storage, storage_url
 
 __all__ = [
     "GRID_SEEDS",
@@ -556,25 +556,6 @@ def collect(
         version=threshold.__version__,
         git_commit=git_commit(),
     )
-
-
-def git_commit() -> str:
-    """The commit of the checkout threshold runs from, or "unknown"."""
-    import subprocess
-
-    import threshold
-
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(threshold.__file__).parent,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-        return out.stdout.strip() if out.returncode == 0 else "unknown"
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
 
 
 def x80_marginal(posterior) -> dict:

@@ -53,6 +53,7 @@ __all__ = [
     "check_study_name",
     "create_or_load_study",
     "default_storage_missing",
+    "git_commit",
     "load_study",
     "open_storage",
     "storage_url",
@@ -318,7 +319,9 @@ def artifact_store(url: str | None = None) -> FileSystemArtifactStore:
     return _AtomicArtifactStore(base)
 
 
-def _git_commit() -> str:
+def git_commit() -> str:
+    """The commit of the checkout threshold runs from, or "unknown" (stored on every study and
+    report)."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"],
@@ -328,7 +331,7 @@ def _git_commit() -> str:
             timeout=5,
         )
         return out.stdout.strip() if out.returncode == 0 else "unknown"
-    except OSError:
+    except (OSError, subprocess.TimeoutExpired):
         return "unknown"
 
 
@@ -375,7 +378,7 @@ def create_or_load_study(
     for key, value in attrs.items():
         study.set_user_attr(key, value)
     study.set_user_attr("version", threshold.__version__)
-    study.set_user_attr("git_commit", _git_commit())
+    study.set_user_attr("git_commit", git_commit())
     return study
 
 
