@@ -32,6 +32,8 @@ def test_find_threshold_runs_a_tiny_search_and_resumes_it(tmp_path, monkeypatch)
         ({"workers": 0}, "--workers 0"),
         ({"batch": 0}, "--batch 0"),
         ({"arity": "2-x"}, "arity '2-x'"),
+        ({"recipe": "paper", "weight_decay": 2.0}, "weight_decay 2.0"),
+        ({"recipe": "slow"}, "recipe 'slow'"),
     ],
 )
 def test_find_threshold_refuses_bad_settings_before_writing(tmp_path, kwargs, named):

@@ -38,8 +38,10 @@ def find_threshold(
     ``options`` are the other settings of ``threshold find`` by their long names: ``mod``,
     ``testbed``, ``depth``, ``arity`` ("2-3"), ``p_nest``, ``n_train``, ``n_test``,
     ``split_seed``, ``steps``, ``d_lo``, ``d_hi``, ``precision``, ``budget``, ``level``,
-    ``chance_corrected``, ``seed``, ``pretrain`` ("max,med"). ``workers`` processes train
-    (``batch`` trials each at once, on ``device``).
+    ``chance_corrected``, ``seed``, ``pretrain`` ("max,med"), ``weights`` ("add=2"),
+    ``match_exposure``, ``recipe`` ("fast" or "paper") and any recipe field (``weight_decay``,
+    ``init_std``, ``checkpoints``, ...: threshold.recipe). ``workers`` processes train (``batch``
+    trials each at once, on ``device``).
 
     Returns the estimate stored on the study: ``params_p80`` (the 80% point in parameters),
     ``interval_params`` (its 90% interval), ``d_p80``, ``midpoint_params``, ``asymptote``,
@@ -48,10 +50,13 @@ def find_threshold(
     """
     import inspect
 
+    from threshold.recipe import MODEL_FIELDS, TRAIN_FIELDS
     from threshold.search.find import run_search
     from threshold.search.study import StudySettings
 
-    known = inspect.signature(StudySettings.from_options).parameters
+    params = inspect.signature(StudySettings.from_options).parameters
+    named = [k for k, p in params.items() if p.kind != inspect.Parameter.VAR_KEYWORD]
+    known = [*named, *TRAIN_FIELDS, *MODEL_FIELDS]  # the recipe's fields go to **overrides
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise ConfigError(f"find_threshold() has no option {unknown[0]!r}: use {', '.join(known)}")
