@@ -280,7 +280,7 @@ def budget_figure(studies: list[StudyData], styles: dict, path: Path) -> Path:
     checkpoint (left), and its factor against its baseline at the same checkpoints (right), both
     with 90% intervals."""
     shown = [s for s in studies if s.budget]
-    fig = Figure(figsize=(11.0, 4.4), layout="constrained")
+    fig = Figure(figsize=(11.0, 4.0 + 0.2 * len(shown)), layout="constrained")
     left, right = fig.subplots(1, 2)
     nudge = {s.name: 1 + 0.03 * (i - (len(shown) - 1) / 2) for i, s in enumerate(shown)}
     for s in shown:
@@ -309,9 +309,8 @@ def budget_figure(studies: list[StudyData], styles: dict, path: Path) -> Path:
     _log_ticks(right.yaxis, lambda v, _p=None: f"{v:g}")
     right.set_ylabel("factor: baseline's 80% point / study's")
     right.set_title("reduction factor against tokens (above 1: smaller)", fontsize=10)
-    left.legend(fontsize=7, loc="best")
-    if right.has_data():
-        right.legend(fontsize=7, loc="best")
+    handles, labels = left.get_legend_handles_labels()  # one legend below both panels
+    fig.legend(handles, labels, loc="outside lower center", fontsize=8, frameon=False)
     return _save(fig, path)
 
 
