@@ -1,0 +1,65 @@
+"""The budget axis end to end: two tiny real studies with checkpoints, their report's Budget section
+and figure, factors at each checkpoint against a same-recipe baseline only, and the same numbers
+from the report's results.json read back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import threshold
+from threshold.report import collect, load_results, write_report
+from threshold.search.study import StudySettings
+
+OPTIONS = dict(mod=5, n_train=2000, n_test=200, steps=160, budget=4, d_lo=4, d_hi=16,
+               schedule="constant", checkpoints=(0.25, 0.5, 1.0))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def studies(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("budget")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("THRESHOLD_CACHE", str(tmp / "cache"))
+    mp.setenv("THRESHOLD_ARTIFACTS", str(tmp / "art"))
+    url = f"sqlite:///{tmp}/s.db"
+    names = []
+    for tasks, extra in (("med", {}), ("max,med", {}), ("med", {"weight_decay": 0.01})):
+        threshold.find_threshold(tasks, "med", storage=url, batch=4, device="cpu", **OPTIONS,
+                                 **extra)  # fmt: skip
+        settings = StudySettings.from_options(tasks, measure="med", **OPTIONS, **extra)
+        names.append(settings.default_name())
+    yield url, names, tmp
+    mp.undo()
+
+
+def test_a_report_shows_the_estimate_and_factor_at_each_checkpoint(studies):
+    url, (alone, joint, other_recipe), tmp = studies
+    collected = collect(url, [alone, joint, other_recipe], [alone])
+    by_name = {s.name: s for s in collected.studies}
+    for s in by_name.values():
+        assert [b["step"] for b in s.budget] == [40, 80, 160]
+        assert all(
+            b["n_runs"] == 4 and b["interval_params"][0] <= b["params_p80"] for b in s.budget
+        )
+        # the last checkpoint is the run's end: the study's own estimate
+        assert s.budget[-1]["params_p80"] == pytest.approx(s.estimate["params_p80"], rel=1e-3)
+    assert [b["step"] for b in by_name[joint].budget_reduction] == [40, 80, 160]
+    assert by_name[joint].budget_reduction[-1]["factor"] == pytest.approx(
+        by_name[joint].reduction["factor"], rel=1e-6
+    )
+    # a study trained with another recipe gets no factor against this baseline
+    assert by_name[other_recipe].reduction is None
+    assert by_name[other_recipe].budget_reduction == []
+    assert "another recipe" in by_name[other_recipe].reduction_note
+
+    out = tmp / "report"
+    results = write_report(collected, out, shared_plotly=tmp / "plotly.min.js")
+    assert (out / "budget.png").stat().st_size > 10_000
+    assert "## Budget" in (out / "summary.md").read_text()
+    assert 'id="budget-table"' in (out / "index.html").read_text()
+    assert len(results["budget"]) == 9
+    again = {s.name: s for s in load_results(out / "results.json").studies}
+    assert again[joint].budget_reduction == pytest.approx(by_name[joint].budget_reduction)
+    stored = json.loads((out / "results.json").read_text())
+    assert any(s["data"]["budget"] for s in stored["studies"])
