@@ -8,6 +8,7 @@ export the same names.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import cached_property
 
 from threshold.errors import ConfigError
 
@@ -198,7 +199,7 @@ class TrainConfig:
         the run a smaller budget would have made)."""
         return self.schedule != "constant" and self.decay_steps is None
 
-    @property
+    @cached_property  # read every training step: computed once (the config is frozen)
     def checkpoint_steps(self) -> tuple[int, ...]:
         """The steps where the measured op's accuracy is kept, increasing, without repeats."""
         return tuple(sorted({max(1, round(c * self.max_steps)) for c in self.checkpoints}))
