@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -214,18 +213,15 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_USAGE)
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def run_guarded(body):
     """Run ``body``; a ThresholdError becomes one line on stderr and exit status 2.
 
     SIGINT and SIGTERM both raise KeyboardInterrupt (also in a process started with SIGINT
     ignored, as background jobs are), so a running trial is marked failed, never left running.
     """
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _interrupt)
+    from threshold.interrupt import install
+
+    install()
     try:
         return body()
     except ThresholdError as e:

@@ -21,6 +21,7 @@ from pathlib import Path
 from optuna.storages import BaseStorage
 
 from threshold.errors import ConfigError, ThresholdError
+from threshold.interrupt import raise_if_interrupted
 from threshold.search.record import read_study
 from threshold.search.study import (
     StudySettings,
@@ -104,6 +105,7 @@ def run_search(
         )
         db = open_storage(url, create=False)  # one connection pool for the whole run
         while any(p.poll() is None for p in procs):
+            raise_if_interrupted()
             if on_update is not None:
                 on_update(snapshot(db, name))
             time.sleep(poll_s)

@@ -31,6 +31,7 @@ from threshold.checkpoint import save_checkpoint
 from threshold.config import TrainConfig
 from threshold.device import resolve_device
 from threshold.errors import ConfigError, ThresholdError
+from threshold.interrupt import raise_if_interrupted
 from threshold.model import ModelConfig, RecurrentTransformer, param_count
 from threshold.pretrain import pretrain_task, pretrained
 from threshold.search import record
@@ -150,6 +151,7 @@ def _record(run: _Run, result: TrainResult, settings: StudySettings, store) -> f
 
 def _reporter(trial: optuna.Trial, measure: str) -> Callable:
     def report(progress) -> None:
+        raise_if_interrupted()  # a signal dropped inside a finalizer stops the run here
         acc = progress.val_accuracy.get(measure)
         if acc is not None:
             trial.report(acc, progress.step)
@@ -237,6 +239,7 @@ def run_worker(
 def _next_step(study: optuna.Study, sampler: TransitionSampler) -> str:
     """``run`` another trial, ``wait`` for running ones, or ``stop``: stale trials of dead
     workers are failed (and retried) first; a waiting (retried or enqueued) trial always runs."""
+    raise_if_interrupted()
     with warnings.catch_warnings():  # "experimental" since Optuna 2.9
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         fail_stale_trials(study)

@@ -3,15 +3,15 @@
 ``python -m threshold.search.worker_process '{"study_name": ..., "storage_url": ..., ...}'``:
 the keyword arguments of :func:`threshold.search.worker.run_worker` as one JSON object, so the
 search layer starts its workers without going through the command line's parsing. SIGTERM and
-SIGINT become KeyboardInterrupt (a running trial is marked failed), the worker ends with the
-process that started it, and a refused setting is logged as one line with exit status 2.
+SIGINT become KeyboardInterrupt (a running trial is marked failed; :mod:`threshold.interrupt`),
+the worker ends with the process that started it, and a refused setting is logged as one line
+with exit status 2.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import signal
 import sys
 
 __all__ = ["main"]
@@ -19,13 +19,10 @@ __all__ = ["main"]
 log = logging.getLogger("threshold.worker")
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str]) -> int:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _interrupt)
+    from threshold.interrupt import install
+
+    install()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s worker %(process)d %(message)s")
     import optuna
 

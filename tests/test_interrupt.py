@@ -1,0 +1,33 @@
+"""A SIGTERM that Python drops (raised inside a finalizer) still stops the process."""
+
+import subprocess
+import sys
+
+SCRIPT = """
+import os, signal, sys
+from threshold.interrupt import install, raise_if_interrupted
+
+install()
+
+class Finalized:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)  # handled here, inside the finalizer
+
+steps = 0
+try:
+    Finalized()  # collected at once: the KeyboardInterrupt is printed as ignored, then dropped
+    steps += 1  # the program goes on, as a worker in training would
+    raise_if_interrupted()
+    steps += 1
+except KeyboardInterrupt:
+    print(f"stopped after {steps} step(s)")
+    sys.exit(130)
+sys.exit(0)
+"""
+
+
+def test_an_interrupt_dropped_in_a_finalizer_is_raised_at_the_next_check():
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True)
+    assert "Exception ignored" in proc.stderr  # the signal did land inside the finalizer
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stdout.strip() == "stopped after 1 step(s)"

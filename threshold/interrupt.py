@@ -1,0 +1,36 @@
+"""SIGINT and SIGTERM as KeyboardInterrupt, with a flag that outlives a swallowed one.
+
+Python runs a signal handler in the main thread between two bytecodes, and that can be inside a
+finalizer or a weakref callback (a garbage collection during an import, say). An exception raised
+there is printed as "Exception ignored in ..." and dropped, so a worker told to stop would train
+on to the end of its study. The handler therefore also sets a flag, and the long loops (the
+search's poll, a worker between trials and at every validation of a run) call
+:func:`raise_if_interrupted` where raising is safe, so a dropped interrupt is raised again there.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+__all__ = ["install", "raise_if_interrupted"]
+
+_requested = threading.Event()
+
+
+def _interrupt(signum, frame):
+    _requested.set()
+    raise KeyboardInterrupt
+
+
+def install() -> None:
+    """SIGINT and SIGTERM raise KeyboardInterrupt (also in a process started with SIGINT ignored,
+    as background jobs are), and are remembered for :func:`raise_if_interrupted`."""
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def raise_if_interrupted() -> None:
+    """Raise KeyboardInterrupt if a signal asked this process to stop (it may have been dropped)."""
+    if _requested.is_set():
+        raise KeyboardInterrupt
