@@ -147,7 +147,9 @@ def test_studies_stored_before_recipes_read_as_fast():
 
 
 def test_budget_checkpoints_and_sampled_accuracy_of_a_run(max5):
-    cfg = TrainConfig(max_steps=400, eval_every=100, lr=1e-2, warmup_steps=50, learned_acc=1.01,
+    # lr 5e-3: at a constant 1e-2 the accuracy swings by 0.1 between evaluations (0.97 at step 200,
+    # 0.84 at 400 on one CPU, 0.85+ on another), so a pass hung on the CPU's rounding
+    cfg = TrainConfig(max_steps=400, eval_every=100, lr=5e-3, warmup_steps=50, learned_acc=1.01,
                       schedule="constant", checkpoints=(0.125, 0.5, 1))  # fmt: skip
     result = train(model_config_for(max5.config, 32), max5, cfg)
     steps = [b["step"] for b in result.budget]
