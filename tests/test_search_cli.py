@@ -13,6 +13,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from threshold.search.sampler import run_seed
+
 TINY = ["--tasks", "max", "--mod", "5", "--n-train", "2000", "--n-test", "100",
         "--d-lo", "4", "--d-hi", "16", "--heartbeat", "2"]  # fmt: skip
 
@@ -108,6 +110,14 @@ def test_ctrl_c_then_resume_keeps_completed_trials(tmp_path):
         assert after[number].state == TrialState.COMPLETE and after[number].value == value
     assert sum(t.state == TrialState.COMPLETE for t in after) == 4
     assert not [t for t in after if t.state == TrialState.RUNNING]
+    # every run trained with the seed of its recorded decision, also the one decided after the
+    # interrupted trial failed (its worker once read a stale copy of the trial and derived the
+    # seed from a count that took in the failed trial)
+    ops = tuple(TINY[TINY.index("--tasks") + 1].split(","))
+    for t in after:
+        if t.state == TrialState.COMPLETE:
+            a = t.user_attrs
+            assert a["seed"] == run_seed(0, ops, a["d_model"], a["replicate"]), (t.number, a)
 
 
 @pytest.mark.parametrize(

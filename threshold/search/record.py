@@ -43,6 +43,7 @@ __all__ = [
     "StudyView",
     "load_checkpoint",
     "read_run",
+    "read_seed",
     "read_studies",
     "read_study",
     "split_runs",
@@ -497,6 +498,12 @@ def write_decision(
 def write_cancel(storage: BaseStorage, trial_id: int, reason: str) -> None:
     """The policy stopped the study after this trial began: it will not be trained."""
     storage.set_trial_user_attr(trial_id, CANCELLED, f"study done ({reason})")
+
+
+def read_seed(trial: optuna.Trial) -> int | None:
+    """The seed recorded on a running trial, read from storage: ``trial.user_attrs`` is a copy
+    taken when the trial was made, before its sampler wrote the decision's seed."""
+    return _int(trial.storage.get_trial_user_attrs(trial._trial_id).get(SEED))
 
 
 def write_seed(trial: optuna.Trial, seed: int) -> None:

@@ -103,7 +103,7 @@ def _begin(
     cancel = trial.storage.get_trial_system_attrs(trial._trial_id).get(CANCEL)
     if cancel is not None:
         raise Cancelled(cancel)
-    seed = trial.user_attrs.get(record.SEED)
+    seed = record.read_seed(trial)  # the decision's (or, on a retry, the failed trial's)
     if seed is None:  # enqueued by hand: derive a seed that no earlier run at d used
         earlier = [
             t
