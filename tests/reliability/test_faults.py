@@ -151,23 +151,30 @@ def test_sigkill_find_and_its_workers_then_resume(tmp_path, shared_cache, refere
     check_resumed(db, name, victim, before, reference)
 
 
-@pytest.mark.slow  # about 40 s, and the orphans' path is the ordinary one of several workers
-def test_sigkill_find_alone_leaves_its_workers_to_finish(tmp_path, shared_cache, reference):
-    """Only the `find` process dies (its terminal's `kill -9 PID`): the workers it started are
-    ordinary study workers, finish the study, and the same command then reports it unchanged."""
+@pytest.mark.slow  # about 40 s; the path is the one of test_sigterm_stops_workers... in test_suite
+def test_sigkill_find_alone_takes_its_workers_with_it(tmp_path, shared_cache, reference):
+    """Only the `find` process dies (its terminal's `kill -9 PID`): its workers end with it (no
+    orphan trains on), the trial in training is told failed, not left running, and the same
+    command finishes the study with the uninterrupted study's runs."""
     args, proc, db, name, victim = find_until_a_trial_trains(tmp_path, shared_cache)
     os.kill(proc.pid, signal.SIGKILL)
     try:
-        wait_until(lambda: not pid_alive(worker_pid(victim)), 300, "the orphaned worker to end")
+        wait_until(lambda: not pid_alive(worker_pid(victim)), 60, "the worker to end with find")
     finally:
         kill_group(proc)
+    before = completed(db, name)
+    assert len(before) < BUDGET  # an orphaned worker would have run the study to its end
     ts = trials(db, name)
-    assert [t.state for t in ts] == [TrialState.COMPLETE] * BUDGET
+    assert not [t for t in ts if t.state == TrialState.RUNNING]
+    assert ts[victim.number].state in (TrialState.FAIL, TrialState.COMPLETE)
     again = threshold(args, tmp_path, timeout=300)
     assert again.returncode == 0, again.stderr
     report = json.loads(again.stdout)
     assert report["study"] == name and report["n_trials"] == BUDGET
-    assert len(trials(db, name)) == BUDGET  # the second run added nothing
+    after = trials(db, name)
+    for number, value in before.items():  # no completed trial lost or changed
+        assert after[number].state == TrialState.COMPLETE and after[number].value == value
+    check_recorded_once(after, BUDGET)
     runs, estimate = outcome(db, name)
     assert runs == reference.runs
     assert_same_estimate(estimate, reference.estimate)
