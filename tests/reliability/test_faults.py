@@ -54,6 +54,13 @@ def check_resumed(db, name, victim, before: dict, reference) -> list:
     assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE, retries
     assert retries[0].params == {"d_model": victim.user_attrs["d_model"]}
     assert retries[0].user_attrs["seed"] == victim.user_attrs["seed"]
+    return check_finished_as_uninterrupted(db, name, before, reference)
+
+
+def check_finished_as_uninterrupted(db, name, before: dict, reference) -> list:
+    """The study ended with the uninterrupted study's runs and estimate, no completed trial
+    (``before``: number -> value) lost or changed, nothing running, every run recorded once."""
+    after = trials(db, name)
     for number, value in before.items():  # no completed trial lost or changed
         assert after[number].state == TrialState.COMPLETE and after[number].value == value
     assert not [t for t in after if t.state == TrialState.RUNNING]
@@ -154,8 +161,8 @@ def test_sigkill_find_and_its_workers_then_resume(tmp_path, shared_cache, refere
 @pytest.mark.slow  # about 40 s; the path is the one of test_sigterm_stops_workers... in test_suite
 def test_sigkill_find_alone_takes_its_workers_with_it(tmp_path, shared_cache, reference):
     """Only the `find` process dies (its terminal's `kill -9 PID`): its workers end with it (no
-    orphan trains on), the trial in training is told failed, not left running, and the same
-    command finishes the study with the uninterrupted study's runs."""
+    orphan trains on), nothing but the trial in training is left unfinished, and the same command
+    finishes the study with the uninterrupted study's runs."""
     args, proc, db, name, victim = find_until_a_trial_trains(tmp_path, shared_cache)
     os.kill(proc.pid, signal.SIGKILL)
     try:
@@ -164,20 +171,17 @@ def test_sigkill_find_alone_takes_its_workers_with_it(tmp_path, shared_cache, re
         kill_group(proc)
     before = completed(db, name)
     assert len(before) < BUDGET  # an orphaned worker would have run the study to its end
-    ts = trials(db, name)
-    assert not [t for t in ts if t.state == TrialState.RUNNING]
-    assert ts[victim.number].state in (TrialState.FAIL, TrialState.COMPLETE)
+    # Told failed, as a rule; left running (found stale and retried by the next run) when the
+    # signal lands in Optuna's own storage calls, as in test_suite's SIGTERM test.
+    running = [t.number for t in trials(db, name) if t.state == TrialState.RUNNING]
+    assert running in ([], [victim.number]), running
+    if running:
+        time.sleep(GRACE_S)
     again = threshold(args, tmp_path, timeout=300)
     assert again.returncode == 0, again.stderr
     report = json.loads(again.stdout)
     assert report["study"] == name and report["n_trials"] == BUDGET
-    after = trials(db, name)
-    for number, value in before.items():  # no completed trial lost or changed
-        assert after[number].state == TrialState.COMPLETE and after[number].value == value
-    check_recorded_once(after, BUDGET)
-    runs, estimate = outcome(db, name)
-    assert runs == reference.runs
-    assert_same_estimate(estimate, reference.estimate)
+    check_finished_as_uninterrupted(db, name, before, reference)
     assert_same_estimate(report["transition"], reference.estimate)
 
 
