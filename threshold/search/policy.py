@@ -142,8 +142,9 @@ def _log_likelihood(grid: Grid, key: tuple, x: np.ndarray, y: np.ndarray) -> np.
 def posterior_of(
     settings: SearchSettings, completed, cover: Sequence[int] = ()
 ) -> tuple[Grid, np.ndarray, tuple[int, int]]:
-    """Grid and log weights (H,) from completed runs, and the range (d_lo, d_hi) they span
-    together with the initial range and the sizes in ``cover`` (pending runs, new edges)."""
+    """Grid and unnormalised log posterior weights (H,) from completed runs (``grid.log_prior``
+    plus their log likelihood), and the range (d_lo, d_hi) they span together with the initial
+    range and the sizes in ``cover`` (pending runs, new edges)."""
     ds, ys = _runs(settings, completed)
     d_lo, d_hi = search_range(settings, [*ds.tolist(), *cover])
     key = (
@@ -155,7 +156,8 @@ def posterior_of(
         float(settings.x_of(d_hi)),
     )
     grid = _grid(*key)
-    return grid, _log_likelihood(grid, key, settings.x_of(ds), ys), (d_lo, d_hi)
+    log_w = grid.log_prior + _log_likelihood(grid, key, settings.x_of(ds), ys)
+    return grid, log_w, (d_lo, d_hi)
 
 
 def _summary(settings: SearchSettings, grid: Grid, w: np.ndarray, d_range) -> PosteriorSummary:

@@ -5,7 +5,7 @@ posterior over the parameters of the psychometric curve on a grid, and measure n
 observation is expected to shrink the uncertainty of the quantity of interest the most. Here the
 stimulus is the model size, x = ln(total parameters), and a hypothesis is a curve
 ``p(x) = sigmoid(slope * (x - mid))``, an asymptote A, and a concentration kappa. The expected
-accuracy is ``c + (A - c) p(x)``.
+accuracy is ``c + (A - c) p(x)`` (less where learned runs stall on a plateau: below).
 
 Run outcomes (the likelihood). A run at x ends with a *learned share* u in [0, 1] and scores about
 ``c + (A - c) u``. The share is drawn from a beta distribution with mean p(x) and concentration
@@ -23,6 +23,16 @@ below chance (greedy decoding of a chain of thought can score below the majority
 half-normal tail of ``sd_unlearned`` above it. A small ``outlier_weight`` share is uniform on
 [0, A]: a run may fail or diverge, but no run lands far *above* its hypothesis' asymptote, so the
 largest runs bound A from below and a run well above the transition is never an outlier.
+
+Plateaus. Learned runs can stall below the asymptote the best learners reach, and pass it only at
+a larger size (ADD mod 10: 0.82-0.92 just above the transition, 0.987 at d = 64). A hypothesis's
+*ceiling* is its asymptote A, or A with a plateau: learned runs sit at ``A - gap`` until a second
+transition ``length`` nats above the midpoint, of the same slope, lifts them to A, so the mean
+curve is ``c + (A - gap (1 - r(x)) - c) p(x)``, r the second transition's share (partial runs
+still scale to A: the plateau is a property of learned runs, and a cheap one, since r is the
+only term that depends on both the curve and the ceiling). The level is still defined by A.
+Without plateaus, many runs on one outvote the few above it: A is set at the plateau, and the
+80% point too low.
 
 The derived quantities are x80, where the mean curve reaches the level (``level * A``, the paper's
 wording, or ``c + level * (A - c)`` when chance-corrected), and the midpoint ``mid``.
@@ -75,6 +85,14 @@ class PosteriorSettings:
     # Asymptotes: learned runs of a hard op can plateau well below 1 (MUL in S_3 at 0.6-0.9).
     # 0.05 apart with sd_learned 0.03: the step is no coarser than the seed spread of learned runs.
     asymptotes: tuple[float, ...] = tuple(round(0.4 + 0.05 * i, 2) for i in range(13))
+    # Plateaus (module docstring): each asymptote also comes with every gap x length here. A gap
+    # of 0.05 is too close to the seed spread of learned runs to tell; () turns plateaus off.
+    plateau_gaps: tuple[float, ...] = (0.1, 0.15)
+    plateau_lengths: tuple[float, ...] = (1.5,)  # nats: a factor 4.5 in parameters
+    # Prior mass of all plateaus of an asymptote together (the rest: none). Plateaus can mimic a
+    # curve that saturates slowly, so with few runs an even prior over the ceilings (two thirds
+    # on plateaus) read graded and partly learned runs as stalled and set x80 too high.
+    plateau_prior: float = 0.25
     # Beta concentrations of the learned share: 0.02 bimodal (learn or not: 97% of runs at the
     # ends), 1 flat (partial runs), 5 and 25 graded (seeds near the mean curve, sd of the share
     # 0.2 and 0.1 at p = 0.5). A bimodal 0.2 read the runs as steeper than they were.
@@ -113,6 +131,13 @@ class PosteriorSettings:
             )
         if not self.partial_kappa > 0:
             raise ConfigError(f"partial_kappa {self.partial_kappa} is not allowed: use above 0")
+        if not 0 < self.plateau_prior < 1:
+            raise ConfigError(f"plateau_prior {self.plateau_prior} is not allowed: use (0, 1)")
+        for name in ("plateau_gaps", "plateau_lengths"):
+            values = tuple(float(v) for v in getattr(self, name))
+            object.__setattr__(self, name, values)
+            if not all(v > 0 for v in values):
+                raise ConfigError(f"{name} {values} is not allowed: give positive values")
         if max(self.asymptotes) > 1:
             raise ConfigError(f"asymptotes {self.asymptotes} exceed 1: accuracies lie in [0, 1]")
         for name in ("m_step", "sd_learned", "sd_partial", "sd_unlearned"):
@@ -139,16 +164,20 @@ class Grid:
     mids: np.ndarray  # (M,) location axis, x units: where p reaches the largest A's level share
     slopes: np.ndarray  # (S,)
     kappas: np.ndarray  # (K,) beta concentrations of the learned share
-    asymptotes: np.ndarray  # (A,) those whose level lies strictly between chance and A
+    asymptotes: np.ndarray  # (A,) each ceiling's asymptote, non-decreasing (several per value)
+    gaps: np.ndarray  # (A,) its plateau's depth below the asymptote (0: no plateau)
+    lengths: np.ndarray  # (A,) nats from the midpoint to the plateau's end (0: no plateau)
     mid: np.ndarray  # (H,) midpoint of each hypothesis
     slope: np.ndarray  # (H,)
     kappa_index: np.ndarray  # (H,) index into kappas
     asym_index: np.ndarray  # (H,) index into asymptotes
     x80: np.ndarray  # (H,) where the mean curve reaches the level
+    log_prior: np.ndarray  # (H,) normalised; uniform but for the plateaus' share of each ceiling
     x80_order: np.ndarray  # (H,) argsort of x80
     mid_order: np.ndarray  # (H,) argsort of mid
     share_table: np.ndarray  # (K, Z, L) P(learned-share node | logit p, kappa)
     node_bins: np.ndarray  # (L, A, B) P(accuracy bin | share node, asymptote), outliers apart
+    plateau_bins: np.ndarray  # (A, B) P(accuracy bin | learned, on the ceiling's plateau)
     outlier_bins: np.ndarray  # (A, B) P(accuracy bin | outlier, asymptote)
     chance: float
     settings: PosteriorSettings
@@ -161,7 +190,71 @@ def level_fraction(asymptote, chance: float, level: float, chance_corrected: boo
         return np.full_like(asymptote, level)
     lift = asymptote - chance
     safe = np.where(lift > 0, lift, 1.0)  # no level is reached when A <= chance: NaN, no warning
-    return np.where(lift > 0, (level * asymptote - chance) / safe, np.nan)
+    target = level_target(asymptote, chance, level, chance_corrected)
+    return np.where(lift > 0, (target - chance) / safe, np.nan)
+
+
+def level_target(asymptote, chance: float, level: float, chance_corrected: bool) -> np.ndarray:
+    """The accuracy at which a curve of this asymptote is at the level."""
+    asymptote = np.asarray(asymptote, dtype=float)
+    return chance + level * (asymptote - chance) if chance_corrected else level * asymptote
+
+
+def _ceilings(settings: PosteriorSettings, asymptotes: np.ndarray, chance: float) -> np.ndarray:
+    """(asymptote, gap, length) of every ceiling: each asymptote (increasing) without a plateau,
+    then with each plateau that lies above chance: (A, 3)."""
+    rows = []
+    for top in asymptotes:
+        rows.append((top, 0.0, 0.0))
+        rows += [
+            (top, gap, length)
+            for gap in settings.plateau_gaps
+            for length in settings.plateau_lengths
+            if top - gap > chance
+        ]
+    return np.array(rows)
+
+
+def _ceiling_log_prior(settings: PosteriorSettings, asym: np.ndarray, gaps: np.ndarray):
+    """Log prior of each ceiling (A,): asymptotes alike; within one, ``plateau_prior`` shared by
+    its plateaus (all of it to no plateau where none lies above chance)."""
+    prior = np.empty(asym.size)
+    for top in np.unique(asym):
+        rows = asym == top
+        plateaus = rows & (gaps > 0)
+        n = int(plateaus.sum())
+        prior[rows & (gaps == 0)] = 1.0 - settings.plateau_prior if n else 1.0
+        prior[plateaus] = settings.plateau_prior / max(n, 1)
+    return np.log(prior / prior.sum())
+
+
+def _passed(mid, slope, length, x):
+    """r: the share of learners past the plateau, a second logistic ``length`` nats above the
+    midpoint with the curve's slope (arrays broadcast)."""
+    return expit(slope * (x - mid - length))
+
+
+def _mean_curve(mid, slope, asym, gap, length, chance: float, x):
+    """Expected accuracy ``c + (A - gap (1 - r) - c) p`` (arrays broadcast)."""
+    p = expit(slope * (x - mid))
+    top = asym - gap * (1.0 - _passed(mid, slope, length, x))
+    return chance + (top - chance) * p
+
+
+def _level_crossing(mid, slope, asym, gap, length, chance: float, target) -> np.ndarray:
+    """Where the mean curve reaches ``target`` (arrays broadcast; target below asym). Without a
+    plateau in closed form; with one by bisection, between where the curve without it reaches
+    the target (the earliest) and where the plateau's end has surely lifted it there."""
+    args = np.broadcast_arrays(mid, slope, asym, gap, length, target)
+    mid, slope, asym, gap, length, target = (np.asarray(a, dtype=float) for a in args)
+    lo = mid + logit((target - chance) / (asym - chance)) / slope
+    hi = np.maximum(lo, mid + length + 20.0 / slope)
+    plateau = gap > 0
+    for _ in range(40):  # 2^-40 of the bracket: far below the grid's 0.05 nats
+        x = 0.5 * (lo + hi)
+        below = _mean_curve(mid, slope, asym, gap, length, chance, x) < target
+        lo, hi = np.where(below & plateau, x, lo), np.where(below | ~plateau, hi, x)
+    return np.where(plateau, 0.5 * (lo + hi), lo)
 
 
 @lru_cache(maxsize=4)
@@ -243,7 +336,7 @@ def make_grid(
     x_hi: float,
 ) -> Grid:
     """Hypotheses with midpoints from x_lo - margin to x_hi + margin (x = ln parameters)."""
-    all_asym = np.asarray(settings.asymptotes)  # (A_all,)
+    all_asym = np.sort(np.asarray(settings.asymptotes))  # (A_all,)
     frac = level_fraction(all_asym, chance, level, chance_corrected)  # (A_all,)
     keep = (all_asym > chance) & (frac > 0.01) & (frac < 0.99)
     if not keep.any():
@@ -251,13 +344,14 @@ def make_grid(
             f"no asymptote in {settings.asymptotes} puts level {level} between chance {chance}"
             " and the asymptote: lower the chance, raise the level or widen the asymptotes"
         )
-    asym, frac = all_asym[keep], frac[keep]  # (A,)
+    asym, gaps, lengths = _ceilings(settings, all_asym[keep], float(chance)).T  # (A,) each
+    frac = frac[keep][-1]  # that of the largest asymptote
     lo, hi = x_lo - settings.margin, x_hi + settings.margin
     # The location axis is where p reaches the level's share f0 (that of the largest asymptote),
     # not the midpoint: x80 then moves little with the slope, and a slope that falls between
     # two grid values cannot drag x80 away from where the runs put it.
     anchors = np.linspace(lo, hi, int(np.ceil((hi - lo) / settings.m_step)) + 1)  # (M,)
-    f0 = float(frac[-1])
+    f0 = float(frac)
     slopes = np.asarray(settings.slopes)  # (S,)
     kappas = np.asarray(settings.concentrations)  # (K,)
     m, s, k, a = np.meshgrid(
@@ -265,20 +359,32 @@ def make_grid(
     )  # (M, S, K, A) each
     anchor, slope, kappa_index, asym_index = m.ravel(), s.ravel(), k.ravel(), a.ravel()  # (H,)
     mid = anchor - float(logit(f0)) / slope  # (H,)
-    x80 = mid + logit(frac)[asym_index] / slope  # (H,)
+    # x80 of each (midpoint, slope, ceiling), broadcast over the concentrations
+    mid_msa = mid.reshape(m.shape)[:, :, 0, :]  # (M, S, A)
+    target = level_target(asym, chance, level, chance_corrected)  # (A,)
+    x80_msa = _level_crossing(
+        mid_msa, slopes[None, :, None], asym, gaps, lengths, float(chance), target
+    )  # (M, S, A)
+    x80 = np.broadcast_to(x80_msa[:, :, None, :], m.shape).ravel()  # (H,)
+    ceiling = _ceiling_log_prior(settings, asym, gaps)  # (A,)
+    log_prior = ceiling[asym_index] - np.log(asym_index.size / asym.size)  # (H,)
     inner = np.linspace(0.0, 1.0, settings.n_bins + 1)[1:-1]  # (B - 1,)
     node_bins = _bins_of(_node_cdfs(inner, asym, float(chance), settings))  # (L, A, B)
+    stalled = ndtr((inner[None, :] - (asym - gaps)[:, None]) / settings.sd_learned)  # (A, B - 1)
     out_cdf = np.clip(inner[None, :] / asym[:, None], 0.0, 1.0)  # (A, B - 1): uniform on [0, A]
     return Grid(
         mids=anchors,
         slopes=slopes,
         kappas=kappas,
         asymptotes=asym,
+        gaps=gaps,
+        lengths=lengths,
         mid=mid,
         slope=slope,
         kappa_index=kappa_index,
         asym_index=asym_index,
         x80=x80,
+        log_prior=log_prior,
         x80_order=np.argsort(x80, kind="stable"),
         mid_order=np.argsort(mid, kind="stable"),
         share_table=_share_table(
@@ -288,6 +394,7 @@ def make_grid(
             settings.n_nodes,
         ),
         node_bins=node_bins,
+        plateau_bins=_bins_of(stalled),
         outlier_bins=_bins_of(out_cdf),
         chance=float(chance),
         settings=settings,
@@ -316,9 +423,33 @@ def _share_probs(grid: Grid, x, offset: float = 0.0) -> np.ndarray:
     return probs.transpose(1, 0, 2, 3).reshape(-1, idx.shape[1], probs.shape[-1])  # (Q, J, L)
 
 
-def _run_densities(grid: Grid, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Density of each score y (N,) under each share node and asymptote, (N, L, A), and under
-    the outlier share, (N, A)."""
+def _passed_share(grid: Grid, x) -> np.ndarray:
+    """r at sizes x (J,) for each (midpoint, slope) pair and ceiling: (C, A, J)."""
+    mid, slope = _pairs(grid)
+    x = np.atleast_1d(np.asarray(x, dtype=float))
+    return _passed(
+        mid[:, None, None], slope[:, None, None], grid.lengths[None, :, None], x[None, None, :]
+    )
+
+
+def _learned_split(shares_learned: np.ndarray, passed: np.ndarray, top, stalled) -> np.ndarray:
+    """Learned runs' term ``P(learned) (r top + (1 - r) stalled)`` of each hypothesis: (Q, A, ...).
+
+    shares_learned: (Q,) P(learned node), Q = C * K; passed: (C, A) r; top, stalled: (A, ...)
+    what a learned run contributes above and on the plateau (a density or bin probabilities).
+    """
+    n_c, n_a = passed.shape
+    extra = (1,) * (np.ndim(top) - 1)
+    split = stalled[None] + (top - stalled)[None] * passed.reshape(n_c, n_a, *extra)  # (C, A, ..)
+    per_q = shares_learned.reshape(n_c, -1)  # (C, K)
+    out = per_q.reshape(*per_q.shape, 1, *extra) * split[:, None]  # (C, K, A, ...)
+    return out.reshape(n_c * per_q.shape[1], n_a, *np.shape(top)[1:])
+
+
+def _run_densities(grid: Grid, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Density of each score y (N,) under each share node and ceiling, (N, L, A) (a learned run
+    at the asymptote), of a learned run on the ceiling's plateau, (N, A), and under the outlier
+    share, (N, A)."""
     cfg, c = grid.settings, grid.chance
     asym = grid.asymptotes  # (A,)
     centres = _node_centres(asym, c, cfg.n_nodes)  # (L, A)
@@ -330,8 +461,10 @@ def _run_densities(grid: Grid, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     flat = 1.0 / (c + sd_u * _SQRT_2PI * 0.5)
     above = np.exp(-0.5 * (np.clip(y - c, 0.0, None) / sd_u) ** 2)  # (N,)
     dens[:, 0, :] = (flat * above)[:, None]
+    z_stalled = (y[:, None] - (asym - grid.gaps)[None, :]) / cfg.sd_learned  # (N, A)
+    stalled = np.exp(-0.5 * z_stalled**2) / (cfg.sd_learned * _SQRT_2PI)  # (N, A)
     outlier = np.where(y[:, None] <= asym[None, :], 1.0 / asym[None, :], 0.0)  # (N, A)
-    return dens, outlier
+    return dens, stalled, outlier
 
 
 def size_log_likelihood(grid: Grid, x: float, y) -> np.ndarray:
@@ -346,7 +479,8 @@ def size_log_likelihood(grid: Grid, x: float, y) -> np.ndarray:
     y = np.sort(np.atleast_1d(np.asarray(y, dtype=float)))  # (R,)
     cfg = grid.settings
     eps = cfg.outlier_weight
-    dens, outlier = _run_densities(grid, y)  # (R, L, A), (R, A)
+    dens, stalled, outlier = _run_densities(grid, y)  # (R, L, A), (R, A), (R, A)
+    passed = _passed_share(grid, [x])[..., 0]  # (C, A)
     if cfg.size_logit_sd > 0:
         nodes, weights = np.polynomial.hermite_e.hermegauss(cfg.size_nodes)
         offsets, log_wq = cfg.size_logit_sd * nodes, np.log(weights / weights.sum())
@@ -357,7 +491,9 @@ def size_log_likelihood(grid: Grid, x: float, y) -> np.ndarray:
         shares = _share_probs(grid, [x], offset)[:, 0, :]  # (Q, L)
         total = np.full((shares.shape[0], grid.asymptotes.size), log_w)  # (Q, A)
         for r in range(y.size):
-            mix = (1.0 - eps) * (shares @ dens[r]) + eps * outlier[r][None, :]  # (Q, A)
+            learned = _learned_split(shares[:, -1], passed, dens[r, -1], stalled[r])  # (Q, A)
+            run = shares[:, :-1] @ dens[r, :-1] + learned  # (Q, A)
+            mix = (1.0 - eps) * run + eps * outlier[r][None, :]  # (Q, A)
             total += np.log(np.maximum(mix, 1e-300))
         terms.append(total)
     return np.logaddexp.reduce(np.stack(terms), axis=0).ravel()  # (H,)
@@ -374,7 +510,7 @@ def log_likelihood(grid: Grid, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def normalize(log_w: np.ndarray) -> np.ndarray:
-    """Posterior weights (H,) from unnormalised log weights (uniform prior on the grid)."""
+    """Posterior weights (H,) from unnormalised log weights (log prior + log likelihood)."""
     shifted = log_w - log_w.max()
     # Weights below e^-300 are set to 0: subnormal floats would slow every later product 30x.
     w = np.where(shifted > -300.0, np.exp(np.maximum(shifted, -300.0)), 0.0)
@@ -386,8 +522,10 @@ def _outcome_bins(grid: Grid, x: float) -> np.ndarray:
     eps = grid.settings.outlier_weight
     shares = _share_probs(grid, [x])[:, 0, :]  # (Q, L)
     n_l, n_a, n_b = grid.node_bins.shape
-    bins = (shares @ grid.node_bins.reshape(n_l, -1)).reshape(-1, n_a, n_b)  # (Q, A, B)
-    return (1.0 - eps) * bins + eps * grid.outlier_bins[None]
+    bins = (shares[:, :-1] @ grid.node_bins[:-1].reshape(n_l - 1, -1)).reshape(-1, n_a, n_b)
+    passed = _passed_share(grid, [x])[..., 0]  # (C, A)
+    bins += _learned_split(shares[:, -1], passed, grid.node_bins[-1], grid.plateau_bins)
+    return (1.0 - eps) * bins + eps * grid.outlier_bins[None]  # (Q, A, B)
 
 
 def fantasy_update(grid: Grid, log_w: np.ndarray, x: float) -> np.ndarray:
@@ -416,7 +554,9 @@ def expected_variances(grid: Grid, w: np.ndarray, x: np.ndarray, values: list) -
 
     For outcome bin b, the moments s_m[b] = sum_h w_h z_h^m P(b | h) (z centred values) give the
     posterior variance s2/s0 - (s1/s0)^2, weighted by P(b) = s0; P(b | h) is a sum over share
-    nodes, so the hypotheses are summed first, node by node: (Q x JL) @ (Q x A).
+    nodes, so the hypotheses are summed first, node by node: (Q x JL) @ (Q x A). The learned
+    node splits between the asymptote and the plateau by r, which depends on the (midpoint,
+    slope) pair: that part is summed pair by pair, (C, J, K) @ (C, K, A).
     """
     eps = grid.settings.outlier_weight
     n_a = grid.asymptotes.size
@@ -425,10 +565,16 @@ def expected_variances(grid: Grid, w: np.ndarray, x: np.ndarray, values: list) -
     n_q, n_j, n_l = shares.shape
     flat = shares.reshape(n_q, -1)  # (Q, J * L)
     wq = w.reshape(n_q, n_a)  # (Q, A)
+    passed = _passed_share(grid, x).transpose(0, 2, 1)  # (C, J, A)
+    n_c = passed.shape[0]
+    learned = shares[:, :, -1].reshape(n_c, -1, n_j).transpose(0, 2, 1)  # (C, J, K)
 
     def moment(v: np.ndarray) -> np.ndarray:  # (Q, A) -> (J, B)
         g = (flat.T @ v).reshape(n_j, n_l, n_a)  # (J, L, A)
-        s = np.einsum("jla,lab->jb", g, grid.node_bins)  # (J, B)
+        s = np.einsum("jla,lab->jb", g[:, :-1], grid.node_bins[:-1])  # (J, B)
+        per_pair = np.matmul(learned, v.reshape(n_c, -1, n_a))  # (C, J, A)
+        above = np.einsum("cja,cja->ja", per_pair, passed)  # (J, A)
+        s += above @ grid.node_bins[-1] + (g[:, -1] - above) @ grid.plateau_bins
         return (1.0 - eps) * s + eps * (v.sum(axis=0) @ grid.outlier_bins)[None, :]
 
     s0 = np.maximum(moment(wq), 1e-300)  # (J, B)
@@ -444,19 +590,25 @@ def expected_variances(grid: Grid, w: np.ndarray, x: np.ndarray, values: list) -
 def seed_variance(grid: Grid, w: np.ndarray, x) -> np.ndarray:
     """Posterior mean of the seed variance of accuracy at sizes x (J,): (J,).
 
-    Within one hypothesis the score varies by ``(A - c)^2 p (1 - p) / (kappa + 1)`` (the beta
-    share) plus the partial runs' noise; the mean over the posterior says how far seeds at x
-    disagree, and so how many repeats there can pay.
+    Within one hypothesis the score varies by ``(m - c)^2 p (1 - p) / (kappa + 1)`` (the beta
+    share; m = A - gap (1 - r) is where learned runs sit on average), by ``p r (1 - r) gap^2``
+    (learned runs split between plateau and asymptote) and by the partial runs' noise; the mean
+    over the posterior says how far seeds at x disagree, and so how many repeats there can pay.
     """
     n_k, n_a = grid.kappas.size, grid.asymptotes.size
-    p = _learn_prob(grid, np.atleast_1d(np.asarray(x, dtype=float)))  # (C, J)
-    lift2 = (grid.asymptotes - grid.chance) ** 2  # (A,)
+    x = np.atleast_1d(np.asarray(x, dtype=float))  # (J,)
+    p = _learn_prob(grid, x)  # (C, J)
+    passed = _passed_share(grid, x)  # (C, A, J)
+    gap = grid.gaps[None, :, None]  # (1, A, 1)
+    lift2 = (grid.asymptotes[None, :, None] - gap * (1.0 - passed) - grid.chance) ** 2
     wc = w.reshape(-1, n_k, n_a)  # (C, K, A)
     cfg = grid.settings
     shares = np.asarray(cfg.partial_shares)  # (K,)
     factor = (1.0 - shares) / (grid.kappas + 1.0) + shares / (cfg.partial_kappa + 1.0)  # (K,)
-    per_c = np.einsum("cka,k,a->c", wc, factor, lift2)  # (C,)
-    return per_c @ (p * (1.0 - p)) + grid.settings.sd_partial**2  # (J,)
+    w_share = np.einsum("cka,k->ca", wc, factor)  # (C, A)
+    spread = np.einsum("ca,caj,cj->j", w_share, lift2, p * (1.0 - p))  # (J,)
+    split = np.einsum("ca,caj,cj->j", wc.sum(axis=1), passed * (1.0 - passed) * gap**2, p)
+    return spread + split + grid.settings.sd_partial**2  # (J,)
 
 
 def _dot(a: np.ndarray, b: np.ndarray) -> float:
@@ -536,17 +688,24 @@ def weighted_quantiles(values, weights, qs) -> np.ndarray:
 
 
 def curve_quantiles(grid: Grid, w: np.ndarray, x, qs=(0.05, 0.5, 0.95)) -> np.ndarray:
-    """Posterior quantiles of the expected accuracy ``c + (A - c) p(x)`` at sizes x: (Q, J).
+    """Posterior quantiles of the expected accuracy (``_mean_curve``) at sizes x: (Q, J).
 
     A credible band of the mean curve: at each size, the quantiles over hypotheses weighted by
     the posterior w (H,), the concentration summed out. x: (J,) in ln parameters.
     """
     x = np.atleast_1d(np.asarray(x, dtype=float))  # (J,)
     n_a = grid.asymptotes.size
-    p = _learn_prob(grid, x)  # (C, J)
-    lift = grid.asymptotes - grid.chance  # (A,)
-    acc = (grid.chance + lift[None, :, None] * p[:, None, :]).reshape(-1, x.size)  # (C*A, J)
-    wca = w.reshape(p.shape[0], grid.kappas.size, n_a).sum(axis=1).ravel()  # (C*A,)
+    mid, slope = _pairs(grid)  # (C,) each
+    acc = _mean_curve(
+        mid[:, None, None],
+        slope[:, None, None],
+        grid.asymptotes[None, :, None],
+        grid.gaps[None, :, None],
+        grid.lengths[None, :, None],
+        grid.chance,
+        x[None, None, :],
+    ).reshape(-1, x.size)  # (C*A, J)
+    wca = w.reshape(mid.size, grid.kappas.size, n_a).sum(axis=1).ravel()  # (C*A,)
     keep = wca > 0  # hypotheses the runs ruled out cost time and change nothing
     acc, wk = acc[keep], wca[keep]  # (H', J), (H',)
     order = np.argsort(acc, axis=0, kind="stable")  # (H', J)
