@@ -39,6 +39,7 @@ TINY = ["--mod", "5", "--n-train", "2000", "--n-test", "100"]
         (["train", "--tasks", ""], "empty"),
         (["data", "--split", "dev"], "'dev'"),
         (["bench", "train", "--d-models", "16,x"], "'16,x'"),
+        (["bench", "search", "--precision", "1"], "precision 1.0"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, args, named):

@@ -420,17 +420,46 @@ def test_family_truth_is_where_the_mean_curve_reaches_the_level(family):
     assert float(corrected.mean(corrected.x80)) == pytest.approx(lift, abs=1e-4)
 
 
+def test_the_oracle_runs_where_runs_tell_most_and_needs_runs_as_seeds_spread():
+    """Learn-or-not seeds are most telling near the midpoint, not at the 80% point, and need many
+    runs to pin x80; graded runs that agree need one or two. Halving the interval's log width
+    takes four times the runs, and the oracle's error shrinks as runs grow."""
+    from threshold.search.benchmark import _Oracle
+    from threshold.search.families import draw_family_truth
+
+    s = make_settings()
+    bimodal = draw_family_truth(np.random.default_rng(4), "bimodal", d80_range=(40.0, 40.0))
+    graded = draw_family_truth(np.random.default_rng(4), "graded", d80_range=(40.0, 40.0))
+    oracle = _Oracle.of(bimodal, np.random.default_rng(0))
+    assert oracle.x < bimodal.x80
+    n = oracle.runs_to(s.precision)
+    assert _Oracle.of(graded, np.random.default_rng(0)).runs_to(s.precision) <= 2 < n
+    assert oracle.runs_to(float(np.sqrt(s.precision))) == pytest.approx(4 * n, rel=0.1)
+    errors = {
+        k: np.median(
+            [
+                abs(oracle.scored(s, bimodal, np.random.default_rng(i), k)["error"])
+                for i in range(40)
+            ]
+        )
+        for k in (4, 64)
+    }
+    assert errors[64] < 0.5 * errors[4]
+
+
 def test_bench_families_small():
     from threshold.search.benchmark import bench_families
 
     result = bench_families(n_studies=2, seed=3, families=("graded", "plateau"), checkpoints=(6, 9))
     for family in ("graded", "plateau"):
         rows = result["families"][family]
-        assert set(rows) == {"6", "9", "stop", "grid", "seconds"}
+        assert set(rows) == {"6", "9", "stop", "grid", "oracle", "oracle_stop", "seconds"}
         assert rows["6"]["median_runs"] == 6 and rows["9"]["median_runs"] == 9
         assert rows["grid"]["compute_vs_grid"] == pytest.approx(1.0)
         for key in ("6", "9", "stop"):
             assert 0 <= rows[key]["coverage"] <= 1 and 0 <= rows[key]["within_20"] <= 1
+        assert rows["oracle"]["coverage"] is None and rows["oracle"]["median_runs"] == 9
+        assert rows["oracle_stop"]["coverage"] is None and rows["oracle_stop"]["median_runs"] >= 1
     with pytest.raises(ConfigError, match="families"):
         bench_families(n_studies=1, families=("smooth",))
 

@@ -251,6 +251,10 @@ def bench_search(
     runs: Annotated[
         str, typer.Option(help="Run counts at which the sampler, its stop off, is scored.")
     ] = "12,24,48",
+    precision: Annotated[
+        float,
+        typer.Option(help="The stop's precision (hi / lo of the 90% interval), as find's."),
+    ] = 2.5,
     methods: Annotated[
         bool,
         typer.Option(
@@ -284,7 +288,8 @@ def bench_search(
         if studies < 1:
             raise ConfigError(f"--studies {studies} is not allowed: use 1 or more")
         # The tool's own defaults on ListOps mod 10 (vocabulary 22, context 60).
-        defaults = StudySettings(TaskConfig(ops=("add",)), TrainConfig(), SearchConfig())
+        search = SearchConfig(precision=precision)
+        defaults = StudySettings(TaskConfig(ops=("add",)), TrainConfig(), search)
         if methods or batches:
             model = ResponseModel()
             settings = policy_settings(defaults, chance=model.unlearned_mean)
@@ -430,13 +435,18 @@ def _print_bench_families(result: dict) -> None:
         for key, m in rows.items():
             if key == "seconds":
                 continue
-            label = {"stop": "own stop", "grid": "grid (posterior)"}.get(key, f"{key}, stop off")
+            label = {
+                "stop": "own stop",
+                "grid": "grid (posterior)",
+                "oracle": "oracle, shape known",
+                "oracle_stop": "oracle, to the precision",
+            }.get(key, f"{key}, stop off")
             table.add_row(
                 family,
                 label,
                 f"{m['median_runs']:g}",
                 f"{m['compute_vs_grid']:.2f}",
-                f"{m['coverage']:.2f}",
+                "-" if m["coverage"] is None else f"{m['coverage']:.2f}",
                 f"{m['median_abs_log_error']:.3f}",
                 f"{m['within_20']:.2f}",
                 f"{m['median_signed_log_error']:+.3f}",

@@ -18,6 +18,7 @@ import logging
 import time
 
 import numpy as np
+from scipy.optimize import brentq
 
 from threshold.errors import ConfigError
 from threshold.search.families import CHANCE, FAMILIES, draw_family_truth
@@ -166,13 +167,57 @@ def _scored(settings: SearchSettings, runs, truth_x80: float) -> dict:
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class _Oracle:
+    """A reader that knows the truth's curve but for its place: the most informative size x
+    (where one run's score tells the curve's shift best: slope of the mean curve over the score's
+    sd, largest) and the sd, in nats, of the shift that one run there tells."""
+
+    x: float
+    sd_one: float
+
+    @classmethod
+    def of(cls, truth, rng: np.random.Generator, draws: int = 2000) -> _Oracle:
+        # Sizes from 2.5 / slope below x80 to as far above: the seed sd comes from draws, and in
+        # the tails, where few seeds learn (or fail), it is too noisy to be trusted.
+        xs = truth.x80 + np.linspace(-2.5, 2.5, 21) / truth.slope  # (G,)
+        h = 1e-3
+        slope = (truth.mean(xs + h) - truth.mean(xs - h)) / (2 * h)  # (G,)
+        sd = np.array([np.std([truth.sample(rng, x) for _ in range(draws)]) for x in xs])
+        sd_one = sd / np.maximum(slope, 1e-12)  # (G,)
+        best = int(np.argmin(sd_one))
+        return cls(float(xs[best]), float(sd_one[best]))
+
+    def runs_to(self, precision: float) -> int:
+        """Runs it needs for a 90% interval of x80 (a normal one) as narrow as ``precision``."""
+        return max(1, int(np.ceil((self.sd_one * 2 * 1.645 / np.log(precision)) ** 2)))
+
+    def scored(self, settings: SearchSettings, truth, rng: np.random.Generator, n: int) -> dict:
+        """n runs at its size, the curve shifted until its mean there is theirs: the shift is
+        the error of x80 (``covered`` None: it gives no interval)."""
+        mean_y = np.mean([truth.sample(rng, self.x) for _ in range(n)])
+        lo, hi = self.x - 60.0 / truth.slope, self.x + 60.0 / truth.slope
+        y_lo, y_hi = float(truth.mean(lo)), float(truth.mean(hi))
+        target = float(np.clip(mean_y, y_lo + 1e-9, y_hi - 1e-9))
+        x_hat = brentq(lambda x: float(truth.mean(x)) - target, lo, hi, xtol=1e-6)
+        d = settings.nearest(float(settings.d_of(self.x)))
+        return {
+            "runs": n,
+            "compute": float(settings.cost(np.full(n, d)).sum()),
+            "covered": None,
+            "error": float(self.x - x_hat),
+        }
+
+
 def _family_row(rows: list[dict], grid_compute: float) -> dict:
     err = np.abs([r["error"] for r in rows])
     return {
         "median_runs": float(np.median([r["runs"] for r in rows])),
         "compute_vs_grid": float(np.mean([r["compute"] for r in rows]) / grid_compute),
         "median_compute_vs_grid": float(np.median([r["compute"] for r in rows]) / grid_compute),
-        "coverage": float(np.mean([r["covered"] for r in rows])),
+        "coverage": None
+        if rows[0]["covered"] is None
+        else float(np.mean([r["covered"] for r in rows])),
         "median_abs_log_error": float(np.median(err)),
         "within_20": float(np.mean(np.abs(np.expm1([r["error"] for r in rows])) <= 0.2)),
         "median_signed_log_error": float(np.median([r["error"] for r in rows])),
@@ -195,7 +240,12 @@ def bench_families(
     Per family and column: median runs, mean compute over the dense grid's (``grid_sizes`` sizes
     x ``grid_seeds`` seeds), coverage of the 90% interval, median |ln(estimate / truth)| in
     parameters, the share of studies within 20% of the truth, and the median signed error (the
-    bias). The grid's own posterior on its 48 runs is scored beside them (``grid``).
+    bias). The grid's own posterior on its 48 runs is scored beside them (``grid``), and an
+    oracle that knows the curve but for its place and runs every run at the most informative
+    size (``_Oracle``): with the largest checkpoint's number of runs (``oracle``), and with the
+    runs it needs to reach the stop's precision (``oracle_stop``). No design and no posterior
+    that must also learn the curve's shape can do much better: where the oracle misses a
+    target, the family's runs hold too little information for it.
     """
     unknown = set(families) - set(FAMILIES)
     if unknown:
@@ -209,9 +259,10 @@ def bench_families(
     out: dict = {}
     for family in families:
         start = time.perf_counter()
-        cols: dict[str, list[dict]] = {str(n): [] for n in checkpoints} | {"stop": [], "grid": []}
+        cols: dict[str, list[dict]] = {str(n): [] for n in checkpoints}
+        cols |= {"stop": [], "grid": [], "oracle": [], "oracle_stop": []}
         for study in range(n_studies):
-            streams = np.random.SeedSequence([seed, FAMILIES.index(family), study]).spawn(4)
+            streams = np.random.SeedSequence([seed, FAMILIES.index(family), study]).spawn(6)
             rngs = [np.random.default_rng(s) for s in streams]
             truth = draw_family_truth(rngs[0], family, settings.level, settings.chance_corrected)
             runs = _drive(off, truth, rngs[1], max(checkpoints))
@@ -225,6 +276,10 @@ def bench_families(
                 for _ in range(grid_seeds)
             ]
             cols["grid"].append(_scored(settings, grid_runs, truth.x80))
+            oracle = _Oracle.of(truth, rngs[4])
+            cols["oracle"].append(oracle.scored(settings, truth, rngs[4], max(checkpoints)))
+            n_stop = oracle.runs_to(settings.precision)
+            cols["oracle_stop"].append(oracle.scored(settings, truth, rngs[5], n_stop))
         out[family] = {k: _family_row(v, grid_compute) for k, v in cols.items()}
         out[family]["seconds"] = round(time.perf_counter() - start, 1)
         logger.info("family %s done in %.0f s", family, out[family]["seconds"])
