@@ -4,6 +4,7 @@ results.json, through the library and the ``threshold refit`` command."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import optuna
 
@@ -23,6 +24,7 @@ CHANCE = 0.1475
 SETTINGS = StudySettings(
     TaskConfig(ops=("add",)), TrainConfig(), SearchConfig(d_lo=8, d_hi=64, budget=16, precision=3)
 )
+REPO = Path(__file__).resolve().parent.parent
 OLD = {"params_p80": 11060.0, "d_p80": 25.8, "asymptote": 0.849, "chance": CHANCE}
 
 
@@ -84,3 +86,18 @@ def test_refit_command_prints_json(tmp_path):
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert bad.returncode != 0 and "cannot be read" in bad.stderr
+
+
+def test_the_showcase_joint_mul_study_is_no_longer_flagged(tmp_path):
+    """MUL in MUL+SGN+IMG (the committed CPU report): the stored posterior put the asymptote at
+    0.60 and took the one d = 48 run (0.894) for an outlier; the current one reads it as the top."""
+    results = json.loads((REPO / "reports/cpu/all/results.json").read_text())
+    (entry,) = [
+        e for e in results["studies"] if e.get("data", e).get("label", "").startswith("MUL in")
+    ]
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"studies": [entry]}))
+    (row,) = refit_results(path)
+    assert row["old"]["flagged"] is True and row["old"]["asymptote"] < 0.65
+    assert row["new"]["flagged"] is False
+    assert abs(row["new"]["asymptote"] - row["best_run"]) <= 0.05
