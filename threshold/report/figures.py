@@ -17,6 +17,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 
 from threshold.report.data import StudyData
 from threshold.search.notes import fit_accuracy
+from threshold.search.posterior import level_target
 
 __all__ = [
     "COLORS",
@@ -83,8 +84,8 @@ def level_accuracy(s: StudyData, share: float | None = None) -> float:
     chance, asym = est["chance"], est["asymptote"]
     if share is not None:
         return chance + share * (asym - chance)
-    level = s.settings.search.level
-    return chance + level * (asym - chance) if est.get("chance_corrected") else level * asym
+    corrected = bool(est.get("chance_corrected"))
+    return float(level_target(asym, chance, s.settings.search.level, corrected))
 
 
 def _d_axis(ax, s: StudyData) -> None:

@@ -34,6 +34,7 @@ from scipy.optimize import brentq
 from scipy.special import expit, ndtr
 
 from threshold.errors import ConfigError
+from threshold.search.posterior import level_target
 from threshold.search.simulate import ResponseModel, listops_params, make_truth, sample_accuracy
 
 __all__ = ["FAMILIES", "FamilyTruth", "draw_family_truth"]
@@ -235,7 +236,7 @@ def draw_family_truth(
     base = make_truth_at(FamilyTruth(family, 0.0, slope, 1.0, CHANCE, 0.0))
     probe = FamilyTruth(family, 0.0, slope, base.asymptote, base.chance, 0.0, extra)
     hi, lo = float(probe.mean(60.0 / slope)), float(probe.mean(-60.0 / slope))
-    target = lo + level * (hi - lo) if chance_corrected else level * hi
+    target = float(level_target(hi, lo, level, chance_corrected))
     span = 60.0 / slope
     z80 = brentq(lambda z: float(probe.mean(z)) - target, -span, span, xtol=1e-6)
     x80 = float(np.log(listops_params(d80)))

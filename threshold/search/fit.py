@@ -30,6 +30,7 @@ from threshold.search.policy import posterior_of, posterior_summary, rounded
 from threshold.search.posterior import (
     Grid,
     difference_distribution,
+    level_target,
     normalize,
     weighted_quantiles,
 )
@@ -141,7 +142,7 @@ def fit_logistic(
     if best is None:
         return None
     lower, upper, midpoint, slope = (float(v) for v in best[1])
-    target = chance + level * (upper - chance) if chance_corrected else level * upper
+    target = float(level_target(upper, chance, level, chance_corrected))
     frac = (target - lower) / (upper - lower) if upper > lower else np.nan
     if not 0 < frac < 1:
         logger.debug(
