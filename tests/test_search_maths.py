@@ -303,7 +303,7 @@ def test_any_trials_give_an_allowed_size(completed, pending):
 
 
 def test_bench_search_small():
-    result = bench_search(n_studies=20, seed=1, methods=("policy", "grid"), n_boot=30)
+    result = bench_search(n_studies=12, seed=1, methods=("policy", "grid"), n_boot=30)
     ours, grid = result["methods"]["policy"], result["methods"]["grid"]
     assert ours["mean_compute"] < 0.5 * grid["mean_compute"]
     assert ours["median_compute"] < 0.3 * grid["median_compute"]
@@ -420,6 +420,24 @@ def test_family_truth_is_where_the_mean_curve_reaches_the_level(family):
     assert float(corrected.mean(corrected.x80)) == pytest.approx(lift, abs=1e-4)
 
 
+def test_the_spread_design_runs_the_bracket_then_around_the_true_80_point():
+    """The benchmark's place-known design: the bracket first, then its runs taken in turn from
+    sizes within 1 / slope of x80 (nearest allowed d), on both sides of it."""
+    from threshold.search.benchmark import _spread_runs
+    from threshold.search.families import draw_family_truth
+    from threshold.search.policy import bracket
+
+    s = make_settings()
+    truth = draw_family_truth(np.random.default_rng(5), "partial", d80_range=(40.0, 40.0))
+    runs = _spread_runs(s, truth, np.random.default_rng(0), 21)
+    ds = [d for d, _ in runs]
+    assert len(runs) == 21 and tuple(ds[:3]) == bracket(s)
+    rel = (s.x_of(np.array(ds[3:])) - truth.x80) * truth.slope
+    assert rel.min() < -0.7 and rel.max() > 0.7 and np.all(np.abs(rel) <= 1.2)
+    assert ds[3:12] == ds[12:21]  # nine sizes, each in turn
+    assert all(0 <= y <= 1 for _, y in runs)
+
+
 def test_the_oracle_runs_where_runs_tell_most_and_needs_runs_as_seeds_spread():
     """Learn-or-not seeds are most telling near the midpoint, not at the 80% point, and need many
     runs to pin x80; graded runs that agree need one or two. Halving the interval's log width
@@ -453,10 +471,12 @@ def test_bench_families_small():
     result = bench_families(n_studies=2, seed=3, families=("graded", "plateau"), checkpoints=(6, 9))
     for family in ("graded", "plateau"):
         rows = result["families"][family]
-        assert set(rows) == {"6", "9", "stop", "grid", "oracle", "oracle_stop", "seconds"}
+        keys = {"6", "9", "stop", "grid", "spread", "oracle", "oracle_stop", "seconds"}
+        assert set(rows) == keys
         assert rows["6"]["median_runs"] == 6 and rows["9"]["median_runs"] == 9
         assert rows["grid"]["compute_vs_grid"] == pytest.approx(1.0)
-        for key in ("6", "9", "stop"):
+        assert rows["spread"]["median_runs"] == 9
+        for key in ("6", "9", "stop", "spread"):
             assert 0 <= rows[key]["coverage"] <= 1 and 0 <= rows[key]["within_20"] <= 1
         assert rows["oracle"]["coverage"] is None and rows["oracle"]["median_runs"] == 9
         assert rows["oracle_stop"]["coverage"] is None and rows["oracle_stop"]["median_runs"] >= 1

@@ -22,7 +22,7 @@ from scipy.optimize import brentq
 
 from threshold.errors import ConfigError
 from threshold.search.families import CHANCE, FAMILIES, draw_family_truth
-from threshold.search.policy import decide, posterior_summary
+from threshold.search.policy import bracket, decide, posterior_summary
 from threshold.search.settings import SearchSettings
 from threshold.search.simulate import (
     ResponseModel,
@@ -209,6 +209,16 @@ class _Oracle:
         }
 
 
+def _spread_runs(settings: SearchSettings, truth, rng, n: int, sizes: int = 9) -> list:
+    """A design that knows the truth's place and slope: the bracket, then n - 3 runs spread
+    evenly over ``sizes`` sizes within 1 / slope nats of x80 (a third of them to two thirds of
+    the way up the curve's rise), in turn; read by our posterior like the sampler's runs."""
+    xs = truth.x80 + np.linspace(-1.0, 1.0, sizes) / truth.slope  # (sizes,)
+    spread = [settings.nearest(float(settings.d_of(x))) for x in xs]
+    ds = [*bracket(settings), *(spread[i % sizes] for i in range(n - 3))]
+    return [(d, truth.sample(rng, float(settings.x_of(d)))) for d in ds]
+
+
 def _family_row(rows: list[dict], grid_compute: float) -> dict:
     err = np.abs([r["error"] for r in rows])
     return {
@@ -240,12 +250,15 @@ def bench_families(
     Per family and column: median runs, mean compute over the dense grid's (``grid_sizes`` sizes
     x ``grid_seeds`` seeds), coverage of the 90% interval, median |ln(estimate / truth)| in
     parameters, the share of studies within 20% of the truth, and the median signed error (the
-    bias). The grid's own posterior on its 48 runs is scored beside them (``grid``), and an
-    oracle that knows the curve but for its place and runs every run at the most informative
-    size (``_Oracle``): with the largest checkpoint's number of runs (``oracle``), and with the
-    runs it needs to reach the stop's precision (``oracle_stop``). No design and no posterior
-    that must also learn the curve's shape can do much better: where the oracle misses a
-    target, the family's runs hold too little information for it.
+    bias). Beside them: the grid's runs read by our posterior (``grid``); as many runs as the
+    largest checkpoint placed by a design that knows the truth's place and slope and spreads
+    them around x80 (``spread``, ``_spread_runs``), read by our posterior: where the sampler
+    matches it, its placement is not what limits the estimate; and an oracle that knows the
+    curve but for its place and runs every run at the most informative size (``_Oracle``):
+    with the largest checkpoint's number of runs (``oracle``), and with the runs it needs to
+    reach the stop's precision (``oracle_stop``). No design and no posterior that must also
+    learn the curve's shape can do better: where the oracle misses a target, the family's runs
+    hold too little information for it.
     """
     unknown = set(families) - set(FAMILIES)
     if unknown:
@@ -260,9 +273,9 @@ def bench_families(
     for family in families:
         start = time.perf_counter()
         cols: dict[str, list[dict]] = {str(n): [] for n in checkpoints}
-        cols |= {"stop": [], "grid": [], "oracle": [], "oracle_stop": []}
+        cols |= {"stop": [], "grid": [], "spread": [], "oracle": [], "oracle_stop": []}
         for study in range(n_studies):
-            streams = np.random.SeedSequence([seed, FAMILIES.index(family), study]).spawn(6)
+            streams = np.random.SeedSequence([seed, FAMILIES.index(family), study]).spawn(7)
             rngs = [np.random.default_rng(s) for s in streams]
             truth = draw_family_truth(rngs[0], family, settings.level, settings.chance_corrected)
             runs = _drive(off, truth, rngs[1], max(checkpoints))
@@ -276,6 +289,8 @@ def bench_families(
                 for _ in range(grid_seeds)
             ]
             cols["grid"].append(_scored(settings, grid_runs, truth.x80))
+            spread = _spread_runs(settings, truth, rngs[6], max(checkpoints))
+            cols["spread"].append(_scored(settings, spread, truth.x80))
             oracle = _Oracle.of(truth, rngs[4])
             cols["oracle"].append(oracle.scored(settings, truth, rngs[4], max(checkpoints)))
             n_stop = oracle.runs_to(settings.precision)
