@@ -438,7 +438,7 @@ def _print_bench_families(result: dict) -> None:
             label = {
                 "stop": "own stop",
                 "grid": "grid (posterior)",
-                "spread": "spread, place known",
+                "spread": "spread, place and slope known",
                 "oracle": "oracle, shape known",
                 "oracle_stop": "oracle, to the precision",
             }.get(key, f"{key}, stop off")
