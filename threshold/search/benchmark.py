@@ -216,7 +216,13 @@ def _spread_runs(settings: SearchSettings, truth, rng, n: int, sizes: int = 9) -
     like the sampler's runs."""
     xs = truth.x80 + np.linspace(-1.0, 1.0, sizes) / truth.slope  # (sizes,)
     spread = [settings.nearest(float(settings.d_of(x))) for x in xs]
-    ds = [*bracket(settings), *(spread[i % sizes] for i in range(n - 3))]
+    return _runs_at(
+        settings, truth, rng, [*bracket(settings), *(spread[i % sizes] for i in range(n - 3))]
+    )
+
+
+def _runs_at(settings: SearchSettings, truth, rng: np.random.Generator, ds) -> list:
+    """One run of the truth at each size of a fixed design, in order: (d, accuracy) pairs."""
     return [(d, truth.sample(rng, float(settings.x_of(d)))) for d in ds]
 
 
@@ -284,11 +290,9 @@ def bench_families(
                 cols[str(n)].append(_scored(settings, runs[:n], truth.x80))
             own = _drive(settings, truth, rngs[2], settings.budget)
             cols["stop"].append(_scored(settings, own, truth.x80))
-            grid_runs = [
-                (d, truth.sample(rngs[3], float(settings.x_of(d))))
-                for d in sizes
-                for _ in range(grid_seeds)
-            ]
+            grid_runs = _runs_at(
+                settings, truth, rngs[3], [d for d in sizes for _ in range(grid_seeds)]
+            )
             cols["grid"].append(_scored(settings, grid_runs, truth.x80))
             spread = _spread_runs(settings, truth, rngs[6], max(checkpoints))
             cols["spread"].append(_scored(settings, spread, truth.x80))
