@@ -40,6 +40,8 @@ TINY = ["--mod", "5", "--n-train", "2000", "--n-test", "100"]
         (["data", "--split", "dev"], "'dev'"),
         (["bench", "train", "--d-models", "16,x"], "'16,x'"),
         (["bench", "search", "--precision", "1"], "precision 1.0"),
+        (["bench", "search", "--set", "nope=1"], "unknown setting nope"),
+        (["bench", "search", "--set", "size_sd"], "NAME=VALUE"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, args, named):
@@ -183,3 +185,19 @@ def test_bench_train_batched_json(tmp_path):
 def test_help_is_fast_and_does_not_import_torch():
     code = "import sys; from threshold.cli import app; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_bench_search_with_a_changed_setting(tmp_path):
+    proc = run(
+        [
+            "bench",
+            "search",
+            *("--studies", "1", "--families", "graded", "--runs", "3"),
+            *("--set", "budget=5", "--set", "plateau_lengths=[0.75, 1.5]", "--json"),
+        ],
+        tmp_path / "cache",
+        check=True,
+    )
+    result = json.loads(proc.stdout)
+    assert result["overrides"] == {"budget": 5, "plateau_lengths": [0.75, 1.5]}
+    assert result["families"]["graded"]["stop"]["median_runs"] <= 5  # the changed budget holds

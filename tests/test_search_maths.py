@@ -484,6 +484,27 @@ def test_bench_families_small():
         bench_families(n_studies=1, families=("smooth",))
 
 
+def test_overrides_change_the_named_settings_and_are_checked():
+    from threshold.search.settings import with_overrides
+
+    base = make_settings()
+    assert with_overrides(base, {}) == base
+    changed = with_overrides(base, {"size_sd": 0.05, "plateau_lengths": [0.75, 1.5], "budget": 3})
+    assert changed.size_sd == 0.05 and changed.budget == 3
+    assert changed.posterior.plateau_lengths == (0.75, 1.5)
+    assert changed.params_of_d == base.params_of_d and changed.precision == base.precision
+    assert changed.posterior.slopes == base.posterior.slopes
+    truth = make_truth(MODEL, 40.0, 3.0)
+    runs, decision = drive(changed, truth, np.random.default_rng(0))
+    assert len(runs) == 3 and decision.reason == "budget"  # the bracket, then the new budget
+    with pytest.raises(ConfigError, match="unknown setting params_of_d, slope:"):
+        with_overrides(base, {"params_of_d": [], "slope": 1.0})
+    with pytest.raises(ConfigError, match="budget 2"):
+        with_overrides(base, {"budget": 2})
+    with pytest.raises(ConfigError, match="size_sd"):
+        with_overrides(base, {"size_sd": "x"})
+
+
 def test_a_batched_search_spreads_its_rounds_and_keeps_its_budget():
     """Batch rounds (find --batch K, simulated): every round holds at most K runs, there are
     fewer rounds than runs, and the budget holds."""

@@ -270,6 +270,14 @@ def bench_search(
             "compute, rounds (wall-clock in runs), coverage.",
         ),
     ] = False,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="NAME=VALUE: a setting of the search or its posterior changed for this run "
+            "(repeatable; VALUE in JSON, e.g. size_sd=0.05 or plateau_lengths=[0.75,1.5]).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Our sampler on simulated studies with known truth, family by family (see README)."""
@@ -281,18 +289,22 @@ def bench_search(
         from threshold.search.benchmark import bench_search as run_bench
         from threshold.search.families import CHANCE
         from threshold.search.sampler import policy_settings
+        from threshold.search.settings import with_overrides
         from threshold.search.study import SearchConfig, StudySettings
         from threshold.tasks import TaskConfig
         from threshold.train import TrainConfig
 
         if studies < 1:
             raise ConfigError(f"--studies {studies} is not allowed: use 1 or more")
+        changed = _parsed_overrides(overrides or [])
         # The tool's own defaults on ListOps mod 10 (vocabulary 22, context 60).
         search = SearchConfig(precision=precision)
         defaults = StudySettings(TaskConfig(ops=("add",)), TrainConfig(), search)
         if methods or batches:
             model = ResponseModel()
-            settings = policy_settings(defaults, chance=model.unlearned_mean)
+            settings = with_overrides(
+                policy_settings(defaults, chance=model.unlearned_mean), changed
+            )
             chosen = ("policy", "policy_b4", "policy_b8", "policy_b16", "grid")
             result = run_bench(
                 n_studies=studies,
@@ -312,8 +324,9 @@ def bench_search(
                 seed=seed,
                 families=names,
                 checkpoints=counts,
-                settings=policy_settings(defaults, chance=CHANCE),
+                settings=with_overrides(policy_settings(defaults, chance=CHANCE), changed),
             )
+        result["overrides"] = changed
         if as_json:
             typer.echo(json.dumps(result))
         elif methods or batches:
@@ -322,6 +335,30 @@ def bench_search(
             _print_bench_families(result)
 
     run_guarded(body)
+
+
+def _parsed_overrides(pairs: list[str]) -> dict:
+    """{name: value} from ``--set NAME=VALUE`` options, each VALUE read as JSON."""
+    from threshold.errors import ConfigError
+
+    out = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        try:
+            if not (sep and name.strip()):
+                raise ValueError
+            out[name.strip()] = json.loads(text)
+        except ValueError:
+            raise ConfigError(
+                f"--set {pair!r}: give NAME=VALUE with VALUE in JSON, e.g. size_sd=0.05"
+            ) from None
+    return out
+
+
+def _overrides_note(result: dict) -> str:
+    """The settings a bench run changed, for its table's title ('' when none)."""
+    changed = result.get("overrides") or {}
+    return "; " + ", ".join(f"{k}={json.dumps(v)}" for k, v in changed.items()) if changed else ""
 
 
 class _LiveView:
@@ -403,7 +440,10 @@ def _print_bench_search(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"search on {result['n_studies']} simulated studies (known truth)")
+    table = Table(
+        title=f"search on {result['n_studies']} simulated studies (known truth)"
+        + _overrides_note(result)
+    )
     cols = ("method", "median runs", "median rounds", "mean compute", "vs grid", "coverage")
     for col in (*cols, "median width"):
         table.add_column(col, justify="right")
@@ -427,6 +467,7 @@ def _print_bench_families(result: dict) -> None:
     table = Table(
         title=f"sampler on {result['n_studies']} simulated studies per family (known truth); "
         f"grid: {len(result['grid_sizes'])} sizes x {result['grid_seeds']} seeds"
+        + _overrides_note(result)
     )
     cols = ("family", "runs", "median runs", "compute vs grid", "coverage", "median |ln err|")
     for col in (*cols, "within 20%", "median ln err"):

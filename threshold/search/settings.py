@@ -8,7 +8,8 @@ x = ln(total parameters), read off the ``params_of_d`` table the caller computes
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 
 import numpy as np
@@ -16,7 +17,7 @@ import numpy as np
 from threshold.errors import ConfigError
 from threshold.search.posterior import PosteriorSettings, level_fraction
 
-__all__ = ["COST_A", "COST_B", "STEP_S", "SearchConfig", "SearchSettings"]
+__all__ = ["COST_A", "COST_B", "STEP_S", "SearchConfig", "SearchSettings", "with_overrides"]
 
 # Seconds per training step measured by `threshold bench train` on this project's CPU: about
 # 8.7 ms + 0.004 ms * d^2 (d = 16: 9.7 ms, d = 128: 74 ms), in units of the 8.7 ms: the one cost
@@ -193,3 +194,25 @@ class SearchSettings:
         """Expected cost of one run at d, in cost units."""
         d = np.asarray(d, dtype=float)
         return self.cost_a + self.cost_b * d**2
+
+
+def with_overrides(settings: SearchSettings, overrides: Mapping[str, object]) -> SearchSettings:
+    """``settings`` with fields of its own or of its posterior replaced by name (a list becomes
+    a tuple), each checked as the settings check themselves; ``params_of_d`` stays. For trying
+    a setting on simulated studies (``threshold bench search --set``) before making it a default.
+    """
+    own = {f.name for f in fields(SearchSettings)} - {"params_of_d", "posterior"}
+    inner = {f.name for f in fields(PosteriorSettings)}
+    unknown = sorted(set(overrides) - own - inner)
+    if unknown:
+        raise ConfigError(
+            f"unknown setting {', '.join(unknown)}: choose from {', '.join(sorted(own | inner))}"
+        )
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
+    try:
+        posterior = replace(settings.posterior, **{k: values[k] for k in values if k in inner})
+        return replace(settings, posterior=posterior, **{k: values[k] for k in values if k in own})
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as err:  # a value of the wrong kind, e.g. text for a number
+        raise ConfigError(f"settings {dict(overrides)} are not allowed: {err}") from None
