@@ -503,6 +503,8 @@ def test_overrides_change_the_named_settings_and_are_checked():
         with_overrides(base, {"budget": 2})
     with pytest.raises(ConfigError, match="size_sd"):
         with_overrides(base, {"size_sd": "x"})
+    with pytest.raises(ConfigError, match=r"n_candidates 2\.5 .* type int"):
+        with_overrides(base, {"n_candidates": 2.5})
 
 
 def test_a_batched_search_spreads_its_rounds_and_keeps_its_budget():

@@ -7,12 +7,12 @@ export the same names.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import cached_property
 
 from threshold.errors import ConfigError
 
-__all__ = ["MAX_D_MODEL", "ModelConfig", "TrainConfig", "param_count"]
+__all__ = ["MAX_D_MODEL", "ModelConfig", "TrainConfig", "checked_field", "param_count"]
 
 
 MAX_D_MODEL = 4096
@@ -224,3 +224,24 @@ class TrainConfig:
         if "batch_order" not in d:
             d["batch_order"] = "bucketed" if d.pop("bucketing", True) else "random"
         return cls(**d)
+
+
+_KINDS = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
+
+
+def checked_field(cls, key: str, value):
+    """``value`` if its kind fits the annotation of field ``key`` of dataclass ``cls`` (an int
+    where a float goes, a list of numbers where a tuple goes, as TOML and JSON give them), a
+    list as a tuple; else a one-line ConfigError naming it."""
+    kind = next(f.type for f in fields(cls) if f.name == key)
+    names = [k.strip() for k in str(kind).split("|")]
+    numbers = isinstance(value, list | tuple) and all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in value
+    )
+    if numbers and any(n.startswith("tuple") for n in names):
+        return tuple(value)
+    for name in names:
+        allowed = _KINDS.get(name, ())
+        if isinstance(value, allowed) and (name == "bool" or not isinstance(value, bool)):
+            return value
+    raise ConfigError(f"{key} {value!r} is not allowed: give a value of type {kind}")

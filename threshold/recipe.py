@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from threshold.config import ModelConfig, TrainConfig
+from threshold.config import ModelConfig, TrainConfig, checked_field
 from threshold.errors import ConfigError
 
 __all__ = [
@@ -117,7 +117,8 @@ def make_recipe(name: str = "fast", **overrides) -> Recipe:
                 f"{', '.join(TRAIN_FIELDS + MODEL_FIELDS)}"
             )
         if value is not None:
-            values[key] = _checked(key, value)
+            cls = ModelConfig if key in MODEL_FIELDS else TrainConfig
+            values[key] = checked_field(cls, key, value)
     model = tuple((k, values[k]) for k in MODEL_FIELDS if k in values)
     ModelConfig(vocab_size=1, n_ctx=1, d_model=8, **dict(model))  # checks the model side
     train = TrainConfig(recipe=name, **{k: v for k, v in values.items() if k in TRAIN_FIELDS})
@@ -148,24 +149,3 @@ def recipe_words(train: TrainConfig, model: dict) -> str:
 
 def _word(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-_KINDS = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
-
-
-def _checked(key: str, value):
-    """``value`` if its kind fits field ``key``'s annotation (an int where a float goes, a list
-    where a tuple goes, as TOML and JSON give them); else a one-line ConfigError naming it."""
-    cls = ModelConfig if key in MODEL_FIELDS else TrainConfig
-    kind = next(f.type for f in dataclasses.fields(cls) if f.name == key)
-    names = [k.strip() for k in str(kind).split("|")]
-    numbers = isinstance(value, list | tuple) and all(
-        isinstance(v, int | float) and not isinstance(v, bool) for v in value
-    )
-    if numbers and any(n.startswith("tuple") for n in names):
-        return tuple(value)
-    for name in names:
-        allowed = _KINDS.get(name, ())
-        if isinstance(value, allowed) and (name == "bool" or not isinstance(value, bool)):
-            return value
-    raise ConfigError(f"{key} {value!r} is not allowed: give a value of type {kind}")

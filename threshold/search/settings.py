@@ -14,6 +14,7 @@ from functools import cached_property
 
 import numpy as np
 
+from threshold.config import checked_field
 from threshold.errors import ConfigError
 from threshold.search.posterior import PosteriorSettings, level_fraction
 
@@ -197,9 +198,10 @@ class SearchSettings:
 
 
 def with_overrides(settings: SearchSettings, overrides: Mapping[str, object]) -> SearchSettings:
-    """``settings`` with fields of its own or of its posterior replaced by name (a list becomes
-    a tuple), each checked as the settings check themselves; ``params_of_d`` stays. For trying
-    a setting on simulated studies (``threshold bench search --set``) before making it a default.
+    """``settings`` with fields of its own or of its posterior replaced by name, each value's
+    kind checked against the field's (``checked_field``: a list becomes a tuple) and its range
+    as the settings check themselves; ``params_of_d`` stays. For trying a setting on simulated
+    studies (``threshold bench search --set``) before making it a default.
     """
     own = {f.name for f in fields(SearchSettings)} - {"params_of_d", "posterior"}
     inner = {f.name for f in fields(PosteriorSettings)}
@@ -208,11 +210,9 @@ def with_overrides(settings: SearchSettings, overrides: Mapping[str, object]) ->
         raise ConfigError(
             f"unknown setting {', '.join(unknown)}: choose from {', '.join(sorted(own | inner))}"
         )
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
-    try:
-        posterior = replace(settings.posterior, **{k: values[k] for k in values if k in inner})
-        return replace(settings, posterior=posterior, **{k: values[k] for k in values if k in own})
-    except ConfigError:
-        raise
-    except (TypeError, ValueError) as err:  # a value of the wrong kind, e.g. text for a number
-        raise ConfigError(f"settings {dict(overrides)} are not allowed: {err}") from None
+    values = {
+        k: checked_field(SearchSettings if k in own else PosteriorSettings, k, v)
+        for k, v in overrides.items()
+    }
+    posterior = replace(settings.posterior, **{k: values[k] for k in values if k in inner})
+    return replace(settings, posterior=posterior, **{k: values[k] for k in values if k in own})
