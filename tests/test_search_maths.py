@@ -389,6 +389,43 @@ def test_plateau_maths_agree_with_the_outcome_model():
         assert fast[j] == pytest.approx(float(np.sum(s2 - s1**2 / s0)), rel=1e-6)
 
 
+def test_the_size_offset_sd_is_learned_from_the_runs():
+    """Several offset sds: runs whose sizes stray from every smooth curve (20 seeds each, the
+    middle size far below its neighbours) make the larger sd the likelier and widen the 80%
+    point's interval; runs on a smooth curve favour the smaller one. One sd gives the single-sd
+    likelihood exactly."""
+    from threshold.search import posterior as post
+
+    one = post.PosteriorSettings(size_logit_sds=(0.3,))
+    pooled = post.PosteriorSettings(size_logit_sds=(0.3, 1.2), size_logit_weights=(0.9, 0.1))
+    grids = [post.make_grid(cfg, CHANCE, 0.8, False, 8.0, 12.0) for cfg in (one, pooled)]
+    x = np.repeat([9.6, 10.0, 10.4], 20)
+    seed_rank = np.tile(np.arange(20) / 20, 3)
+    favoured, ratios = [], []
+    for shares in ([0.35, 0.15, 0.9], [0.2, 0.5, 0.8]):  # learned share of seeds at each size
+        y = np.where(seed_rank < np.repeat(shares, 20), 0.97, CHANCE)
+        terms = sum(post.size_log_likelihood(grids[1], xu, y[x == xu]) for xu in np.unique(x))
+        assert terms.shape == (2, grids[1].mid.size)
+        evidence = [np.logaddexp.reduce(grids[1].log_prior + t) for t in terms]
+        favoured.append(evidence[1] - evidence[0])
+        np.testing.assert_array_equal(post.log_likelihood(grids[0], x, y), terms[0])
+        ratios.append(
+            [
+                post.summarize(
+                    g, post.normalize(g.log_prior + post.log_likelihood(g, x, y)), 8.0, 12.0
+                ).ratio
+                for g in grids
+            ]
+        )
+    assert favoured[0] > 2.0 and favoured[1] < 0.0  # e^2 for the large sd, then against it
+    assert ratios[0][1] > 1.5 * ratios[0][0]  # the stray runs widen the interval
+    assert ratios[1][1] < 1.5 * ratios[1][0]  # the smooth ones, less
+    with pytest.raises(ConfigError, match="size_logit_sds"):
+        post.PosteriorSettings(size_logit_sds=())
+    with pytest.raises(ConfigError, match="size_logit_weights"):
+        post.PosteriorSettings(size_logit_sds=(0.3, 1.2), size_logit_weights=(1.0,))
+
+
 def test_repeats_pay_for_bimodal_seeds_not_for_graded_runs():
     from threshold.search.policy import posterior_of, repeat_discount
     from threshold.search.posterior import normalize

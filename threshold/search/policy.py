@@ -44,6 +44,7 @@ from threshold.search.posterior import (
     fantasy_update,
     make_grid,
     normalize,
+    pool_offset_sds,
     seed_variance,
     size_log_likelihood,
     summarize,
@@ -125,7 +126,7 @@ _TERMS_SIZE = 64
 
 
 def _log_likelihood(grid: Grid, key: tuple, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    total = np.zeros(grid.mid.size)  # (H,)
+    total = np.zeros((len(grid.settings.size_logit_sds), grid.mid.size))  # (G, H)
     for xu in np.unique(x):
         ys = tuple(sorted(y[x == xu].tolist()))
         term_key = (key, float(xu), ys)
@@ -136,7 +137,7 @@ def _log_likelihood(grid: Grid, key: tuple, x: np.ndarray, y: np.ndarray) -> np.
             while len(_TERMS) > _TERMS_SIZE:
                 _TERMS.popitem(last=False)
         total += _TERMS[term_key]
-    return total
+    return pool_offset_sds(grid.settings, total)
 
 
 def posterior_of(
