@@ -42,9 +42,9 @@ from threshold.search.posterior import (
     PosteriorSummary,
     expected_variances,
     fantasy_update,
+    log_likelihood,
     make_grid,
     normalize,
-    pool_offset_sds,
     seed_variance,
     size_log_likelihood,
     summarize,
@@ -125,19 +125,21 @@ _TERMS: OrderedDict = OrderedDict()
 _TERMS_SIZE = 64
 
 
-def _log_likelihood(grid: Grid, key: tuple, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    total = np.zeros((len(grid.settings.size_logit_sds), grid.mid.size))  # (G, H)
-    for xu in np.unique(x):
-        ys = tuple(sorted(y[x == xu].tolist()))
-        term_key = (key, float(xu), ys)
+def _cached_term(key: tuple):
+    """``size_log_likelihood`` through the cache, for the grid that ``key`` builds."""
+
+    def term(grid: Grid, x: float, y: np.ndarray) -> np.ndarray:
+        ys = tuple(sorted(y.tolist()))
+        term_key = (key, x, ys)
         if term_key in _TERMS:
             _TERMS.move_to_end(term_key)
         else:
-            _TERMS[term_key] = size_log_likelihood(grid, float(xu), np.array(ys))
+            _TERMS[term_key] = size_log_likelihood(grid, x, np.array(ys))
             while len(_TERMS) > _TERMS_SIZE:
                 _TERMS.popitem(last=False)
-        total += _TERMS[term_key]
-    return pool_offset_sds(grid.settings, total)
+        return _TERMS[term_key]
+
+    return term
 
 
 def posterior_of(
@@ -157,7 +159,7 @@ def posterior_of(
         float(settings.x_of(d_hi)),
     )
     grid = _grid(*key)
-    log_w = grid.log_prior + _log_likelihood(grid, key, settings.x_of(ds), ys)
+    log_w = grid.log_prior + log_likelihood(grid, settings.x_of(ds), ys, _cached_term(key))
     return grid, log_w, (d_lo, d_hi)
 
 

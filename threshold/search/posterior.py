@@ -526,13 +526,15 @@ def pool_offset_sds(settings: PosteriorSettings, terms: np.ndarray) -> np.ndarra
     return np.logaddexp.reduce(terms + log_prior, axis=0)
 
 
-def log_likelihood(grid: Grid, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """log p(all accuracies | hypothesis): ``size_log_likelihood`` summed over sizes, the offset
-    sd pooled: (H,). x, y: (N,)."""
+def log_likelihood(grid: Grid, x: np.ndarray, y: np.ndarray, term=None) -> np.ndarray:
+    """log p(all accuracies | hypothesis): ``size_log_likelihood`` summed over sizes in
+    increasing order, the offset sd pooled: (H,). x, y: (N,). ``term(grid, x, y)`` replaces
+    ``size_log_likelihood`` (a cached copy of it, say)."""
+    term = term or size_log_likelihood
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     total = np.zeros((len(grid.settings.size_logit_sds), grid.mid.size))  # (G, H)
     for xu in np.unique(x):
-        total += size_log_likelihood(grid, float(xu), y[x == xu])
+        total += term(grid, float(xu), y[x == xu])
     return pool_offset_sds(grid.settings, total)
 
 
