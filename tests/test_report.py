@@ -348,8 +348,25 @@ PLATEAU_RUNS = [
     (26, 0.808),
 ]
 
+# Runs whose d = 8 run sits above the next sizes' runs: no smooth curve passes near them all.
+STRAY_RUNS = [
+    (48, 0.864),
+    (8, 0.55),
+    (15, 0.34),
+    (15, 0.37),
+    (15, 0.38),
+    (16, 0.35),
+    (16, 0.37),
+    (21, 0.38),
+    (23, 0.8),
+    (23, 0.82),
+    (26, 0.78),
+    (26, 0.79),
+    (26, 0.81),
+]
 
-def test_an_asymptote_far_below_the_best_run_is_flagged(tmp_path):
+
+def test_doubtful_estimates_are_flagged(tmp_path):
     import json
 
     from threshold.report.data import collect
@@ -369,7 +386,8 @@ def test_an_asymptote_far_below_the_best_run_is_flagged(tmp_path):
     names = {}
     # The same sizes on a curve that rises to 0.9: its asymptote is its best run's.
     learned = [(d, round(0.3 + 0.6 / (1 + (20 / d) ** 6), 3)) for d, _ in PLATEAU_RUNS]
-    for key, done, seed in (("plateau", PLATEAU_RUNS, 1), ("learned", learned, 2)):
+    studies = (("plateau", PLATEAU_RUNS, 1), ("learned", learned, 2), ("strays", STRAY_RUNS, 3))
+    for key, done, seed in studies:
         task = TaskConfig(ops=("max",), n=5, n_train=2000, n_test=100, split_seed=seed)
         settings = StudySettings(task, TrainConfig(max_steps=40), SearchConfig(d_lo=8, d_hi=48))
         study = create_or_load_study(settings, storage)
@@ -400,7 +418,11 @@ def test_an_asymptote_far_below_the_best_run_is_flagged(tmp_path):
     text = {names[s.name]: s.warning for s in collect(url, list(names)).studies}
     assert "may mark a plateau, not the transition" in text["plateau"]
     assert "0.60 lies 0.29 below its best run (0.894)" in text["plateau"]
+    assert "stray" not in text["plateau"]
     assert text["learned"] == ""
+    # A d = 8 run above the d = 15-21 ones (as ADD in the CPU suite's ADD+PROD mod 7).
+    assert "its sizes stray from any smooth curve (P = 0.82" in text["strays"]
+    assert "plateau" not in text["strays"]
 
 
 def test_studies_past_ten_keep_a_style_of_their_own():

@@ -406,8 +406,10 @@ def test_the_size_offset_sd_is_learned_from_the_runs():
         y = np.where(seed_rank < np.repeat(shares, 20), 0.97, CHANCE)
         terms = sum(post.size_log_likelihood(grids[1], xu, y[x == xu]) for xu in np.unique(x))
         assert terms.shape == (2, grids[1].mid.size)
-        evidence = [np.logaddexp.reduce(grids[1].log_prior + t) for t in terms]
-        favoured.append(evidence[1] - evidence[0])
+        np.testing.assert_array_equal(post.size_sums(grids[1], x, y), terms)
+        p_sd = post.offset_sd_posterior(pooled, grids[1].log_prior + terms)
+        assert p_sd.sum() == pytest.approx(1.0)
+        favoured.append(np.log(p_sd[1] / p_sd[0]) - np.log(0.1 / 0.9))  # the runs' log odds
         np.testing.assert_array_equal(post.log_likelihood(grids[0], x, y), terms[0])
         ratios.append(
             [

@@ -81,6 +81,8 @@ def test_refit_command_prints_json(tmp_path):
     assert out.returncode == 0, out.stderr
     (row,) = json.loads(out.stdout)
     assert row["label"] == "ADD, mod 10" and row["new"]["flagged"] is False
+    assert row["new"]["strays"] is False and 0 < row["new"]["stray_mass"] < 0.6
+    assert "stray_mass" not in row["old"]  # stored before the offset sd was learned
     bad = subprocess.run(
         [sys.executable, "-m", "threshold", "refit", "--results", str(tmp_path / "none.json")],
         capture_output=True, text=True, timeout=120,
@@ -101,3 +103,16 @@ def test_the_showcase_joint_mul_study_is_no_longer_flagged(tmp_path):
     assert row["old"]["flagged"] is True and row["old"]["asymptote"] < 0.65
     assert row["new"]["flagged"] is False
     assert abs(row["new"]["asymptote"] - row["best_run"]) <= 0.05
+
+
+def test_the_showcase_study_whose_sizes_stray_is_told(tmp_path):
+    """ADD in ADD+PROD mod 7 (the committed CPU report): its d = 8 run (0.45) sits above its six
+    runs at d = 15-21 (0.26-0.38), so the posterior favours the largest size offset sd."""
+    results = json.loads((REPO / "reports/cpu/all/results.json").read_text())
+    labels = ("ADD in ADD+PROD, mod 7", "ADD, mod 7")  # ADD alone: its sizes on one curve
+    entries = [e for e in results["studies"] if e.get("data", e).get("label") in labels]
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"studies": entries}))
+    rows = {row["label"]: row["new"] for row in refit_results(path)}
+    assert rows[labels[0]]["strays"] is True and rows[labels[0]]["stray_mass"] > 0.7
+    assert rows[labels[1]]["strays"] is False and rows[labels[1]]["stray_mass"] < 0.4

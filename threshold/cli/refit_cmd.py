@@ -28,7 +28,8 @@ def refit(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
 ) -> None:
-    """Refit every study's runs with the current posterior: old and new 80% point and asymptote."""
+    """Refit every study's runs with the current posterior: old and new 80% point and asymptote,
+    and how far its sizes stray from a smooth curve."""
 
     def body():
         from threshold.search.refit import refit_results, refit_storage
@@ -51,13 +52,22 @@ def _print_rows(rows: list[dict]) -> None:
 
     table = Table(title="refit: stored estimate -> current posterior (no retraining)")
     table.add_column("study", overflow="fold")
-    cols = ("runs", "best run", "80% point, d", "80% point, params", "90% interval", "asymptote")
+    cols = (
+        "runs",
+        "best run",
+        "80% point, d",
+        "80% point, params",
+        "90% interval",
+        "asymptote",
+        "P(largest size offset)",
+    )
     for col in cols:
         table.add_column(col, justify="right")
     for r in rows:
         old, new = r["old"] or {}, r["new"]
         lo, hi = new["interval_params"]
         flag = " (flagged)" if new.get("flagged") else ""
+        stray = new.get("stray_mass")
         table.add_row(
             r["label"] or r["study"],
             str(r["n_runs"]),
@@ -66,6 +76,7 @@ def _print_rows(rows: list[dict]) -> None:
             _pair(old, new, "params_p80", ",.0f"),
             f"{lo:,.0f} - {hi:,.0f}",
             _pair(old, new, "asymptote", ".3f") + flag,
+            "-" if stray is None else f"{stray:.2f}" + (" (strays)" if new["strays"] else ""),
         )
     Console().print(table)
 

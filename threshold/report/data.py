@@ -31,7 +31,14 @@ from scipy.optimize import nnls
 
 from threshold.errors import ConfigError, ThresholdError
 from threshold.recipe import recipe_words
-from threshold.search.fit import reduction_factor, transition_estimate, transition_posterior
+from threshold.search.fit import (
+    PLATEAU_GAP,
+    STRAY_MASS,
+    reduction_factor,
+    stray_mass,
+    transition_estimate,
+    transition_posterior,
+)
 from threshold.search.notes import MIN_RUNS, curve_sizes
 from threshold.search.posterior import (
     curve_quantiles,
@@ -74,11 +81,6 @@ GRID_SIZES = 16  # the dense grid of `threshold bench search`: 16 log-spaced siz
 GRID_SEEDS = 3  # ...times 3 seeds, each at the full step budget
 # The search's cost model (threshold.search.settings) in seconds per training step.
 BENCH_STEP_S = (STEP_S * COST_A, STEP_S * COST_B)
-
-# A fitted asymptote this far below the study's best run suggests that the runs crowd on a plateau
-# which the posterior took for the asymptote. Runs of one size scatter with an sd of 0.02-0.05, and
-# the fitted asymptotes of the CPU suite's sound studies sit 0.03-0.18 below their best runs.
-PLATEAU_GAP = 0.2
 
 X80_STEP = 0.01  # nats: the lattice of the x80 posteriors kept (reduction_factor's default)
 
@@ -442,11 +444,21 @@ def judge(data: StudyData, n_completed: int) -> None:
     )
     best = max((r["accuracy"] for r in runs if r["accuracy"] is not None), default=None)
     asymptote = estimate.get("asymptote")
+    doubts = []
     if best is not None and asymptote is not None and best - asymptote > PLATEAU_GAP:
-        data.warning = (
+        doubts.append(
             f"its asymptote {asymptote:.2f} lies {best - asymptote:.2f} below its best run "
             f"({best:.3f}): the 80% point may mark a plateau, not the transition"
         )
+    stray = stray_mass(estimate)
+    if stray is not None and stray >= STRAY_MASS:
+        sd = max(sd for sd, _ in estimate["offset_sd_posterior"])
+        doubts.append(
+            f"its sizes stray from any smooth curve (P = {stray:.2f} that each size's runs share "
+            f"a logit offset of sd {sd:g}): the interval is widened to match, and more seeds at "
+            "the sizes run will not narrow it as fast as runs at new sizes"
+        )
+    data.warning = "; ".join(doubts)
 
 
 def read_transfer(path: Path) -> dict:

@@ -26,7 +26,7 @@ from scipy.optimize import OptimizeWarning, curve_fit
 from scipy.special import expit, logit
 
 from threshold.errors import ConfigError
-from threshold.search.policy import posterior_of, posterior_summary, rounded
+from threshold.search.policy import offset_sd_weights, posterior_of, posterior_summary, rounded
 from threshold.search.posterior import (
     Grid,
     difference_distribution,
@@ -37,11 +37,14 @@ from threshold.search.posterior import (
 from threshold.search.settings import SearchSettings
 
 __all__ = [
+    "PLATEAU_GAP",
+    "STRAY_MASS",
     "LogisticFit",
     "bootstrap_interval",
     "fit_logistic",
     "logistic",
     "reduction_factor",
+    "stray_mass",
     "transition_estimate",
     "transition_posterior",
 ]
@@ -50,6 +53,15 @@ logger = logging.getLogger(__name__)
 
 MIN_POINTS = 5  # four parameters need at least one more run to have any residual
 NEAR_FACTOR = 1.5  # seed_spread looks at runs within this factor in d of d_p80
+# A fitted asymptote this far below the study's best run suggests that the runs crowd on a plateau
+# which the posterior took for the asymptote. Runs of one size scatter with an sd of 0.02-0.05, and
+# the fitted asymptotes of the CPU suite's sound studies sit 0.03-0.18 below their best runs.
+PLATEAU_GAP = 0.2
+# Posterior mass on the largest size offset sd from which a study's sizes are said to stray from
+# every smooth curve (the even prior puts a third there; 0.81 on ADD in the CPU suite's ADD+PROD
+# mod 7, whose d = 8 run at 0.45 sits above its six runs at d = 15-21, 0.26-0.38; 0.09-0.37 on
+# its other 13 studies).
+STRAY_MASS = 0.6
 
 
 @dataclass(frozen=True)
@@ -219,6 +231,15 @@ def transition_estimate(settings: SearchSettings, completed) -> dict:
         "asymptote": rounded(s.asymptote_mean),
         "asymptote_interval": [rounded(s.asymptote_lo), rounded(s.asymptote_hi)],
         "bimodal_share": rounded(s.bimodal_share),  # P(seeds learn or not, not graded)
+        # P(the size offset's sd is each value): how far the sizes stray from a smooth curve
+        "offset_sd_posterior": [
+            [rounded(sd), rounded(p)]
+            for sd, p in zip(
+                settings.posterior.size_logit_sds,
+                offset_sd_weights(settings, completed),
+                strict=True,
+            )
+        ],
         "mass_beyond_range": [rounded(s.mass_below), rounded(s.mass_above)],
         "range_d": [int(d_range[0]), int(d_range[1])],
         "fit": None
@@ -239,6 +260,17 @@ def transition_estimate(settings: SearchSettings, completed) -> dict:
             "runs_for_precision": rounded(max(runs_needed, ds.size)),  # ~1/sqrt(runs) scaling
         },
     }
+
+
+def stray_mass(estimate: dict) -> float | None:
+    """The estimate's posterior mass on its largest size offset sd (None where the estimate has
+    no such posterior, or only one sd): from ``STRAY_MASS`` up, the sizes stray from any smooth
+    curve, so the curve between them, and the 80% point, are less certain than the runs' number
+    suggests."""
+    pairs = estimate.get("offset_sd_posterior") or []
+    if len(pairs) < 2:
+        return None
+    return float(max(pairs, key=lambda pair: pair[0])[1])
 
 
 def transition_posterior(settings: SearchSettings, completed) -> tuple[Grid, np.ndarray]:

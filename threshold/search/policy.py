@@ -42,11 +42,13 @@ from threshold.search.posterior import (
     PosteriorSummary,
     expected_variances,
     fantasy_update,
-    log_likelihood,
     make_grid,
     normalize,
+    offset_sd_posterior,
+    pool_offset_sds,
     seed_variance,
     size_log_likelihood,
+    size_sums,
     summarize,
 )
 from threshold.search.settings import SearchSettings
@@ -56,6 +58,7 @@ __all__ = [
     "SearchSettings",  # defined in settings.py; re-exported for the sampler's import
     "bracket",
     "decide",
+    "offset_sd_weights",
     "posterior_of",
     "posterior_summary",
     "repeat_discount",
@@ -142,12 +145,9 @@ def _cached_term(key: tuple):
     return term
 
 
-def posterior_of(
-    settings: SearchSettings, completed, cover: Sequence[int] = ()
-) -> tuple[Grid, np.ndarray, tuple[int, int]]:
-    """Grid and unnormalised log posterior weights (H,) from completed runs (``grid.log_prior``
-    plus their log likelihood), and the range (d_lo, d_hi) they span together with the initial
-    range and the sizes in ``cover`` (pending runs, new edges)."""
+def _size_sums(settings: SearchSettings, completed, cover: Sequence[int] = ()):
+    """Grid, the completed runs' per-sd sums of log likelihood over sizes (G, H), and the range
+    (d_lo, d_hi) they span together with the initial range and the sizes in ``cover``."""
     ds, ys = _runs(settings, completed)
     d_lo, d_hi = search_range(settings, [*ds.tolist(), *cover])
     key = (
@@ -159,8 +159,24 @@ def posterior_of(
         float(settings.x_of(d_hi)),
     )
     grid = _grid(*key)
-    log_w = grid.log_prior + log_likelihood(grid, settings.x_of(ds), ys, _cached_term(key))
-    return grid, log_w, (d_lo, d_hi)
+    return grid, size_sums(grid, settings.x_of(ds), ys, _cached_term(key)), (d_lo, d_hi)
+
+
+def posterior_of(
+    settings: SearchSettings, completed, cover: Sequence[int] = ()
+) -> tuple[Grid, np.ndarray, tuple[int, int]]:
+    """Grid and unnormalised log posterior weights (H,) from completed runs (``grid.log_prior``
+    plus their log likelihood), and the range (d_lo, d_hi) they span together with the initial
+    range and the sizes in ``cover`` (pending runs, new edges)."""
+    grid, sums, d_range = _size_sums(settings, completed, cover)
+    return grid, grid.log_prior + pool_offset_sds(grid.settings, sums), d_range
+
+
+def offset_sd_weights(settings: SearchSettings, completed) -> np.ndarray:
+    """Posterior probability of each of the posterior's ``size_logit_sds`` from the completed
+    runs: (G,). Weight on the largest says the sizes stray from every smooth curve."""
+    grid, sums, _ = _size_sums(settings, completed)
+    return offset_sd_posterior(grid.settings, grid.log_prior + sums)
 
 
 def _summary(settings: SearchSettings, grid: Grid, w: np.ndarray, d_range) -> PosteriorSummary:

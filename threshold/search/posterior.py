@@ -66,9 +66,11 @@ __all__ = [
     "log_likelihood",
     "make_grid",
     "normalize",
+    "offset_sd_posterior",
     "pool_offset_sds",
     "seed_variance",
     "size_log_likelihood",
+    "size_sums",
     "summarize",
     "weighted_quantiles",
 ]
@@ -526,16 +528,29 @@ def pool_offset_sds(settings: PosteriorSettings, terms: np.ndarray) -> np.ndarra
     return np.logaddexp.reduce(terms + log_prior, axis=0)
 
 
-def log_likelihood(grid: Grid, x: np.ndarray, y: np.ndarray, term=None) -> np.ndarray:
-    """log p(all accuracies | hypothesis): ``size_log_likelihood`` summed over sizes in
-    increasing order, the offset sd pooled: (H,). x, y: (N,). ``term(grid, x, y)`` replaces
-    ``size_log_likelihood`` (a cached copy of it, say)."""
+def offset_sd_posterior(settings: PosteriorSettings, log_w: np.ndarray) -> np.ndarray:
+    """P(the study's offset sd is each of ``size_logit_sds`` | runs): (G,), from the per-sd
+    log posterior weights (G, H) (log prior + per-sd sums over sizes), hypotheses summed out."""
+    weights = np.asarray(settings.size_logit_weights or np.ones(log_w.shape[0]))
+    log_g = np.logaddexp.reduce(log_w, axis=1) + np.log(weights / weights.sum())  # (G,)
+    return np.exp(log_g - np.logaddexp.reduce(log_g))
+
+
+def size_sums(grid: Grid, x: np.ndarray, y: np.ndarray, term=None) -> np.ndarray:
+    """``size_log_likelihood`` summed over sizes in increasing order, one row per offset sd:
+    (G, H). x, y: (N,). ``term(grid, x, y)`` replaces ``size_log_likelihood`` (a cached copy of
+    it, say)."""
     term = term or size_log_likelihood
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     total = np.zeros((len(grid.settings.size_logit_sds), grid.mid.size))  # (G, H)
     for xu in np.unique(x):
         total += term(grid, float(xu), y[x == xu])
-    return pool_offset_sds(grid.settings, total)
+    return total
+
+
+def log_likelihood(grid: Grid, x: np.ndarray, y: np.ndarray, term=None) -> np.ndarray:
+    """log p(all accuracies | hypothesis): ``size_sums`` with the offset sd pooled: (H,)."""
+    return pool_offset_sds(grid.settings, size_sums(grid, x, y, term))
 
 
 def normalize(log_w: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 
 from threshold.errors import ThresholdError
-from threshold.search.fit import transition_estimate
+from threshold.search.fit import PLATEAU_GAP, STRAY_MASS, stray_mass, transition_estimate
 from threshold.search.record import Estimate, read_studies
 from threshold.search.sampler import policy_settings
 from threshold.search.study import StudySettings
@@ -25,8 +25,6 @@ from threshold.search.study import StudySettings
 __all__ = ["compare", "refit_results", "refit_storage", "refit_study"]
 
 log = logging.getLogger(__name__)
-
-FLAG_GAP = 0.2  # the report flags a study whose asymptote lies this far below its best run
 
 
 def compare(
@@ -50,7 +48,11 @@ def compare(
             "asymptote": est.asymptote,
         }
         if best is not None and est.asymptote is not None:
-            row["flagged"] = bool(best - est.asymptote > FLAG_GAP)
+            row["flagged"] = bool(best - est.asymptote > PLATEAU_GAP)
+        stray = stray_mass(est.to_dict())
+        if stray is not None:  # estimates stored before the offset sd was learned have none
+            row["stray_mass"] = stray
+            row["strays"] = stray >= STRAY_MASS
         return row
 
     new_row = numbers(new)
