@@ -303,7 +303,7 @@ def test_any_trials_give_an_allowed_size(completed, pending):
 
 
 def test_bench_search_small():
-    result = bench_search(n_studies=12, seed=1, methods=("policy", "grid"), n_boot=30)
+    result = bench_search(n_studies=8, seed=1, methods=("policy", "grid"), n_boot=30)
     ours, grid = result["methods"]["policy"], result["methods"]["grid"]
     assert ours["mean_compute"] < 0.5 * grid["mean_compute"]
     assert ours["median_compute"] < 0.3 * grid["median_compute"]

@@ -501,19 +501,26 @@ def size_log_likelihood(grid: Grid, x: float, y) -> np.ndarray:
     passed = _passed_share(grid, [x])[..., 0]  # (C, A)
     gh_nodes, gh_weights = np.polynomial.hermite_e.hermegauss(cfg.size_nodes)
     gh_log_w = np.log(gh_weights / gh_weights.sum())
+    done: dict[tuple[float, float], np.ndarray] = {}  # every sd's middle node: offset 0
+
+    def at_node(offset: float, log_w: float) -> np.ndarray:
+        """log weight + log p(runs | hypothesis, this offset): (Q, A)."""
+        if (offset, log_w) in done:
+            return done[offset, log_w]
+        shares = _share_probs(grid, [x], offset)[:, 0, :]  # (Q, L)
+        total = np.full((shares.shape[0], grid.asymptotes.size), log_w)  # (Q, A)
+        for r in range(y.size):  # run by run: (Q, A) arrays stay in cache
+            learned = _learned_split(shares[:, -1], passed, dens[r, -1], stalled[r])
+            run = shares[:, :-1] @ dens[r, :-1] + learned  # (Q, A)
+            mix = (1.0 - eps) * run + eps * outlier[r][None, :]  # (Q, A)
+            total += np.log(np.maximum(mix, 1e-300))
+        done[offset, log_w] = total
+        return total
+
     rows = []
     for sd in cfg.size_logit_sds:
         nodes, log_wq = (gh_nodes, gh_log_w) if sd > 0 else (np.zeros(1), np.zeros(1))
-        terms = []
-        for node, log_w in zip(nodes, log_wq, strict=True):
-            shares = _share_probs(grid, [x], sd * node)[:, 0, :]  # (Q, L)
-            total = np.full((shares.shape[0], grid.asymptotes.size), log_w)  # (Q, A)
-            for r in range(y.size):  # run by run: (Q, A) arrays stay in cache
-                learned = _learned_split(shares[:, -1], passed, dens[r, -1], stalled[r])
-                run = shares[:, :-1] @ dens[r, :-1] + learned  # (Q, A)
-                mix = (1.0 - eps) * run + eps * outlier[r][None, :]  # (Q, A)
-                total += np.log(np.maximum(mix, 1e-300))
-            terms.append(total)
+        terms = [at_node(float(sd * n), float(w)) for n, w in zip(nodes, log_wq, strict=True)]
         rows.append(np.logaddexp.reduce(np.stack(terms), axis=0).ravel())  # (H,)
     return np.stack(rows)  # (G, H)
 
