@@ -201,3 +201,5 @@ def test_bench_search_with_a_changed_setting(tmp_path):
     result = json.loads(proc.stdout)
     assert result["overrides"] == {"budget": 5, "plateau_lengths": [0.75, 1.5]}
     assert result["families"]["graded"]["stop"]["median_runs"] <= 5  # the changed budget holds
+    twice = run(["bench", "search", "--set", "precision=2.0"], tmp_path / "cache")
+    assert twice.returncode != 0 and "use --precision" in twice.stderr

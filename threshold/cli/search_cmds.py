@@ -352,6 +352,8 @@ def _parsed_overrides(pairs: list[str]) -> dict:
             raise ConfigError(
                 f"--set {pair!r}: give NAME=VALUE with VALUE in JSON, e.g. size_sd=0.05"
             ) from None
+    if "precision" in out:  # one way to set it, the one find has
+        raise ConfigError("--set precision: use --precision, as with find")
     return out
 
 
