@@ -33,9 +33,9 @@ from threshold.errors import ConfigError, ThresholdError
 from threshold.recipe import recipe_words
 from threshold.search.fit import (
     PLATEAU_GAP,
-    STRAY_MASS,
     reduction_factor,
     stray_mass,
+    strays,
     transition_estimate,
     transition_posterior,
 )
@@ -450,13 +450,13 @@ def judge(data: StudyData, n_completed: int) -> None:
             f"its asymptote {asymptote:.2f} lies {best - asymptote:.2f} below its best run "
             f"({best:.3f}): the 80% point may mark a plateau, not the transition"
         )
-    stray = stray_mass(estimate)
-    if stray is not None and stray >= STRAY_MASS:
+    if strays(estimate):
         sd = max(sd for sd, _ in estimate["offset_sd_posterior"])
         doubts.append(
-            f"its sizes stray from any smooth curve (P = {stray:.2f} that each size's runs share "
-            f"a logit offset of sd {sd:g}): the interval is widened to match, and more seeds at "
-            "the sizes run will not narrow it as fast as runs at new sizes"
+            f"its sizes stray from any smooth curve (P = {stray_mass(estimate):.2f} that the "
+            f"runs at each size share a logit offset of sd {sd:g} from it): the interval is "
+            "widened to match, and more seeds at the sizes run narrow it less than runs at new "
+            "sizes"
         )
     data.warning = "; ".join(doubts)
 

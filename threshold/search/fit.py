@@ -45,6 +45,7 @@ __all__ = [
     "logistic",
     "reduction_factor",
     "stray_mass",
+    "strays",
     "transition_estimate",
     "transition_posterior",
 ]
@@ -271,6 +272,13 @@ def stray_mass(estimate: dict) -> float | None:
     if len(pairs) < 2:
         return None
     return float(max(pairs, key=lambda pair: pair[0])[1])
+
+
+def strays(estimate: dict) -> bool:
+    """Whether the estimate's sizes stray from every smooth curve: ``stray_mass`` at least
+    ``STRAY_MASS``."""
+    mass = stray_mass(estimate)
+    return mass is not None and mass >= STRAY_MASS
 
 
 def transition_posterior(settings: SearchSettings, completed) -> tuple[Grid, np.ndarray]:

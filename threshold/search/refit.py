@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 
 from threshold.errors import ThresholdError
-from threshold.search.fit import PLATEAU_GAP, STRAY_MASS, stray_mass, transition_estimate
+from threshold.search.fit import PLATEAU_GAP, stray_mass, strays, transition_estimate
 from threshold.search.record import Estimate, read_studies
 from threshold.search.sampler import policy_settings
 from threshold.search.study import StudySettings
@@ -52,7 +52,7 @@ def compare(
         stray = stray_mass(est.to_dict())
         if stray is not None:  # estimates stored before the offset sd was learned have none
             row["stray_mass"] = stray
-            row["strays"] = stray >= STRAY_MASS
+            row["strays"] = strays(est.to_dict())
         return row
 
     new_row = numbers(new)
