@@ -217,3 +217,21 @@ def test_unknown_study(tmp_path):
                      tmp_path)  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("error: study 'nope' is not in this storage (studies: none)")
+
+
+def test_the_live_table_says_when_sizes_stray():
+    from rich.console import Console
+
+    from threshold.cli.search_cmds import _trials_table
+
+    def caption(weights):
+        est = {"params_p80": 9884.0, "d_p80": 24.4, "interval_params": [5456.0, 38900.0]}
+        est["offset_sd_posterior"] = [
+            [sd, w] for sd, w in zip((0.3, 0.6, 1.2), weights, strict=True)
+        ]
+        console = Console(width=200, record=True)
+        console.print(_trials_table({"study": "s", "estimate": est, "trials": []}))
+        return console.export_text()
+
+    assert "its sizes stray from any smooth curve" in caption([0.07, 0.12, 0.81])
+    assert "stray" not in caption([0.5, 0.3, 0.2])

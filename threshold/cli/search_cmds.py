@@ -391,6 +391,8 @@ class _LiveView:
 def _trials_table(snap: dict):
     from rich.table import Table
 
+    from threshold.search.fit import strays
+
     est = snap["estimate"]
     caption = "no estimate yet"
     if est and est.get("params_p80"):
@@ -398,7 +400,7 @@ def _trials_table(snap: dict):
         caption = (
             f"80% point: {est['params_p80']:,.0f} params (d {est['d_p80']:.1f}), "
             f"90% interval {lo:,.0f} - {hi:,.0f}"
-        )
+        ) + ("; its sizes stray from any smooth curve" if strays(est) else "")
     table = Table(title=f"study {snap['study']}", caption=caption)
     for col in ("trial", "d", "params", "seed", "accuracy", "time", "state"):
         table.add_column(col, justify="right")
