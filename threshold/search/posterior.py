@@ -525,21 +525,24 @@ def size_log_likelihood(grid: Grid, x: float, y) -> np.ndarray:
     return np.stack(rows)  # (G, H)
 
 
+def _offset_sd_log_prior(settings: PosteriorSettings) -> np.ndarray:
+    """Log prior of each of ``size_logit_sds``: ``size_logit_weights`` normalised, or even: (G,)."""
+    weights = np.asarray(settings.size_logit_weights or np.ones(len(settings.size_logit_sds)))
+    return np.log(weights / weights.sum())
+
+
 def pool_offset_sds(settings: PosteriorSettings, terms: np.ndarray) -> np.ndarray:
     """log p(runs | hypothesis) from per-sd sums over sizes (G, H): the study's offset sd, one
     of ``size_logit_sds`` with prior ``size_logit_weights``, integrated out: (H,)."""
     if terms.shape[0] == 1:
         return terms[0]
-    weights = np.asarray(settings.size_logit_weights or np.ones(terms.shape[0]))
-    log_prior = np.log(weights / weights.sum())[:, None]  # (G, 1)
-    return np.logaddexp.reduce(terms + log_prior, axis=0)
+    return np.logaddexp.reduce(terms + _offset_sd_log_prior(settings)[:, None], axis=0)
 
 
 def offset_sd_posterior(settings: PosteriorSettings, log_w: np.ndarray) -> np.ndarray:
     """P(the study's offset sd is each of ``size_logit_sds`` | runs): (G,), from the per-sd
     log posterior weights (G, H) (log prior + per-sd sums over sizes), hypotheses summed out."""
-    weights = np.asarray(settings.size_logit_weights or np.ones(log_w.shape[0]))
-    log_g = np.logaddexp.reduce(log_w, axis=1) + np.log(weights / weights.sum())  # (G,)
+    log_g = np.logaddexp.reduce(log_w, axis=1) + _offset_sd_log_prior(settings)  # (G,)
     return np.exp(log_g - np.logaddexp.reduce(log_g))
 
 
