@@ -209,12 +209,8 @@ def report_studies(tmp_path_factory):
 
     from threshold.search.fit import transition_estimate
     from threshold.search.sampler import PARAM, policy_settings
-    from threshold.search.study import (
-        SearchConfig,
-        StudySettings,
-        create_or_load_study,
-        open_storage,
-    )
+    from threshold.search.spec import StudySettings
+    from threshold.search.study import SearchConfig, create_or_load_study, open_storage
     from threshold.tasks import TaskConfig
     from threshold.train import TrainConfig
 

@@ -69,7 +69,7 @@ def test_analyze_compare_at_matched_size(studies):
 def test_survey_scores_every_run_above_the_accuracy_and_stores_nothing(studies):
     from threshold.analysis import embedding_scores
     from threshold.analysis.layers import number_embeddings
-    from threshold.search.study import trial_checkpoint
+    from threshold.search.record import trial_checkpoint
     from threshold.tasks import load_task_data
 
     cwd, url, names = studies

@@ -44,7 +44,7 @@ def test_layer_usage_matches_a_manual_pass(model, data):
         for i in range(len(seqs)):
             idx = torch.from_numpy(seqs[i].astype(np.int64))[None]  # (1, L)
             x = model.tok(idx) + model.pos(torch.arange(idx.shape[1]))  # (1, L, D)
-            a = block.attn(block.ln_1(x), None, 0)
+            a = block.attn(block.ln_1(x))
             m = block.mlp(block.ln_2(x + a))
             norms["residual"].append(x.norm(dim=-1).flatten())
             norms["attn"].append(a.norm(dim=-1).flatten())

@@ -4,7 +4,7 @@ import optuna
 import pytest
 
 import threshold
-from threshold.search.study import StudySettings
+from threshold.search.spec import StudySettings
 
 
 def test_find_threshold_runs_a_tiny_search_and_resumes_it(tmp_path, monkeypatch):

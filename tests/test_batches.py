@@ -4,8 +4,8 @@ of the binned order get batches of similar length at every step."""
 import numpy as np
 import pytest
 
-from threshold.batches import SCHEDULE_SEED, make_batches
 from threshold.tasks import TaskConfig, load_task_data
+from threshold.train.batches import SCHEDULE_SEED, make_batches
 
 
 @pytest.fixture(scope="module")

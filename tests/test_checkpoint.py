@@ -2,10 +2,10 @@ import pytest
 import torch
 
 from threshold import CheckpointError
-from threshold.checkpoint import load_checkpoint, save_checkpoint
 from threshold.model import ModelConfig, RecurrentTransformer
 from threshold.tasks import TaskConfig
 from threshold.train import TrainConfig
+from threshold.train.checkpoint import load_checkpoint, save_checkpoint
 
 
 @pytest.fixture

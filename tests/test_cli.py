@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from threshold.checkpoint import load_checkpoint
+from threshold.train.checkpoint import load_checkpoint
 
 
 def run(args, cache, check=False):

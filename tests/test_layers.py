@@ -1,6 +1,8 @@
-"""The layers stay apart: tasks without torch, model and train without Optuna, and report,
-suite, analysis and cli reading studies through threshold.search alone."""
+"""The layers stay apart: every import of the package, read from the source (an AST walk, so
+imports inside functions count too), points down the house's order, and no modules import each
+other in a circle; and a few layers load without the heavy libraries they must not need."""
 
+import ast
 import re
 import subprocess
 import sys
@@ -10,22 +12,140 @@ import pytest
 
 import threshold
 
+ROOT = Path(threshold.__file__).parent
+# Lowest first: a module may import its own layer and the layers before it, never one after it.
+ORDER = (
+    ("threshold.errors", "threshold.interrupt", "threshold.meta"),
+    ("threshold.tasks",),
+    ("threshold.config",),
+    ("threshold.model",),
+    ("threshold.train",),
+    ("threshold.search",),
+    ("threshold.analysis",),
+    ("threshold.report",),
+    ("threshold.suite",),
+    ("threshold.cli", "threshold.__main__"),
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every ``threshold`` import in ``path``, at any depth of the code."""
+    tree = ast.parse(path.read_text(), str(path))
+    me = _module_name(path)
+    package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("threshold")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against the importing package
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                name = ".".join([*base, node.module] if node.module else base)
+            else:
+                name = node.module or ""
+            if not name.startswith("threshold"):
+                continue
+            # ``from threshold.x import y`` may name a submodule y: count it as threshold.x.y
+            for alias in node.names:
+                sub = f"{name}.{alias.name}"
+                known = (ROOT.parent / Path(*sub.split("."))).with_suffix(".py").exists() or (
+                    ROOT.parent / Path(*sub.split("."))
+                ).is_dir()
+                found.append((node.lineno, sub if known else name))
+    return found
+
+
+def _layer(module: str) -> int | None:
+    for rank, names in enumerate(ORDER):
+        if any(module == n or module.startswith(n + ".") for n in names):
+            return rank
+    return None
+
+
+SOURCES = sorted(ROOT.rglob("*.py"))
+GRAPH = {_module_name(p): {m for _, m in _imports(p)} for p in SOURCES}
+
+
+def test_every_module_has_a_layer():
+    orphans = [m for m in GRAPH if m != "threshold" and _layer(m) is None]
+    assert not orphans, f"add these modules to ORDER: {orphans}"
+
+
+def test_imports_point_down_the_layers():
+    """No import runs back up (including imports inside functions), and nothing below the
+    package's front door imports the front door itself (``threshold``, e.g. for its version)."""
+    bad = []
+    for path in SOURCES:
+        me = _module_name(path)
+        if me == "threshold":
+            continue  # the front door (find_threshold) may call any layer
+        for line, target in _imports(path):
+            rank = _layer(target)
+            if target == "threshold" or (rank is not None and rank > _layer(me)):
+                bad.append(f"{path.relative_to(ROOT.parent)}:{line}: {me} imports {target}")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_circles():
+    """No modules import each other in a circle, at the top of a file or inside a function
+    (a package counts as importing what its ``__init__`` imports)."""
+
+    def edges(module: str) -> set[str]:
+        out = set()
+        for target in GRAPH.get(module, ()):
+            while target not in GRAPH and "." in target:  # a name inside a module
+                target = target.rsplit(".", 1)[0]
+            if target in GRAPH and target != module and not module.startswith(target + "."):
+                out.add(target)
+        return out
+
+    index, low, stack, on_stack, cycles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges(v):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(GRAPH):
+        if module not in index:
+            visit(module)
+    assert not cycles, cycles
+
 
 @pytest.mark.parametrize(
     ("module", "forbidden"),
     [
         ("threshold.tasks", ["torch", "optuna", "threshold.model", "threshold.train"]),
+        ("threshold.config", ["torch", "optuna"]),
         ("threshold.model", ["optuna", "threshold.train", "threshold.cli"]),
-        ("threshold.train", ["optuna", "threshold.cli", "rich", "typer"]),
-        ("threshold.checkpoint", ["optuna", "threshold.cli"]),
-        ("threshold.batches", ["torch", "optuna"]),
-        ("threshold.batched", ["optuna", "threshold.search", "threshold.cli", "rich", "typer"]),
-        ("threshold.memory", ["optuna", "threshold.search", "threshold.cli"]),
-        ("threshold.device", ["optuna", "threshold.cli"]),
+        ("threshold.train", ["optuna", "threshold.search", "threshold.cli", "rich", "typer"]),
         ("threshold.search", ["torch", "optuna", "threshold.search.study", "rich"]),
         ("threshold.search.study", ["threshold.cli", "rich", "typer"]),
         ("threshold.search.worker", ["threshold.cli", "rich", "typer"]),
-        ("threshold.pretrain", ["optuna", "threshold.search", "threshold.cli", "rich"]),
         # analysis may load rich indirectly (scikit-learn's progress callbacks use it)
         ("threshold.analysis", ["torch", "optuna", "threshold.search", "threshold.cli"]),
         ("threshold.analysis.layers", ["optuna", "threshold.search", "threshold.cli"]),
@@ -33,7 +153,7 @@ import threshold
         ("threshold.analysis.figures", ["torch", "optuna", "matplotlib.pyplot"]),
     ],
 )
-def test_layer_imports(module, forbidden):
+def test_layer_loads_without(module, forbidden):
     code = (
         f"import sys, {module}\n"
         f"bad = [m for m in {forbidden!r} if m in sys.modules]\n"
@@ -49,14 +169,13 @@ _OPTUNA_IMPORT = re.compile(r"^\s*(?:import|from)\s+optuna(?:[.\s,]|$)", re.MULT
 def test_upper_layers_do_not_import_optuna():
     """No ``import optuna`` (nor ``from optuna...``) in report/, suite/, analysis/, cli/, at the
     top of a file or inside a function: they read :mod:`threshold.search.record` views."""
-    root = Path(threshold.__file__).parent
     found = []
     for layer in UPPER:
-        for path in sorted((root / layer).rglob("*.py")):
+        for path in sorted((ROOT / layer).rglob("*.py")):
             text = path.read_text()
             for match in _OPTUNA_IMPORT.finditer(text):
                 line = text.count("\n", 0, match.start()) + 1
-                found.append(f"{path.relative_to(root.parent)}:{line}: {match.group().strip()}")
+                found.append(f"{path.relative_to(ROOT.parent)}:{line}: {match.group().strip()}")
     assert not found, found
 
 

@@ -13,21 +13,22 @@ import numpy as np
 import pytest
 
 from threshold import ConfigError
-from threshold.checkpoint import load_checkpoint, save_checkpoint
-from threshold.config import ModelConfig, TrainConfig, param_count
+from threshold.config import RECIPES, ModelConfig, TrainConfig, make_recipe, param_count
 from threshold.model import RecurrentTransformer
-from threshold.recipe import RECIPES, make_recipe
-from threshold.search.study import StudySettings, create_or_load_study, load_study, open_storage
+from threshold.search.spec import StudySettings
+from threshold.search.study import create_or_load_study, load_study, open_storage
 from threshold.tasks import TaskConfig, build_task_data, load_task_data, op_nodes
 from threshold.train import (
     evaluate_decode,
     evaluate_greedy,
     is_stuck,
     lr_factor,
-    make_optimizer,
     model_config_for,
     train,
 )
+from threshold.train.checkpoint import load_checkpoint, save_checkpoint
+from threshold.train.ensemble import Ensemble
+from threshold.train.optimizer import StackedAdamW
 
 TINY = dict(n_train=3000, n_test=300, n_val=100)
 
@@ -58,7 +59,7 @@ def test_fast_is_the_defaults_and_paper_is_the_group_code():
 @pytest.mark.parametrize(
     ("name", "overrides", "message"),
     [
-        ("slow", {}, "recipe 'slow' does not exist: choose from fast, paper"),
+        ("slow", {}, "recipe 'slow' does not exist: choose from fast, small, paper"),
         ("fast", {"momentum": 0.9}, "recipe field 'momentum' does not exist"),
         ("fast", {"weight_decay": 1.5}, "weight_decay 1.5 is not allowed"),
         ("fast", {"init_std": -1.0}, "init_std -1.0 is not allowed"),
@@ -101,8 +102,10 @@ def test_paper_model_side_counts_and_decays_every_weight():
     assert param_count(with_bias)["total"] - param_count(cfg)["total"] == 3 * 16
     matrices = [p.detach() for p in model.parameters() if p.dim() == 2]
     assert all(abs(float(p.std()) - 0.02) < 0.01 for p in matrices)
-    groups = make_optimizer(model, make_recipe("paper").train).param_groups
-    assert [len(g["params"]) for g in groups] == [len(list(model.parameters())), 0]
+    opt = StackedAdamW(Ensemble.from_models([model]), [make_recipe("paper").train])
+    assert bool((opt.decayed == 1).all())  # decay_all: every weight, LayerNorm and biases too
+    fast = StackedAdamW(Ensemble.from_models([model]), [make_recipe("fast").train])
+    assert 0 < float(fast.decayed.mean()) < 1  # fast: matrices and embeddings only
 
 
 def _study(recipe: str, **overrides) -> StudySettings:
@@ -264,3 +267,41 @@ def test_chance_of_sampled_decoding_is_a_draw_from_the_answer_distribution(max5)
     assert chance_rate(max5, "greedy") == majority_rate(max5.test["max"]) == shares.max()
     assert chance_rate(max5, "sampled") == pytest.approx((shares**2).sum())
     assert chance_rate(max5, "sampled") < chance_rate(max5, "greedy")
+
+
+def test_the_small_recipe_is_fast_in_the_regime_where_joint_training_helps():
+    small, fast = make_recipe("small"), make_recipe("fast")
+    t = small.train
+    assert (t.recipe, t.weight_decay, t.schedule, t.early_stop) == (
+        "small",
+        0.01,
+        "exponential",
+        "learned",
+    )
+    assert small.model_kwargs == {"init_std": 0.02}
+    assert not t.budget_dependent  # a fixed decay: checkpoints read smaller budgets
+    same = ("lr", "batch_size", "warmup_steps", "min_lr_ratio", "betas", "loss_on", "decoding")
+    assert all(getattr(t, k) == getattr(fast.train, k) for k in same)
+
+
+def test_the_small_recipe_round_trips_through_a_study_and_a_report(tmp_path, monkeypatch):
+    import threshold
+    from threshold.report import collect, write_report
+
+    monkeypatch.setenv("THRESHOLD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))
+    url = f"sqlite:///{tmp_path}/s.db"
+    options = dict(mod=5, n_train=2000, n_test=200, steps=120, budget=3, d_lo=4, d_hi=16,
+                   checkpoints=(0.5, 1.0), recipe="small", device="cpu")  # fmt: skip
+    threshold.find_threshold("med", storage=url, **options)
+    settings = StudySettings.from_options(
+        "med", **{k: v for k, v in options.items() if k != "device"}
+    )
+    name = settings.default_name()
+    assert "-small-" in name and settings.recipe == "small"
+    _, stored = load_study(name, open_storage(url))
+    assert stored == settings and stored.model_config(8).init_std == 0.02
+    out = tmp_path / "report"
+    write_report(collect(url, [name], [name]), out, shared_plotly=tmp_path / "plotly.min.js")
+    summary = (out / "summary.md").read_text()
+    assert "small" in summary and "## Budget" in summary

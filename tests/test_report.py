@@ -372,12 +372,8 @@ def test_doubtful_estimates_are_flagged(tmp_path):
     from threshold.report.data import collect
     from threshold.search.fit import transition_estimate
     from threshold.search.sampler import PARAM, policy_settings
-    from threshold.search.study import (
-        SearchConfig,
-        StudySettings,
-        create_or_load_study,
-        open_storage,
-    )
+    from threshold.search.spec import StudySettings
+    from threshold.search.study import SearchConfig, create_or_load_study, open_storage
     from threshold.tasks import TaskConfig
     from threshold.train import TrainConfig
 

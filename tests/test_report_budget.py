@@ -10,7 +10,7 @@ import pytest
 
 import threshold
 from threshold.report import collect, load_results, write_report
-from threshold.search.study import StudySettings
+from threshold.search.spec import StudySettings
 
 OPTIONS = dict(mod=5, n_train=2000, n_test=200, steps=160, budget=4, d_lo=4, d_hi=16,
                schedule="constant", checkpoints=(0.25, 0.5, 1.0))  # fmt: skip

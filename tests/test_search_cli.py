@@ -191,7 +191,7 @@ def test_interrupted_while_starting_workers_leaves_none_behind(tmp_path):
 
 
 def _workers_of(study: str) -> list[int]:
-    pattern = f'threshold.search.worker_process .*"study_name": "{study}"'
+    pattern = f'threshold.cli.worker_process .*"study_name": "{study}"'
     found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
     return [int(p) for p in found.stdout.split()]
 

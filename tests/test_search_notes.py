@@ -9,12 +9,14 @@ import optuna
 import pytest
 from optuna_dashboard import get_note
 
+from threshold.report.notes import NOTE_RENDER
 from threshold.search.fit import logistic
 from threshold.search.notes import FIGURE_ID, write_all_notes
 from threshold.search.policy import decide
 from threshold.search.record import read_study
 from threshold.search.sampler import PARAM, TransitionSampler
-from threshold.search.study import SearchConfig, StudySettings, create_or_load_study, open_storage
+from threshold.search.spec import StudySettings
+from threshold.search.study import SearchConfig, create_or_load_study, open_storage
 from threshold.search.worker import refresh_estimate
 from threshold.tasks import TaskConfig
 from threshold.train import TrainConfig
@@ -63,7 +65,7 @@ def figure_of(study) -> dict:
 
 def test_note_carries_the_estimate(tmp_path):
     study, sampler = make_study(tmp_path, SIZES)
-    estimate = refresh_estimate(study, sampler)  # the worker's refresh writes the note
+    estimate = refresh_estimate(study, sampler, NOTE_RENDER)  # the worker's refresh writes the note
     assert estimate["fit"] is not None
     assert study.user_attrs["chance"] == CHANCE  # its own attribute, beside the estimate
     note = get_note(study)
@@ -104,9 +106,9 @@ def test_note_carries_the_estimate(tmp_path):
 def test_few_runs_say_so(tmp_path, n_runs):
     study, sampler = make_study(tmp_path, SIZES[:n_runs])
     if n_runs:
-        estimate = refresh_estimate(study, sampler)
+        estimate = refresh_estimate(study, sampler, NOTE_RENDER)
         assert estimate["fit"] is None  # fewer than 5 runs
-    assert write_all_notes(study._storage) == [study.study_name]
+    assert write_all_notes(study._storage, NOTE_RENDER) == [study.study_name]
     note = get_note(study)
     if n_runs < 3:
         assert "too few runs for an estimate" in note.splitlines()[0]
@@ -132,7 +134,7 @@ def test_stored_stop_status_agrees_with_the_policy(tmp_path, precision, n_runs):
         SETTINGS.task, SETTINGS.train, SearchConfig(d_lo=4, d_hi=16, budget=40, precision=precision)
     )
     study, sampler = make_study(tmp_path, SIZES[:n_runs], settings)
-    refresh_estimate(study, sampler)
+    refresh_estimate(study, sampler, NOTE_RENDER)
     view = read_study(study, study.study_name)
     decision = decide(sampler.policy, *view.split())
     assert view.stop.reason == (decision.reason if decision.stop else None)
@@ -140,15 +142,15 @@ def test_stored_stop_status_agrees_with_the_policy(tmp_path, precision, n_runs):
 
 def test_unchanged_note_is_left_alone_and_other_studies_too(tmp_path):
     study, sampler = make_study(tmp_path, SIZES[:5])
-    refresh_estimate(study, sampler)
+    refresh_estimate(study, sampler, NOTE_RENDER)
     storage = study._storage
     other = optuna.create_study(study_name="not-ours", storage=storage)
-    assert write_all_notes(storage) == [study.study_name]
+    assert write_all_notes(storage, NOTE_RENDER) == [study.study_name]
     assert system_attrs(study)["dashboard:note_ver"] == 1  # same text: not written again
     assert get_note(other) == "" and not system_attrs(other)
     # A new run changes the note, and its figure gets the new point.
     more, _ = make_study(tmp_path, [9])
-    refresh_estimate(more, sampler)
+    refresh_estimate(more, sampler, NOTE_RENDER)
     assert system_attrs(study)["dashboard:note_ver"] == 2
     assert "**Runs**: 6 done" in get_note(study)
     assert len(figure_of(study)["data"][-1]["x"]) == 6

@@ -11,7 +11,8 @@ import optuna
 from threshold.search.fit import transition_estimate
 from threshold.search.refit import refit_results, refit_storage
 from threshold.search.sampler import PARAM, policy_settings
-from threshold.search.study import SearchConfig, StudySettings, create_or_load_study, open_storage
+from threshold.search.spec import StudySettings
+from threshold.search.study import SearchConfig, create_or_load_study, open_storage
 from threshold.tasks import TaskConfig
 from threshold.train import TrainConfig
 

@@ -5,10 +5,10 @@ import pytest
 
 from threshold import ConfigError, ThresholdError
 from threshold.search.record import study_rows
+from threshold.search.spec import StudySettings
 from threshold.search.study import (
     SearchConfig,
     StorageError,
-    StudySettings,
     create_or_load_study,
     load_study,
     open_storage,

@@ -14,7 +14,9 @@ import pytest
 from optuna.trial import TrialState
 
 from threshold import ThresholdError
-from threshold.search.study import SearchConfig, StudySettings, open_storage, trial_checkpoint
+from threshold.search.record import trial_checkpoint
+from threshold.search.spec import StudySettings
+from threshold.search.study import SearchConfig, open_storage
 from threshold.tasks import TaskConfig
 from threshold.train import TrainConfig
 

@@ -158,7 +158,8 @@ def test_cpu_suite_names_match_the_find_commands():
     """`threshold find --tasks max` (defaults) and `find --tasks add --budget 16 --precision 3
     --d-hi 64` (cpu.toml's [defaults]) derive cpu.toml's study names: each continues the other."""
     from threshold.cli.common import task_config
-    from threshold.search.study import SearchConfig, StudySettings
+    from threshold.search.spec import StudySettings
+    from threshold.search.study import SearchConfig
     from threshold.train import TrainConfig
 
     suite = load_suite(REAL[0])

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from threshold.errors import ConfigError
-from threshold.search.study import StudySettings
+from threshold.search.spec import StudySettings
 from threshold.suite import SuiteError, parse_suite
 from threshold.suite.spec import INT, STR, STRS, TABLE, option_kinds, option_values
 

@@ -3,11 +3,9 @@ import pytest
 import torch
 
 from threshold import ConfigError
-from threshold.model import KVCache
 from threshold.tasks import TaskConfig, load_task_data
 from threshold.train import (
     TrainConfig,
-    evaluate_greedy,
     evaluate_teacher_forced,
     model_config_for,
     train,
@@ -91,55 +89,6 @@ def test_training_does_not_touch_global_rng(max5):
     torch.manual_seed(123)
     train(model_config_for(max5.config, 8), max5, TrainConfig(max_steps=2, eval_every=2))
     assert torch.equal(torch.rand(3), before)
-
-
-@torch.no_grad()
-def _greedy_without_cache(model, tokens, prompt_len, eos_id):
-    seq = torch.as_tensor(tokens[:prompt_len], dtype=torch.long)[None]
-    while seq.shape[1] < model.cfg.n_ctx:
-        nxt = model(seq)[0, -1].argmax()
-        seq = torch.cat([seq, nxt.view(1, 1)], 1)
-        if int(nxt) == eos_id:
-            break
-    return seq[0, prompt_len:].numpy()
-
-
-@pytest.mark.parametrize("trained", [False, True])
-def test_greedy_decoding_matches_decoding_without_cache(max5, learned_max, trained):
-    test = max5.test["max"]
-    if trained:
-        model = learned_max.model
-    else:
-        torch.manual_seed(0)
-        from threshold.model import RecurrentTransformer
-
-        model = RecurrentTransformer(model_config_for(max5.config, 16))
-    model.eval()
-    subset = test.subset(np.arange(60))
-    answer_ok, strict_ok = evaluate_greedy(model, subset, max5.vocab.eos_id, batch_size=7)
-    for i in range(len(subset)):
-        ref = subset[i][int(subset.prompt_len[i]) :]
-        out = _greedy_without_cache(model, subset[i], int(subset.prompt_len[i]), max5.vocab.eos_id)
-        ends = np.flatnonzero(out == max5.vocab.eos_id)
-        expect_answer = len(ends) > 0 and ends[0] > 0 and out[ends[0] - 1] == ref[-2]
-        assert answer_ok[i] == expect_answer
-        assert strict_ok[i] == np.array_equal(out, ref)
-    if trained:
-        assert answer_ok.mean() > 0.8
-
-
-def test_greedy_decoding_is_capped_by_the_context(max5):
-    torch.manual_seed(0)
-    from threshold.model import RecurrentTransformer
-
-    model = RecurrentTransformer(model_config_for(max5.config, 8))
-    # A model that never writes the end token: decoding must still stop, and count it wrong.
-    with torch.no_grad():
-        model.head.weight.zero_()
-        model.head.weight[max5.vocab.tokens.index("(")] = 1.0
-    answer_ok, strict_ok = evaluate_greedy(model, max5.test["max"], max5.vocab.eos_id)
-    assert not answer_ok.any() and not strict_ok.any()
-    assert KVCache(model.cfg, 1).k.shape[3] == max5.config.max_len
 
 
 def test_teacher_forced_accuracy_of_learned_model(max5, learned_max):

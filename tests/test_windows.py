@@ -14,21 +14,20 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
 from threshold import ConfigError
-from threshold.batched import Member, train_batched
-from threshold.batches import token_stream, window_batches
-from threshold.config import TrainConfig, param_count
-from threshold.recipe import make_recipe
+from threshold.config import TrainConfig, make_recipe, param_count
 from threshold.search.sampler import policy_settings
-from threshold.search.study import StudySettings
+from threshold.search.spec import StudySettings
 from threshold.tasks import TaskConfig, load_task_data
 from threshold.train import (
-    drawn_tensors,
+    Run,
     init_model,
     majority_rate,
     model_config_for,
     train,
     train_batches,
+    train_runs,
 )
+from threshold.train.batches import drawn_arrays, token_stream, window_batches
 
 TINY = dict(n_train=3000, n_test=300, n_val=100)
 WINDOWS = dict(batches="windows", loss_on="all", window=48, batch_size=32)
@@ -61,11 +60,11 @@ def test_windows_are_slices_of_the_stream_and_follow_the_seed(max5):
     view = sliding_window_view(stream, 49)  # (N - 48, 49): every window of the stream
     assert all((view == row).all(1).any() for row in first[0])
     # inputs and targets: the window shifted by one, every target in the loss
-    x, y = drawn_tensors(max5.train, first[0], cfg, max5.vocab.pad_id)
+    x, y = drawn_arrays(max5.train, first[0], cfg, max5.vocab.pad_id)
     assert x.shape == y.shape == (32, 48)
-    assert torch.equal(x[:, 1:], y[:, :-1]) and bool((y >= 0).all())
+    assert np.array_equal(x[:, 1:], y[:, :-1]) and bool((y >= 0).all())
     # padded to a longer pack length, the padding is out of the loss
-    x, y = drawn_tensors(max5.train, first[0], cfg, max5.vocab.pad_id, length=60)
+    x, y = drawn_arrays(max5.train, first[0], cfg, max5.vocab.pad_id, length=60)
     assert x.shape == (32, 60) and bool((y[:, 48:] == -100).all()) and bool((y[:, :48] >= 0).all())
     with pytest.raises(ConfigError, match="window 100 does not fit"):
         next(window_batches(stream[:100], 100, 4, 0))
@@ -77,9 +76,9 @@ def _close(a: torch.nn.Module, b: torch.nn.Module, atol: float) -> None:
         assert torch.allclose(p, mine[name], atol=atol), (name, (p - mine[name]).abs().max())
 
 
-def test_a_single_run_and_a_batched_member_train_alike_on_windows(max5):
-    """Two window members and a whole-sequence member in one pack (one n_ctx: the window fits
-    the task's longest sequence), each against its own single run after 20 steps."""
+def test_a_single_run_and_a_shared_pack_member_train_alike_on_windows(max5):
+    """Two window runs and a whole-sequence run in one shared pack (one n_ctx: the window fits
+    the task's longest sequence, as on a GPU), each against its own single run after 20 steps."""
     base = dict(max_steps=20, eval_every=20, lr=3e-3, warmup_steps=0, schedule="constant")
     cfgs = [
         TrainConfig(**base, **WINDOWS, seed=0),
@@ -88,7 +87,8 @@ def test_a_single_run_and_a_batched_member_train_alike_on_windows(max5):
     ]
     model_cfgs = [model_config_for(max5.config, 16, c, qkv_bias=False) for c in cfgs]
     assert len(set(model_cfgs)) == 1  # one stack
-    batched = train_batched([Member(m, max5, c) for m, c in zip(model_cfgs, cfgs, strict=True)])
+    runs = [Run(m, max5, c) for m, c in zip(model_cfgs, cfgs, strict=True)]
+    batched = train_runs(runs, share=True)
     for model_cfg, cfg, result in zip(model_cfgs, cfgs, batched, strict=True):
         single = train(model_cfg, max5, cfg)
         assert result.steps == single.steps == 20 and result.tokens == single.tokens

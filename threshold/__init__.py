@@ -12,8 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from threshold.errors import CheckpointError, ConfigError, ThresholdError
+from threshold.meta import version
 
-__version__ = "0.1.0"
+__version__ = version()
 __all__ = ["CheckpointError", "ConfigError", "ThresholdError", "__version__", "find_threshold"]
 
 
@@ -40,7 +41,7 @@ def find_threshold(
     ``split_seed``, ``steps``, ``d_lo``, ``d_hi``, ``precision``, ``budget``, ``level``,
     ``chance_corrected``, ``seed``, ``pretrain`` ("max,med"), ``weights`` ("add=2"),
     ``match_exposure``, ``recipe`` ("fast" or "paper") and any recipe field (``weight_decay``,
-    ``init_std``, ``checkpoints``, ...: threshold.recipe). ``workers`` processes train (``batch``
+    ``init_std``, ``checkpoints``, ...: threshold.config). ``workers`` processes train (``batch``
     trials each at once, on ``device``).
 
     Returns the estimate stored on the study: ``params_p80`` (the 80% point in parameters),
@@ -50,9 +51,9 @@ def find_threshold(
     """
     import inspect
 
-    from threshold.recipe import MODEL_FIELDS, TRAIN_FIELDS
+    from threshold.config import MODEL_FIELDS, TRAIN_FIELDS
     from threshold.search.find import run_search
-    from threshold.search.study import StudySettings
+    from threshold.search.spec import StudySettings
 
     params = inspect.signature(StudySettings.from_options).parameters
     named = [k for k, p in params.items() if p.kind != inspect.Parameter.VAR_KEYWORD]

@@ -1,18 +1,56 @@
-"""The settings of a model and of a training run, with the model's closed-form size.
+"""The settings of a model and of a training run, the named recipes, and the model's size.
 
 Plain dataclasses, no torch: the storage, the search's bookkeeping and the reports read and
-validate settings without loading the training stack. ``threshold.model`` and ``threshold.train``
-export the same names.
+validate settings without loading the training stack (computing a model's config or size never
+imports torch). ``threshold.model`` and ``threshold.train`` export the same names.
+
+Recipes are named sets of values for fields of :class:`TrainConfig` (optimizer, schedule, loss,
+budget, stopping rules, decoding) and of :class:`ModelConfig` (init, block, activation,
+recurrence, q/k/v bias). Those classes own the fields and check them; a recipe only names value
+sets, and :func:`make_recipe` splits a user's overrides between the two.
+
+- ``fast`` is this tool's first recipe: the classes' defaults (20,000 steps of 64 whole
+  sequences, loss on the completion, AdamW 3e-3 with warm-up and cosine decay, weight decay 0.1,
+  large init, sequential GELU block, early stops).
+- ``small`` is ``fast`` in the regime where joint training helps (domain.md, "Regimes"): the
+  group's init N(0, 0.02) and weight decay 0.01, an exponential decay over a fixed span (so a
+  run read at a checkpoint is the run a smaller budget would have made), and no stuck rule
+  (ADD-alone runs sit at chance for thousands of steps before they take off).
+- ``paper`` is the group's public ListOps code: 100,000 steps of 64 random 128-token windows of
+  the concatenated training stream (8,192 tokens a step, every one in the loss; the model gets
+  at least 128 positions), AdamW 5e-4 decaying exponentially to 2e-5 with betas (0.9, 0.999),
+  weight decay 0.01 on all parameters, no warm-up, init N(0, 0.02), a parallel ReLU block
+  without q/k/v bias, no early stop but the learned one, accuracy sampled at temperature 1
+  (evaluation decodes whole sequences from position 0). It keeps the paper's text's 4
+  recurrence steps (the code uses 5).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+import dataclasses
+from dataclasses import asdict, dataclass, fields, replace
 from functools import cached_property
 
 from threshold.errors import ConfigError
+from threshold.tasks import TaskConfig
 
-__all__ = ["MAX_D_MODEL", "ModelConfig", "TrainConfig", "checked_field", "param_count"]
+__all__ = [
+    "MAX_D_MODEL",
+    "MODEL_FIELDS",
+    "RECIPES",
+    "TRAIN_FIELDS",
+    "ModelConfig",
+    "Recipe",
+    "TrainConfig",
+    "checked_field",
+    "make_recipe",
+    "model_config_for",
+    "param_count",
+    "pretrain_task",
+    "recipe_fields",
+    "recipe_words",
+    "transfer_model_config",
+]
 
 
 MAX_D_MODEL = 4096
@@ -94,7 +132,7 @@ class TrainConfig:
     seed: int = 0  # model initialisation and batch order; the data split has its own seeds
     max_steps: int = 20_000  # budget; most runs stop earlier by the learned or stuck rule
     batch_size: int = 64  # sequences (or stream windows) per step
-    recipe: str = "fast"  # the named recipe these values came from (threshold.recipe)
+    recipe: str = "fast"  # the named recipe these values came from (threshold.config)
     lr: float = 3e-3  # peak learning rate (small models tolerate a large one)
     weight_decay: float = 0.1  # on matrices and embeddings only, unless decay_all
     decay_all: bool = False  # True: weight decay on every parameter (the group's code)
@@ -104,7 +142,9 @@ class TrainConfig:
     min_lr_ratio: float = 0.1  # the decay ends at this fraction of lr, decay_steps after warm-up
     decay_steps: int | None = None  # None: the decay spans the budget (max_steps - warmup_steps)
     grad_clip: float = 1.0  # max global gradient norm
-    batch_order: str = "binned"  # binned | bucketed (before 0.2) | random: see threshold.batches
+    batch_order: str = (
+        "binned"  # binned | bucketed (before 0.2) | random: see threshold.train.batches
+    )
     length_bins: int = 16  # binned: equal-count length bins (tighter lengths, still well mixed)
     bucket_chunk: int = 32  # bucketed: batches per sort chunk
     loss_on: str = "completion"  # "completion": only the chain of thought; "all": prompt too
@@ -245,3 +285,161 @@ def checked_field(cls, key: str, value):
         if isinstance(value, allowed) and (name == "bool" or not isinstance(value, bool)):
             return value
     raise ConfigError(f"{key} {value!r} is not allowed: give a value of type {kind}")
+
+
+def model_config_for(
+    task: TaskConfig, d_model: int, train: TrainConfig | None = None, **kwargs
+) -> ModelConfig:
+    """The model config that fits the vocabulary and longest sequence of ``task`` (and the
+    windows of ``train``, when it trains on stream windows: see :meth:`TrainConfig.context`).
+
+    Needs no generated data, so settings can be checked before anything is written.
+    """
+    n_ctx = task.max_len if train is None else train.context(task.max_len)
+    return ModelConfig(vocab_size=len(task.vocab), n_ctx=n_ctx, d_model=d_model, **kwargs)
+
+
+def pretrain_task(target: TaskConfig, ops: tuple[str, ...]) -> TaskConfig:
+    """The source task of transfer: ``target`` with the ops ``ops`` (measured on its hardest
+    op), the same testbed, modulus, grammar and split seeds, so both share the vocabulary."""
+    if not ops:
+        raise ConfigError("the pretraining mixture is empty: name at least one op, e.g. max,med")
+    return replace(target, ops=tuple(ops), measure=None, weights=None, match_exposure=False)
+
+
+def transfer_model_config(
+    source: TaskConfig, target: TaskConfig, d_model: int, **kwargs
+) -> ModelConfig:
+    """One model config that fits both tasks (``kwargs``: the recipe's model-side values);
+    refuses tasks with different vocabularies."""
+    if source.vocab.tokens != target.vocab.tokens:
+        raise ConfigError(
+            f"transfer from {source.testbed} {source.n} to {target.testbed} {target.n} is not "
+            "possible: their vocabularies differ; use the same testbed and modulus"
+        )
+    n_ctx = max(source.max_len, target.max_len)
+    return ModelConfig(vocab_size=len(target.vocab), n_ctx=n_ctx, d_model=d_model, **kwargs)
+
+
+# Fields that set the budget or where it is read, not how a model learns: left out of titles.
+_BUDGET_FIELDS = ("max_steps", "checkpoints", "decay_steps", "min_lr_ratio")
+
+MODEL_FIELDS = ("init_std", "block", "activation", "n_recur", "qkv_bias")
+TRAIN_FIELDS = (
+    "max_steps",
+    "batch_size",
+    "lr",
+    "weight_decay",
+    "decay_all",
+    "betas",
+    "warmup_steps",
+    "schedule",
+    "min_lr_ratio",
+    "decay_steps",
+    "grad_clip",
+    "loss_on",
+    "batches",
+    "window",
+    "early_stop",
+    "decoding",
+    "checkpoints",
+)
+
+RECIPES: dict[str, dict] = {
+    "fast": {},
+    "small": {
+        "max_steps": 30_000,  # ADD alone takes off near step 13,000 at d = 64 (its pilot)
+        "init_std": 0.02,  # the group's init: every matrix and embedding N(0, 0.02)
+        "weight_decay": 0.01,  # the group's weight decay (fast: 0.1)
+        "schedule": "exponential",  # 3e-3 to 3e-4 (fast's min_lr_ratio) over decay_steps
+        "decay_steps": 40_000,  # fixed (the pilot's), so checkpoints read smaller budgets
+        "early_stop": "learned",  # no stuck rule: ADD alone sits at chance before it takes off
+    },
+    "paper": {
+        "max_steps": 100_000,
+        "lr": 5e-4,
+        "schedule": "exponential",
+        "min_lr_ratio": 2e-5 / 5e-4,
+        "decay_steps": 100_000,  # a fixed decay, so a run cut short is a run of a smaller budget
+        "warmup_steps": 0,
+        "betas": (0.9, 0.999),
+        "weight_decay": 0.01,
+        "decay_all": True,
+        "loss_on": "all",
+        "batches": "windows",
+        "window": 128,
+        "early_stop": "learned",
+        "decoding": "sampled",
+        "init_std": 0.02,
+        "block": "parallel",
+        "activation": "relu",
+        "qkv_bias": False,
+        "n_recur": 4,
+    },
+}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A recipe's training settings (``train.recipe`` is its name) and model-side values."""
+
+    train: TrainConfig
+    model: tuple[tuple[str, object], ...] = ()  # ModelConfig fields it sets, in MODEL_FIELDS order
+
+    @property
+    def name(self) -> str:
+        return self.train.recipe
+
+    @property
+    def model_kwargs(self) -> dict:
+        return dict(self.model)
+
+
+def make_recipe(name: str = "fast", **overrides) -> Recipe:
+    """The recipe ``name`` with ``overrides`` (field=value, ``None`` values ignored), checked.
+
+    Raises :class:`ConfigError` naming the recipe or field for an unknown name, an unknown field
+    or a value out of range.
+    """
+    if name not in RECIPES:
+        raise ConfigError(f"recipe {name!r} does not exist: choose from {', '.join(RECIPES)}")
+    values = dict(RECIPES[name])
+    for key, value in overrides.items():
+        if key not in MODEL_FIELDS and key not in TRAIN_FIELDS:
+            raise ConfigError(
+                f"recipe field {key!r} does not exist: choose from "
+                f"{', '.join(TRAIN_FIELDS + MODEL_FIELDS)}"
+            )
+        if value is not None:
+            cls = ModelConfig if key in MODEL_FIELDS else TrainConfig
+            values[key] = checked_field(cls, key, value)
+    model = tuple((k, values[k]) for k in MODEL_FIELDS if k in values)
+    ModelConfig(vocab_size=1, n_ctx=1, d_model=8, **dict(model))  # checks the model side
+    train = TrainConfig(recipe=name, **{k: v for k, v in values.items() if k in TRAIN_FIELDS})
+    return Recipe(train, model)
+
+
+def recipe_fields(train: TrainConfig, model: dict) -> dict:
+    """Every recipe field's value in ``train`` and the model-side ``model`` values (defaults
+    filled in): what a report or note lists."""
+    fields = dataclasses.fields(ModelConfig)
+    defaults = {f.name: f.default for f in fields if f.name in MODEL_FIELDS}
+    out = {k: getattr(train, k) for k in TRAIN_FIELDS}
+    return out | defaults | dict(model)
+
+
+def recipe_words(train: TrainConfig, model: dict) -> str:
+    """``paper``, or ``fast + init_std 0.02, weight_decay 0.01``: the recipe's name and how the
+    values depart from it (budget fields left out); "" for the plain ``fast`` recipe."""
+    base = make_recipe(train.recipe)
+    mine, theirs = recipe_fields(train, model), recipe_fields(base.train, base.model_kwargs)
+    changed = [
+        f"{k} {_word(mine[k])}" for k in mine if k not in _BUDGET_FIELDS and mine[k] != theirs[k]
+    ]
+    if not changed:
+        return "" if train.recipe == "fast" else train.recipe
+    return f"{train.recipe} + {', '.join(changed)}"
+
+
+def _word(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)

@@ -18,7 +18,8 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from threshold.search.study import SearchConfig, StudySettings, open_storage
+from threshold.search.spec import StudySettings
+from threshold.search.study import SearchConfig, open_storage
 from threshold.tasks import TaskConfig
 from threshold.train import TrainConfig
 

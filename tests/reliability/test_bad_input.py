@@ -18,9 +18,10 @@ from support import FIND_ARGS, SETTINGS
 from typer.testing import CliRunner
 
 from threshold import CheckpointError, ThresholdError
-from threshold.checkpoint import MAGIC, load_checkpoint
 from threshold.cli import app
-from threshold.search.study import create_or_load_study, open_storage, trial_checkpoint
+from threshold.search.record import trial_checkpoint
+from threshold.search.study import create_or_load_study, open_storage
+from threshold.train.checkpoint import MAGIC, load_checkpoint
 
 LONG_NAME = "x" * 600
 

@@ -27,7 +27,8 @@ from test_search_workers import check_recorded_once, start_worker
 
 from threshold.search.policy import decide
 from threshold.search.sampler import CANCEL, policy_settings, split_trials
-from threshold.search.study import SearchConfig, StudySettings, create_or_load_study, open_storage
+from threshold.search.spec import StudySettings
+from threshold.search.study import SearchConfig, create_or_load_study, open_storage
 from threshold.tasks import TaskConfig, load_task_data
 from threshold.train import TrainConfig
 

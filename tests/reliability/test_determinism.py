@@ -18,9 +18,10 @@ import torch
 from optuna.trial import TrialState
 from support import SETTINGS, outcome, reader
 
-from threshold.checkpoint import load_checkpoint
-from threshold.search.study import StudySettings, create_or_load_study, open_storage
+from threshold.search.spec import StudySettings
+from threshold.search.study import create_or_load_study, open_storage
 from threshold.search.worker import run_worker
+from threshold.train.checkpoint import load_checkpoint
 
 TRAIN = ["train", "--tasks", "max,add", "--mod", "5", "--n-train", "2000", "--n-test", "100",
          "--d-model", "16", "--steps", "150", "--eval-every", "50", "--json"]  # fmt: skip

@@ -39,11 +39,12 @@ from test_search_cli import threshold
 from test_search_workers import check_recorded_once, start_worker
 
 from threshold import CheckpointError
-from threshold.checkpoint import MAGIC, load_checkpoint, save_checkpoint
 from threshold.model import ModelConfig, RecurrentTransformer
+from threshold.search.record import trial_checkpoint
 from threshold.search.sampler import run_seed
-from threshold.search.study import create_or_load_study, open_storage, trial_checkpoint
+from threshold.search.study import create_or_load_study, open_storage
 from threshold.train import TrainConfig
+from threshold.train.checkpoint import MAGIC, load_checkpoint, save_checkpoint
 
 
 def check_resumed(db, name, victim, before: dict, reference) -> list:

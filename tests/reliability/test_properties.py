@@ -23,13 +23,8 @@ from test_tasks import digest, small_configs
 
 from threshold import ConfigError, ThresholdError
 from threshold.cli.common import task_config
-from threshold.search.study import (
-    SearchConfig,
-    StorageError,
-    StudySettings,
-    check_study_name,
-    open_storage,
-)
+from threshold.search.spec import StudySettings
+from threshold.search.study import SearchConfig, StorageError, check_study_name, open_storage
 from threshold.tasks import TaskConfig, build_task_data, load_task_data
 from threshold.train import TrainConfig
 

@@ -12,8 +12,10 @@ the residual stream. Two measurements per recurrence step r:
   replaced by zeros, at one step r or at every step. Zero ablation is the bluntest choice: it also
   removes the sublayer's constant bias, so it bounds the sublayer's importance from above.
 
-Both work through forward hooks on the shared block: a model forward calls it ``n_recur`` times
-in order (also when decoding with a KV cache), so the call count modulo ``n_recur`` is the step.
+The norms come from forward hooks on the shared block of a teacher-forced forward: it is called
+``n_recur`` times in order, so the call count modulo ``n_recur`` is the step. The ablation decodes
+with the training engine's stacked form of the model (a stack of one), whose forward zeroes the
+chosen sublayer's output at the chosen steps.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import torch
 
 from threshold.model import RecurrentTransformer
 from threshold.tasks import SequenceSet, Vocabulary
-from threshold.train import evaluate_greedy
+from threshold.train.ensemble import Ensemble
+from threshold.train.evaluate import decode
 
 __all__ = ["SUBLAYERS", "ablation", "layer_usage", "number_embeddings"]
 
@@ -135,24 +138,6 @@ def layer_usage(
     }
 
 
-@contextmanager
-def ablated(model: RecurrentTransformer, sublayer: str, steps: set[int]) -> Iterator[None]:
-    """Within the block, ``sublayer`` writes zeros at the recurrence steps in ``steps``."""
-    if sublayer not in SUBLAYERS:
-        raise ValueError(f"sublayer {sublayer!r} is not one of {SUBLAYERS}")
-
-    def hook_for(name, counter):
-        def hook(module, args, output):
-            if name == sublayer and counter.step() in steps:
-                return torch.zeros_like(output)
-            return None
-
-        return hook
-
-    with _hooks(model, hook_for):
-        yield
-
-
 def ablation(
     model: RecurrentTransformer,
     seqs: SequenceSet,
@@ -167,18 +152,17 @@ def ablation(
     inner dicts are "all" and each recurrence step as a string (JSON keys).
     """
     seqs = _sample(seqs, max_sequences, seed)
+    stack = Ensemble.from_models([model], model.head.weight.device)
 
-    def accuracy() -> float:
-        return float(evaluate_greedy(model, seqs, eos_id, batch_size)[0].mean())
+    def accuracy(zeroed: set[tuple[str, int]]) -> float:
+        stack.zeroed = frozenset(zeroed)
+        return float(decode(stack, seqs, eos_id, batch_size)[0][0].mean())
 
-    out: dict = {"intact": accuracy(), "n_sequences": len(seqs)}
-    every = set(range(model.cfg.n_recur))
+    out: dict = {"intact": accuracy(set()), "n_sequences": len(seqs)}
+    steps = range(model.cfg.n_recur)
     for name in SUBLAYERS:
-        scores = {}
-        with ablated(model, name, every):
-            scores["all"] = accuracy()
-        for step in sorted(every):
-            with ablated(model, name, {step}):
-                scores[str(step)] = accuracy()
+        scores = {"all": accuracy({(name, step) for step in steps})}
+        for step in steps:
+            scores[str(step)] = accuracy({(name, step)})
         out[name] = scores
     return out

@@ -19,12 +19,12 @@ from threshold.analysis.embedding import embedding_scores
 from threshold.analysis.figures import ablation_figure, embedding_figure, layer_usage_figure
 from threshold.analysis.inspect_model import analyze_model, embedding_headline, summary
 from threshold.analysis.layers import layer_usage, number_embeddings
-from threshold.checkpoint import Checkpoint
 from threshold.errors import ConfigError, ThresholdError
 from threshold.model import param_count
 from threshold.search.record import Run, StudyView, load_checkpoint
 from threshold.search.results import pick_trial, runs, save_analysis
 from threshold.tasks import load_task_data
+from threshold.train.checkpoint import Checkpoint
 
 __all__ = [
     "SURVEY_FORMAT",

@@ -4,7 +4,7 @@ For each seed, one model of size d is trained on the source mixture (e.g. MAX+ME
 the target (e.g. ADD) with a fresh optimizer; a second model of the same size and seed is trained
 on the target from scratch with the same step budget. The comparison is the target's greedy test
 accuracy of the two, seed by seed (paired: same initialisation seed and batch order on the
-target). Pretrained source models come from the on-disk cache of :mod:`threshold.pretrain`.
+target). Pretrained source models come from the on-disk cache of :mod:`threshold.train.pretrain`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from threshold.pretrain import pretrain_task, pretrained, transfer_model_config
+from threshold.config import TrainConfig, pretrain_task, transfer_model_config
 from threshold.tasks import TaskConfig, load_task_data
-from threshold.train import Progress, TrainConfig, TrainResult, continue_training, train
+from threshold.train import Progress, Run, TrainResult, train_runs
+from threshold.train.pretrain import pretrained_many
 
 __all__ = ["TransferRun", "summarize", "transfer_experiment"]
 
@@ -50,7 +51,9 @@ def transfer_experiment(
     on_event: Callable[[str, int, Progress | None], None] | None = None,
     device="cpu",
 ) -> list[TransferRun]:
-    """Pretrain-then-train and from-scratch runs at ``d_model`` for each seed.
+    """Pretrain-then-train and from-scratch runs at ``d_model`` for each seed: the pretraining
+    of every seed as one call of the engine, then the transfer and scratch runs of every seed
+    as another.
 
     ``on_event(phase, seed, progress)`` is called with phase "pretrain", "transfer" or "scratch"
     as each run progresses (``progress`` None when a phase starts).
@@ -61,30 +64,34 @@ def transfer_experiment(
     data = load_task_data(target, cache_dir)
     measure = target.measured_op
 
-    def notify(phase: str, seed: int):
+    def notify(phases: list[tuple[str, int]]):
         if on_event is None:
             return None
-        on_event(phase, seed, None)
-        return lambda progress: on_event(phase, seed, progress)
+        for phase, seed in phases:
+            on_event(phase, seed, None)
+        return lambda i, progress: on_event(*phases[i], progress)
 
-    runs = []
-    for seed in seeds:
-        source_run = pretrained(
-            source, model_cfg, replace(pretrain_cfg, seed=seed), cache_dir,
-            on_progress=notify("pretrain", seed), device=device,
-        )  # fmt: skip
+    sources = pretrained_many(
+        source,
+        [(model_cfg, replace(pretrain_cfg, seed=seed)) for seed in seeds],
+        cache_dir,
+        notify([("pretrain", seed) for seed in seeds]),
+        device,
+    )
+    runs, phases = [], []
+    for seed, pre in zip(seeds, sources, strict=True):
         run_cfg = replace(cfg, seed=seed)
-        moved = continue_training(
-            source_run.model, data, run_cfg, on_progress=notify("transfer", seed), device=device
-        )
-        scratch = train(
-            model_cfg, data, run_cfg, on_progress=notify("scratch", seed), device=device
-        )
-        runs.append(
+        runs += [Run(model_cfg, data, run_cfg, pre.model), Run(model_cfg, data, run_cfg)]
+        phases += [("transfer", seed), ("scratch", seed)]
+    results = train_runs(runs, device, notify(phases))
+    out = []
+    for k, (seed, pre) in enumerate(zip(seeds, sources, strict=True)):
+        moved, scratch = results[2 * k], results[2 * k + 1]
+        out.append(
             TransferRun(
                 seed=seed,
-                source_accuracy=source_run.metrics["accuracy"],
-                source_reused=source_run.reused,
+                source_accuracy=pre.metrics["accuracy"],
+                source_reused=pre.reused,
                 transfer_accuracy=moved.accuracy,
                 scratch_accuracy=scratch.accuracy,
                 transfer_steps=moved.steps,
@@ -93,7 +100,7 @@ def transfer_experiment(
                 scratch_curve=_curve(scratch, measure),
             )
         )
-    return runs
+    return out
 
 
 def summarize(runs: list[TransferRun], measure: str) -> dict:

@@ -58,11 +58,11 @@ def transfer(
 
     def body():
         from threshold.analysis.transfer import summarize, transfer_experiment
-        from threshold.device import resolve_device
+        from threshold.config import pretrain_task, transfer_model_config
         from threshold.errors import ConfigError
         from threshold.model import param_count
-        from threshold.pretrain import pretrain_task, transfer_model_config
         from threshold.train import TrainConfig
+        from threshold.train.device import resolve_device
 
         if seeds < 1:
             raise ConfigError(f"--seeds {seeds} is not allowed: use 1 or more")
@@ -181,7 +181,7 @@ def analyze(
         if checkpoint:
             if studies or compare or trial is not None or at_transition or largest:
                 raise ConfigError("--checkpoint takes no study, --compare or trial choice")
-            from threshold.checkpoint import load_checkpoint
+            from threshold.train.checkpoint import load_checkpoint
 
             for path in checkpoint:
                 ckpt = load_checkpoint(path)  # refused here if tampered with

@@ -73,7 +73,7 @@ CacheDir = Annotated[
 ]
 
 
-# Recipe options (threshold.recipe): None keeps the recipe's value.
+# Recipe options (threshold.config): None keeps the recipe's value.
 Recipe = Annotated[
     str, typer.Option(help="Training recipe: fast (this tool's) or paper (the group's code).")
 ]

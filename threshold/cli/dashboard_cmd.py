@@ -33,9 +33,10 @@ def dashboard(
             db = open_storage(url, create=False)  # before optuna-dashboard's seconds of imports
             from optuna_dashboard import wsgi
 
+            from threshold.report.notes import NOTE_RENDER
             from threshold.search.notes import write_all_notes
 
-            names = write_all_notes(db)
+            names = write_all_notes(db, NOTE_RENDER)
             server.set_app(wsgi(db, artifact_store=artifact_store(url)))
             typer.echo(
                 f"optuna-dashboard on {url} ({len(names)} studies) at "

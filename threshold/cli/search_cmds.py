@@ -114,7 +114,7 @@ def find(
 
     def body():
         from threshold.search.find import Interrupted, run_search
-        from threshold.search.study import StudySettings
+        from threshold.search.spec import StudySettings
 
         settings = StudySettings.from_options(
             tasks,
@@ -183,6 +183,7 @@ def worker(
     def body():
         import logging
 
+        from threshold.report.notes import NOTE_RENDER
         from threshold.search.find import die_with_parent
         from threshold.search.record import storage_log_level
         from threshold.search.worker import run_worker
@@ -191,7 +192,9 @@ def worker(
         level = logging.WARNING if quiet else logging.INFO
         logging.basicConfig(level=level, format="%(asctime)s worker %(process)d %(message)s")
         storage_log_level(level)
-        run_worker(study, storage, heartbeat, max_trials, cache_dir, device, batch)
+        run_worker(
+            study, storage, heartbeat, max_trials, cache_dir, device, batch, notes=NOTE_RENDER
+        )
 
     run_guarded(body)
 
@@ -290,7 +293,8 @@ def bench_search(
         from threshold.search.families import CHANCE
         from threshold.search.sampler import policy_settings
         from threshold.search.settings import with_overrides
-        from threshold.search.study import SearchConfig, StudySettings
+        from threshold.search.spec import StudySettings
+        from threshold.search.study import SearchConfig
         from threshold.tasks import TaskConfig
         from threshold.train import TrainConfig
 

@@ -109,14 +109,12 @@ def train(
     options = dict(locals())  # the recipe options among them: recipe_overrides
 
     def body():
-        from threshold.batched import Member, train_batched
-        from threshold.device import resolve_device
+        from threshold.config import TrainConfig, make_recipe, model_config_for
         from threshold.errors import ConfigError
-        from threshold.memory import plan_packs
-        from threshold.recipe import make_recipe
         from threshold.tasks import TaskConfig, load_task_data
-        from threshold.train import TrainConfig, model_config_for
-        from threshold.train import train as train_model
+        from threshold.train import Run, train_runs
+        from threshold.train.device import resolve_device
+        from threshold.train.memory import plan_packs
 
         task_cfg = TaskConfig.from_options(
             tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed,
@@ -159,12 +157,8 @@ def train(
             else "step {task.completed:>6.0f}/{task.total:.0f}"
         )
         with TrainingBars(enabled=not as_json, first_column=first) as bars:
-            if len(runs) == 1:
-                ((model_cfg, cfg),) = runs
-                results = [train_model(model_cfg, data, cfg, lambda p: show(0, p), device=dev)]
-            else:
-                members = [Member(model_cfg, data, cfg) for model_cfg, cfg in runs]
-                results = train_batched(members, dev, show, memory_bytes=memory)
+            members = [Run(model_cfg, data, cfg) for model_cfg, cfg in runs]
+            results = train_runs(members, dev, show, memory_bytes=memory)
         reports = [
             _train_report(task_cfg, run, result, path, dev)
             for run, result, path in zip(runs, results, paths, strict=True)
@@ -214,8 +208,8 @@ def _checkpoint_paths(out: Path | None, runs) -> list[Path | None]:
 
 
 def _train_report(task_cfg, run, result, path, device) -> dict:
-    from threshold.checkpoint import save_checkpoint
-    from threshold.model import param_count
+    from threshold.config import param_count
+    from threshold.train.checkpoint import save_checkpoint
 
     model_cfg, cfg = run
     counts = param_count(model_cfg)
@@ -228,16 +222,8 @@ def _train_report(task_cfg, run, result, path, device) -> dict:
         "seed": cfg.seed,
         "params_total": counts["total"],
         "params_non_embedding": counts["non_embedding"],
-        "accuracy": result.accuracy,
-        "strict_accuracy": result.strict_accuracy,
-        "sampled_accuracy": result.sampled_accuracy,
-        "teacher_forced_accuracy": result.teacher_forced,
         "recipe": cfg.recipe,
-        "budget": result.budget,
-        "steps": result.steps,
-        "stop_reason": result.stop_reason,
-        "wall_s": round(result.wall_s, 2),
-        "tokens_per_s": round(result.tokens_per_s),
+        **result.metrics(),
         "device": str(device),
     }
     if path is not None:
@@ -400,10 +386,10 @@ def bench_train(
     def body():
         from rich.console import Console
 
-        from threshold.bench import run_all, run_batched
-        from threshold.device import resolve_device
         from threshold.errors import ConfigError
         from threshold.tasks import load_task_data
+        from threshold.train.bench import run_all, run_batched
+        from threshold.train.device import resolve_device
 
         sizes = int_list(d_models, "--d-models")
         counts = int_list(members, "--members")

@@ -29,8 +29,9 @@ from types import SimpleNamespace
 import numpy as np
 from scipy.optimize import nnls
 
+from threshold.config import recipe_words
 from threshold.errors import ConfigError, ThresholdError
-from threshold.recipe import recipe_words
+from threshold.meta import git_commit, version
 from threshold.search.fit import (
     PLATEAU_GAP,
     reduction_factor,
@@ -55,7 +56,8 @@ from threshold.search.record import (
 )
 from threshold.search.sampler import policy_settings
 from threshold.search.settings import COST_A, COST_B, STEP_S, SearchSettings
-from threshold.search.study import StudySettings, git_commit, open_storage, storage_url
+from threshold.search.spec import StudySettings
+from threshold.search.study import open_storage, storage_url
 
 __all__ = [
     "GRID_SEEDS",
@@ -524,7 +526,6 @@ def collect(
     reduction factor against the baseline of its testbed and modulus (:func:`compare`). Unknown
     studies, an unknown baseline and unreadable transfer files raise :class:`ThresholdError`.
     """
-    import threshold
 
     transfer = [read_transfer(p) for p in transfer_files]  # bad files fail before slow work
     storage = open_storage(url, create=False)
@@ -565,7 +566,7 @@ def collect(
         transfer=transfer,
         analysis_dir=str(analysis_dir),
         created=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        version=threshold.__version__,
+        version=version(),
         git_commit=git_commit(),
     )
 

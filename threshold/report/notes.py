@@ -1,8 +1,9 @@
 """The optuna-dashboard note of a study: its estimate in words (a template) and as a plotly figure.
 
-Presentation only: :func:`threshold.search.notes.write_note` reads the study record, calls these and
-stores what they return on the study. The note is a :class:`Note` of numbers and sentences
-rendered by ``templates/note.md.j2`` (the renderer of the report pages and the suite README):
+Presentation only: :func:`threshold.search.notes.write_note` reads the study record, calls these
+(:data:`NOTE_RENDER`, handed in by the command line) and stores what they return on the study.
+The note is a :class:`Note` of numbers and sentences rendered by ``templates/note.md.j2`` (the
+renderer of the report pages and the suite README):
 the 80% point in parameters and in d with its 90% interval, the midpoint, the least-squares
 fit's 80% point, the asymptote, the runs, where the search stands and the study's settings.
 """
@@ -12,13 +13,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from threshold.recipe import recipe_words
+from threshold.config import recipe_words
 from threshold.report.render import render
 from threshold.search.fit import MIN_POINTS
-from threshold.search.notes import MIN_RUNS, Run, curve_sizes, fit_accuracy
-from threshold.search.study import StudySettings
+from threshold.search.notes import MIN_RUNS, NoteRender, Run, curve_sizes, fit_accuracy
+from threshold.search.spec import StudySettings
 
-__all__ = ["Note", "near_transition_words", "note_markdown", "transition_figure"]
+__all__ = [
+    "NOTE_RENDER",
+    "Note",
+    "near_transition_words",
+    "note_markdown",
+    "transition_figure",
+]
 
 
 @dataclass(frozen=True)
@@ -261,3 +268,6 @@ def transition_figure(estimate: dict | None, runs: Sequence[Run], level: float =
         margin={"l": 60, "r": 20, "t": 50, "b": 90},
     )
     return fig
+
+
+NOTE_RENDER = NoteRender(note_markdown, transition_figure)  # what the workers write notes with

@@ -21,7 +21,7 @@ from threshold.errors import ConfigError, ThresholdError
 from threshold.report.data import Collected, StudyData, compare, judge, label, x80_marginal
 from threshold.search.fit import transition_posterior
 from threshold.search.sampler import policy_settings
-from threshold.search.study import StudySettings
+from threshold.search.spec import StudySettings
 
 __all__ = ["FORMAT", "FORMATS", "RESULTS", "load_results"]
 

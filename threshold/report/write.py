@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from threshold.errors import ConfigError
-from threshold.report.data import GRID_SEEDS, GRID_SIZES, Collected, Progress, git_commit
+from threshold.meta import git_commit
+from threshold.report.data import GRID_SEEDS, GRID_SIZES, Collected, Progress
 from threshold.report.render import render
 from threshold.report.results import FORMATS, RESULTS
 from threshold.report.view import Report, build

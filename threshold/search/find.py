@@ -2,7 +2,7 @@
 
 :func:`run_search` is the one loop behind ``threshold find``, ``threshold run`` and
 :func:`threshold.find_threshold`: the study is made (or found again with the same settings), its
-worker processes are started (``python -m threshold.search.worker_process``, no command-line
+worker processes are started (``python -m threshold.cli.worker_process``, no command-line
 parsing), followed until they end, and stopped on an interrupt, leaving none behind.
 """
 
@@ -23,13 +23,8 @@ from optuna.storages import BaseStorage
 from threshold.errors import ConfigError, ThresholdError
 from threshold.interrupt import raise_if_interrupted
 from threshold.search.record import read_study
-from threshold.search.study import (
-    StudySettings,
-    check_study_name,
-    create_or_load_study,
-    open_storage,
-    storage_url,
-)
+from threshold.search.spec import StudySettings
+from threshold.search.study import check_study_name, create_or_load_study, open_storage, storage_url
 
 __all__ = [
     "Interrupted",
@@ -142,7 +137,7 @@ def worker_devices(workers: int, device: str = "auto", oversubscribe: bool = Fal
     once (one a core on the CPU, one a GPU on CUDA) are refused unless ``oversubscribe``."""
     if workers < 1:
         raise ConfigError(f"--workers {workers} is not allowed: use 1 or more")
-    from threshold.device import resolve_device  # torch: loaded only when workers start
+    from threshold.train.device import resolve_device  # torch: loaded only when workers start
 
     resolved = None if device == "cpu" else resolve_device(device)
     if resolved is not None and resolved.type == "cuda":
@@ -199,7 +194,7 @@ def start_workers(
                 "device": dev,
                 "batch": batch,
             }
-            command = [sys.executable, "-m", "threshold.search.worker_process", json.dumps(job)]
+            command = [sys.executable, "-m", "threshold.cli.worker_process", json.dumps(job)]
             procs.append(subprocess.Popen(command, env=env))
     except BaseException:
         stop_workers(procs)

@@ -5,22 +5,25 @@ point in parameters and in d, its 90% interval, the midpoint, the asymptote, the
 the study stopped, and a summary of its settings; and a plotly figure (``save_plotly_graph_object``)
 of accuracy against total parameters with one point per run, the least-squares logistic of
 ``fit.py`` and the 80% point marked. This module reads the study's record
-(:mod:`threshold.search.record`) and stores both; their words and drawing are
-:mod:`threshold.report.notes` (the report's templates). Both live in the study's system attributes,
-where the dashboard reads them. The worker rewrites them after every estimate refresh and
-``threshold dashboard`` at start-up (so older studies get them too); a note whose text has not
+(:mod:`threshold.search.record`) and stores both; their words and drawing come from a
+:class:`NoteRender` its caller hands in (the report layer's templates,
+:data:`threshold.report.notes.NOTE_RENDER`, wired in by the command line, so this layer never
+imports the one above it). Both live in the study's system attributes, where the dashboard reads
+them. The worker rewrites them after every estimate refresh and ``threshold dashboard`` at
+start-up (so older studies get them too); a note whose text has not
 changed is left alone, so its version only moves when the estimate does. Edits made to the note in
 the dashboard are overwritten at the next refresh. Where the search stands is the record's stop
 status (:func:`threshold.search.record.stop_status`), read off the estimate without the policy's
 look-ahead.
 
-optuna-dashboard (it loads scikit-learn and rich), plotly and the report's templates are imported
-on first use, so that importing the worker stays light.
+optuna-dashboard (it loads scikit-learn and rich) is imported on first use, so that importing the
+worker stays light.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,10 +35,11 @@ from threshold.search.policy import bracket
 from threshold.search.record import StudyView, read_studies, read_study
 from threshold.search.sampler import policy_settings
 from threshold.search.settings import SearchSettings
-from threshold.search.study import StudySettings
+from threshold.search.spec import StudySettings
 
 __all__ = [
     "FIGURE_ID",
+    "NoteRender",
     "Run",
     "completed_runs",
     "curve_sizes",
@@ -91,23 +95,29 @@ def fit_accuracy(fit: dict, params) -> np.ndarray:
     return logistic(np.log(np.asarray(params, dtype=float)), *curve)
 
 
+@dataclass(frozen=True)
+class NoteRender:
+    """How a note is worded and drawn: ``markdown(settings, estimate, runs, *, n_running,
+    status, attrs, bracket_d) -> str`` and ``figure(estimate, runs, level) -> plotly figure``."""
+
+    markdown: Callable[..., str]
+    figure: Callable[..., object]
+
+
 def write_note(
     study: optuna.Study,
     settings: StudySettings,
     policy: SearchSettings | None,
     estimate: dict | None,
+    render: NoteRender,
 ) -> str:
     """Write the study's note and figure for its current trials and ``estimate``; returns the
     note. Nothing is written when the note's text is unchanged (figure first, then note, so an
     unchanged note means its figure is current)."""
     from optuna_dashboard import get_note, save_note, save_plotly_graph_object
 
-    # The note's words and figure are presentation, rendered by the report layer's templates
-    # (one renderer for pages, READMEs and notes); this module reads the trials and stores them.
-    from threshold.report.notes import note_markdown, transition_figure
-
     view = read_study(study, study.study_name)
-    body = note_markdown(
+    body = render.markdown(
         settings,
         estimate,
         completed_runs(view, policy),
@@ -117,13 +127,13 @@ def write_note(
         bracket_d=bracket(policy) if policy is not None else (),
     )
     if body != get_note(study):
-        figure = transition_figure(estimate, completed_runs(view, policy), settings.search.level)
+        figure = render.figure(estimate, completed_runs(view, policy), settings.search.level)
         save_plotly_graph_object(study, figure, graph_object_id=FIGURE_ID)
         save_note(study, body)
     return body
 
 
-def write_all_notes(storage: optuna.storages.BaseStorage) -> list[str]:
+def write_all_notes(storage: optuna.storages.BaseStorage, render: NoteRender) -> list[str]:
     """Write the note of every threshold study in ``storage``; returns their names.
 
     Studies that are not threshold studies (no readable settings) are left alone. The policy is
@@ -139,6 +149,6 @@ def write_all_notes(storage: optuna.storages.BaseStorage) -> list[str]:
                 log.warning("study %s: no size table (%s)", view.name, e)
         study = optuna.load_study(study_name=view.name, storage=storage)
         estimate = view.estimate.to_dict() if view.estimate is not None else None
-        write_note(study, view.settings, policy, estimate)
+        write_note(study, view.settings, policy, estimate, render)
         written.append(view.name)
     return written

@@ -30,10 +30,11 @@ from optuna.trial import FrozenTrial
 
 from threshold.errors import ThresholdError
 from threshold.search.settings import SearchSettings
-from threshold.search.study import StudySettings, artifact_store, check_study_name, open_storage
+from threshold.search.spec import StudySettings
+from threshold.search.study import artifact_store, check_study_name, open_storage
 
 if TYPE_CHECKING:
-    from threshold.checkpoint import Checkpoint
+    from threshold.train.checkpoint import Checkpoint
 
 __all__ = [
     "ANALYSIS_PREFIX",
@@ -51,6 +52,7 @@ __all__ = [
     "storage_log_level",
     "study_names",
     "study_rows",
+    "trial_checkpoint",
     "write_analysis",
     "write_cancel",
     "write_decision",
@@ -471,7 +473,9 @@ def load_checkpoint(view: StudyView, number: int, url: str | None = None) -> Che
                 f"checkpoint {artifact_id} of trial {number} is not in the artifact store "
                 f"{str(store._base_path)!r}: point $THRESHOLD_ARTIFACTS at the study's artifacts"
             ) from None
-        from threshold.checkpoint import load_checkpoint as read  # torch: only when one is read
+        from threshold.train.checkpoint import (
+            load_checkpoint as read,  # torch: only when one is read
+        )
 
         return read(path)
 
@@ -524,18 +528,18 @@ def write_pretrain(trial: optuna.Trial, accuracy: dict, steps: int) -> None:
     trial.set_user_attr(PRETRAIN_STEPS, steps)
 
 
-def write_result(trial: optuna.Trial, artifact_id: str, sha256: str, result) -> None:
-    """A finished run: its checkpoint and its :class:`threshold.train.TrainResult` metrics."""
+def write_result(trial: optuna.Trial, artifact_id: str, sha256: str, metrics: dict) -> None:
+    """A finished run: its checkpoint and its metrics (``TrainResult.metrics()``)."""
     trial.set_user_attr(CHECKPOINT, artifact_id)
     trial.set_user_attr(CHECKPOINT_SHA256, sha256)
-    trial.set_user_attr(ACCURACY, json.dumps(result.accuracy, sort_keys=True))
-    trial.set_user_attr(STRICT_ACCURACY, json.dumps(result.strict_accuracy, sort_keys=True))
-    trial.set_user_attr(SAMPLED_ACCURACY, json.dumps(result.sampled_accuracy, sort_keys=True))
-    if result.budget:
-        trial.set_user_attr(BUDGET, json.dumps(result.budget, sort_keys=True))
-    trial.set_user_attr(STEPS, result.steps)
-    trial.set_user_attr(STOP_REASON, result.stop_reason)
-    trial.set_user_attr(TRAIN_S, round(result.wall_s, 2))
+    trial.set_user_attr(ACCURACY, json.dumps(metrics["accuracy"], sort_keys=True))
+    trial.set_user_attr(STRICT_ACCURACY, json.dumps(metrics["strict_accuracy"], sort_keys=True))
+    trial.set_user_attr(SAMPLED_ACCURACY, json.dumps(metrics["sampled_accuracy"], sort_keys=True))
+    if metrics["budget"]:
+        trial.set_user_attr(BUDGET, json.dumps(metrics["budget"], sort_keys=True))
+    trial.set_user_attr(STEPS, metrics["steps"])
+    trial.set_user_attr(STOP_REASON, metrics["stop_reason"])
+    trial.set_user_attr(TRAIN_S, metrics["wall_s"])
 
 
 def write_estimate(study: optuna.Study, estimate: dict, chance: float) -> None:
@@ -553,3 +557,8 @@ def write_analysis(
     study_id = storage.get_study_id_from_name(name)
     value = json.dumps(summary, sort_keys=True)
     storage.set_study_user_attr(study_id, f"{ANALYSIS_PREFIX}{number}", value)
+
+
+def trial_checkpoint(study: optuna.Study, number: int, url: str | None = None) -> Checkpoint:
+    """The checkpoint of trial ``number``, read from the artifact store beside ``url``."""
+    return load_checkpoint(read_study(study, study.study_name), number, url)

@@ -20,7 +20,7 @@ from threshold.errors import ThresholdError
 from threshold.search.fit import PLATEAU_GAP, stray_mass, strays, transition_estimate
 from threshold.search.record import Estimate, read_studies
 from threshold.search.sampler import policy_settings
-from threshold.search.study import StudySettings
+from threshold.search.spec import StudySettings
 
 __all__ = ["compare", "refit_results", "refit_storage", "refit_study"]
 

@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from threshold.config import param_count
 from threshold.search import record
 from threshold.search.policy import SearchSettings, decide
-from threshold.search.study import StudySettings
+from threshold.search.spec import StudySettings
 
 __all__ = ["PARAM", "TransitionSampler", "policy_settings", "run_seed", "split_trials"]
 

@@ -12,17 +12,13 @@ Optuna file-system artifact store beside the database.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import json
 import logging
 import os
 import shutil
 import sqlite3
-import subprocess
 import tempfile
 import warnings
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,30 +30,25 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.storages._rdb.models import TrialHeartbeatModel  # its table; no public reader
 from optuna.trial import TrialState
 
-import threshold
-from threshold.config import ModelConfig, TrainConfig
 from threshold.errors import ConfigError, ThresholdError
+from threshold.meta import git_commit, version
 from threshold.search.settings import SearchConfig
-from threshold.tasks import TaskConfig
-from threshold.tasks.generate import split_ops
+from threshold.search.spec import StudySettings
 
 if TYPE_CHECKING:
-    from threshold.checkpoint import Checkpoint
+    pass
 
 __all__ = [
     "DEFAULT_STORAGE",
     "SearchConfig",
     "StorageError",
-    "StudySettings",
     "artifact_store",
     "check_study_name",
     "create_or_load_study",
     "default_storage_missing",
-    "git_commit",
     "load_study",
     "open_storage",
     "storage_url",
-    "trial_checkpoint",
 ]
 
 log = logging.getLogger(__name__)
@@ -67,142 +58,6 @@ DEFAULT_STORAGE = "sqlite:///studies/threshold.db"
 
 class StorageError(ThresholdError):
     """The storage URL is malformed, or the database cannot be reached."""
-
-
-@dataclass(frozen=True)
-class StudySettings:
-    task: TaskConfig
-    train: TrainConfig  # its ``recipe`` names the recipe its values came from
-    search: SearchConfig
-    pretrain: tuple[str, ...] = ()  # ops every run is first trained on (transfer); () for none
-    model: tuple[tuple[str, object], ...] = ()  # the recipe's model-side values, sorted by name
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "pretrain", tuple(self.pretrain))
-        object.__setattr__(self, "model", tuple(sorted(dict(self.model).items())))
-
-    @property
-    def recipe(self) -> str:
-        return self.train.recipe
-
-    def model_config(self, d_model: int) -> ModelConfig:
-        """The model every run at ``d_model`` trains (sized for the pretraining task too, and
-        for the training windows: ``n_ctx`` is at least ``train.window`` with stream windows)."""
-        if self.pretrain:
-            from threshold.pretrain import pretrain_task, transfer_model_config
-
-            source = pretrain_task(self.task, self.pretrain)
-            cfg = transfer_model_config(source, self.task, d_model, **dict(self.model))
-            return dataclasses.replace(cfg, n_ctx=self.train.context(cfg.n_ctx))
-        task = self.task
-        n_ctx = self.train.context(task.max_len)
-        return ModelConfig(len(task.vocab), n_ctx, d_model, **dict(self.model))
-
-    @classmethod
-    def from_options(
-        cls,
-        tasks: str | tuple[str, ...] = "max",
-        testbed: str = "listops",
-        mod: int = 10,
-        depth: int = 2,
-        arity: str = "2-3",
-        p_nest: float = 0.25,
-        n_train: int | None = None,
-        n_test: int = 2000,
-        measure: str | None = None,
-        split_seed: int = 0,
-        steps: int | None = None,
-        d_lo: int = 8,
-        d_hi: int = 128,
-        precision: float = 2.5,
-        budget: int = 40,
-        level: float = 0.8,
-        chance_corrected: bool = False,
-        seed: int = 0,
-        pretrain: str | tuple[str, ...] | None = None,
-        weights: str | dict | None = None,
-        match_exposure: bool = False,
-        recipe: str = "fast",
-        **overrides,
-    ) -> StudySettings:
-        """The settings ``threshold find``'s options (and :func:`threshold.find_threshold`'s
-        arguments) mean: ``tasks`` and ``pretrain`` as ``max,med`` or a tuple, ``arity`` as MIN-MAX,
-        ``weights`` as ``add=2``; ``recipe`` names a training recipe and ``overrides`` set its
-        fields (``weight_decay=0.01``, ``checkpoints=(0.25, 0.5, 1)``; see threshold.recipe;
-        ``steps`` is ``max_steps``, and ``None`` keeps the recipe's value). Every value is
-        checked here, before anything is written."""
-        from threshold.recipe import make_recipe
-
-        task = TaskConfig.from_options(
-            tasks,
-            testbed,
-            mod,
-            depth,
-            arity,
-            p_nest,
-            n_train,
-            n_test,
-            measure,
-            split_seed,
-            weights,
-            match_exposure,
-        )
-        made = make_recipe(recipe, max_steps=steps, **overrides)
-        source = split_ops(pretrain) if pretrain is not None else ()
-        if pretrain is not None:
-            from threshold.pretrain import pretrain_task, transfer_model_config
-
-            transfer_model_config(pretrain_task(task, source), task, d_lo, **made.model_kwargs)
-        search = SearchConfig(
-            d_lo=d_lo,
-            d_hi=d_hi,
-            precision=precision,
-            budget=budget,
-            level=level,
-            chance_corrected=chance_corrected,
-            base_seed=seed,
-        )
-        return cls(task, made.train, search, source, made.model)
-
-    def to_attrs(self) -> dict[str, str]:
-        attrs = {
-            "task": json.dumps(self.task.to_dict(), sort_keys=True),
-            "train": json.dumps(self.train.to_dict(), sort_keys=True),
-            "search": json.dumps(dataclasses.asdict(self.search), sort_keys=True),
-        }
-        if self.pretrain:  # only when set, so studies without pretraining keep their names
-            attrs["pretrain"] = json.dumps(list(self.pretrain))
-        if self.model:  # as pretrain: only a recipe with model-side values writes it
-            attrs["model"] = json.dumps(dict(self.model), sort_keys=True)
-        return attrs
-
-    @classmethod
-    def from_attrs(cls, attrs: dict) -> StudySettings:
-        try:
-            return cls(
-                TaskConfig.from_dict(json.loads(attrs["task"])),
-                TrainConfig.from_dict(json.loads(attrs["train"])),
-                SearchConfig(**json.loads(attrs["search"])),
-                tuple(json.loads(attrs.get("pretrain", "[]"))),
-                tuple(json.loads(attrs.get("model", "{}")).items()),
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            raise ThresholdError(
-                f"study settings cannot be read ({e}): not a threshold study?"
-            ) from None
-
-    def default_name(self) -> str:
-        """``listops10-max+med+add-add-fast-<hash>``; ``...-add-from-max+med-fast-<hash>`` with
-        pretraining; the recipe's name before the hash.
-
-        The hash covers every setting.
-        """
-        task = self.task
-        blob = json.dumps(self.to_attrs(), sort_keys=True).encode()
-        digest = hashlib.sha256(blob).hexdigest()[:8]
-        source = f"from-{'+'.join(self.pretrain)}-" if self.pretrain else ""
-        mix = "+".join(task.ops)
-        return f"{task.testbed}{task.n}-{mix}-{task.measured_op}-{source}{self.recipe}-{digest}"
 
 
 def storage_url(url: str | None) -> str:
@@ -319,22 +174,6 @@ def artifact_store(url: str | None = None) -> FileSystemArtifactStore:
     return _AtomicArtifactStore(base)
 
 
-def git_commit() -> str:
-    """The commit of the checkout threshold runs from, or "unknown" (stored on every study and
-    report)."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(threshold.__file__).parent,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-        return out.stdout.strip() if out.returncode == 0 else "unknown"
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-
-
 def check_study_name(name: str) -> str:
     """``name``, if Optuna can store it and a person can read it; else :class:`ConfigError`."""
     if not name.strip():
@@ -377,7 +216,7 @@ def create_or_load_study(
     )
     for key, value in attrs.items():
         study.set_user_attr(key, value)
-    study.set_user_attr("version", threshold.__version__)
+    study.set_user_attr("version", version())
     study.set_user_attr("git_commit", git_commit())
     return study
 
@@ -407,10 +246,3 @@ def load_study(name: str, storage: RDBStorage, sampler=None) -> tuple[optuna.Stu
         raise ThresholdError(f"study {name!r} is not in this storage (studies: {known})")
     study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     return study, StudySettings.from_attrs(study.user_attrs)
-
-
-def trial_checkpoint(study: optuna.Study, number: int, url: str | None = None) -> Checkpoint:
-    """The checkpoint of trial ``number``, read from the artifact store beside ``url``."""
-    from threshold.search.record import load_checkpoint, read_study  # record imports this module
-
-    return load_checkpoint(read_study(study, study.study_name), number, url)

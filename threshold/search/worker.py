@@ -2,9 +2,10 @@
 
 Each trial trains one model at the size the sampler chose, with the seed recorded on the trial,
 uploads its checkpoint to the artifact store, records per-op metrics on the trial and refreshes the
-study's transition estimate. Trials are run through ``study.optimize`` one at a time, so Optuna's
-heartbeat thread runs beside training and stale trials of killed workers are failed and retried
-(same size, same seed) before each new trial.
+study's transition estimate. A worker asks for up to K trials at once (``batch``; K = 1 is no
+special case) and trains them with one call of the engine, telling each as it ends; a thread
+beats the heartbeats of its running trials, so stale trials of killed workers are failed and
+retried (same size, same seed) before each new round.
 """
 
 from __future__ import annotations
@@ -26,34 +27,36 @@ from optuna.artifacts import upload_artifact
 from optuna.storages import fail_stale_trials
 from optuna.trial import TrialState
 
-from threshold.batched import Member, train_batched
-from threshold.checkpoint import save_checkpoint
-from threshold.config import TrainConfig
-from threshold.device import resolve_device
+from threshold.config import ModelConfig, TrainConfig, param_count, pretrain_task
 from threshold.errors import ConfigError, ThresholdError
 from threshold.interrupt import raise_if_interrupted
-from threshold.model import ModelConfig, RecurrentTransformer, param_count
-from threshold.pretrain import pretrain_task, pretrained
+from threshold.model import RecurrentTransformer
 from threshold.search import record
 from threshold.search.fit import transition_estimate
+from threshold.search.notes import NoteRender, write_note
 from threshold.search.policy import decide
 from threshold.search.sampler import CANCEL, PARAM, TransitionSampler, run_seed, split_trials
-from threshold.search.study import StudySettings, artifact_store, load_study, open_storage
+from threshold.search.spec import StudySettings
+from threshold.search.study import artifact_store, load_study, open_storage
 from threshold.tasks import TaskData, load_task_data
-from threshold.train import (
-    TrainResult,
-    continue_training,
-    majority_rate,
-    train,
-)
+from threshold.train import Run, TrainResult, majority_rate, train_runs
+from threshold.train.checkpoint import save_checkpoint
+from threshold.train.device import resolve_device
+from threshold.train.pretrain import pretrained_many
 
 __all__ = [
     "Cancelled",
+    "quiet_storage_log",
     "refresh_estimate",
     "run_worker",
 ]
 
 log = logging.getLogger(__name__)
+
+
+def quiet_storage_log() -> None:
+    """Optuna's log at warnings only (a worker process: its trials are the study's record)."""
+    optuna.logging.set_verbosity(logging.WARNING)
 
 
 class Cancelled(ThresholdError):
@@ -71,21 +74,23 @@ def chance_rate(data: TaskData, decoding: str) -> float:
     return float((shares**2).sum())
 
 
-def refresh_estimate(study: optuna.Study, sampler: TransitionSampler) -> dict | None:
-    """Fit the transition to the completed trials and store it on the study."""
+def refresh_estimate(
+    study: optuna.Study, sampler: TransitionSampler, notes: NoteRender | None = None
+) -> dict | None:
+    """Fit the transition to the completed trials and store it on the study (and its
+    dashboard note, worded by ``notes``, when given)."""
     completed, _ = split_trials(study.get_trials(deepcopy=False))
     if not completed:
         return None
     estimate = transition_estimate(sampler.policy, completed)
     record.write_estimate(study, estimate, sampler.policy.chance)
-    from threshold.search.notes import write_note
-
-    write_note(study, sampler.settings, sampler.policy, estimate)
+    if notes is not None:
+        write_note(study, sampler.settings, sampler.policy, estimate, notes)
     return estimate
 
 
 @dataclass
-class _Run:
+class _Trial:
     """A trial whose size, seed and model are decided, ready to train."""
 
     trial: optuna.Trial
@@ -94,9 +99,7 @@ class _Run:
     init: RecurrentTransformer | None  # the pretrained model a transfer run continues
 
 
-def _begin(
-    trial: optuna.Trial, settings: StudySettings, data: TaskData, sampler, cache_dir, device
-) -> _Run:
+def _begin(trial: optuna.Trial, settings: StudySettings, sampler) -> _Trial:
     """Size (from the sampler, or fixed by a retry), seed and model config of ``trial``, recorded
     on it; :class:`Cancelled` when the policy stopped the study after the trial was made."""
     d = trial.suggest_int(PARAM, sampler.distribution.low, sampler.distribution.high)
@@ -112,40 +115,37 @@ def _begin(
         ]
         seed = run_seed(settings.search.base_seed, settings.task.ops, d, len(earlier))
         record.write_seed(trial, seed)
-    source = pretrain_task(settings.task, settings.pretrain) if settings.pretrain else None
     model_cfg = settings.model_config(d)
     counts = param_count(model_cfg)
     record.write_size(trial, f"{socket.gethostname()}:{os.getpid()}", counts)
-    cfg = replace(settings.train, seed=seed)
-    init = None
-    if source is not None:  # pretrained at this size and seed (cached), then trained on the task
-        pre = pretrained(source, model_cfg, cfg, cache_dir, device=device)
-        record.write_pretrain(trial, pre.metrics["accuracy"], pre.metrics["steps"])
-        init = pre.model
-    return _Run(trial, model_cfg, cfg, init)
+    return _Trial(trial, model_cfg, replace(settings.train, seed=seed), None)
 
 
-def _record(run: _Run, result: TrainResult, settings: StudySettings, store) -> float:
+def _pretrain(runs: list[_Trial], settings: StudySettings, cache_dir, device) -> None:
+    """With ``--pretrain``, each run's model pretrained at its size and seed (cached; the ones
+    not cached train together), recorded on its trial and set as the model it continues."""
+    if not settings.pretrain or not runs:
+        return
+    source = pretrain_task(settings.task, settings.pretrain)
+    done = pretrained_many(source, [(r.model_cfg, r.cfg) for r in runs], cache_dir, None, device)
+    for run, pre in zip(runs, done, strict=True):
+        record.write_pretrain(run.trial, pre.metrics["accuracy"], pre.metrics["steps"])
+        run.init = pre.model
+
+
+def _record(run: _Trial, result: TrainResult, settings: StudySettings, store) -> float:
     """Upload the checkpoint and record the metrics of a finished run; its measured accuracy."""
     trial, cfg = run.trial, run.cfg
+    metrics = result.metrics()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"trial{trial.number}-d{run.model_cfg.d_model}-seed{cfg.seed}.ckpt"
-        metrics = {
-            "accuracy": result.accuracy,
-            "strict_accuracy": result.strict_accuracy,
-            "sampled_accuracy": result.sampled_accuracy,
-            "budget": result.budget,
-            "steps": result.steps,
-            "stop_reason": result.stop_reason,
-            "trial": trial.number,
-            "study": trial.study.study_name,
-        }
-        digest = save_checkpoint(path, result.model, settings.task, cfg.to_dict(), metrics)
+        stored = metrics | {"trial": trial.number, "study": trial.study.study_name}
+        digest = save_checkpoint(path, result.model, settings.task, cfg.to_dict(), stored)
         artifact_id = upload_artifact(
             artifact_store=store, file_path=str(path), study_or_trial=trial
         )
-    record.write_result(trial, artifact_id, digest, result)
-    scored = result.sampled_accuracy if cfg.decoding == "sampled" else result.accuracy
+    record.write_result(trial, artifact_id, digest, metrics)
+    scored = metrics["sampled_accuracy" if cfg.decoding == "sampled" else "accuracy"]
     return scored[settings.task.measured_op]
 
 
@@ -159,27 +159,6 @@ def _reporter(trial: optuna.Trial, measure: str) -> Callable:
     return report
 
 
-def _objective(
-    settings: StudySettings,
-    data: TaskData,
-    store,
-    sampler: TransitionSampler,
-    cache_dir=None,
-    device="cpu",
-) -> Callable[[optuna.Trial], float]:
-    def objective(trial: optuna.Trial) -> float:
-        run = _begin(trial, settings, data, sampler, cache_dir, device)
-        report = _reporter(trial, settings.task.measured_op)
-        every = run.cfg.eval_every
-        if run.init is None:
-            result = train(run.model_cfg, data, run.cfg, report, every, device=device)
-        else:
-            result = continue_training(run.init, data, run.cfg, report, every, device=device)
-        return _record(run, result, settings, store)
-
-    return objective
-
-
 def run_worker(
     study_name: str,
     storage_url: str | None = None,
@@ -188,12 +167,14 @@ def run_worker(
     cache_dir: Path | None = None,
     device: str = "auto",
     batch: int = 1,
+    notes: NoteRender | None = None,
 ) -> int:
     """Run trials of ``study_name`` until the policy stops; returns how many this worker ran.
 
     ``device`` is resolved here, on the machine the worker runs on (``auto``: its GPU if any).
-    With ``batch`` K > 1 the worker takes up to K trials at once and trains them as one batched
-    run, telling each result as its member ends.
+    The worker takes up to ``batch`` trials at once and trains them with one call of the
+    engine, telling each result as its run ends. ``notes`` words the study's dashboard note,
+    rewritten after each finished run (none: no note).
     """
     if batch < 1:
         raise ConfigError(f"batch {batch} is not allowed: use 1 or more trials at once")
@@ -204,7 +185,6 @@ def run_worker(
     sampler = TransitionSampler(settings, chance_rate(data, settings.train.decoding))
     study.sampler = sampler
     store = artifact_store(storage_url)
-    objective = _objective(settings, data, store, sampler, cache_dir, device)
     ran = 0
     while max_trials is None or ran < max_trials:
         step = _next_step(study, sampler)
@@ -213,26 +193,14 @@ def run_worker(
             continue
         if step == "stop":
             break
-        if batch > 1:
-            room = batch if max_trials is None else min(batch, max_trials - ran)
-            n, cancelled = _run_batch(
-                study, settings, data, store, sampler, room, cache_dir, device, heartbeat_s
-            )
-            ran += n
-            if cancelled:
-                break
-            continue
-        finished: list = []
-
-        def after_trial(s: optuna.Study, t, finished=finished) -> None:
-            finished.append(t)
-            refresh_estimate(s, sampler)
-
-        study.optimize(objective, n_trials=1, catch=(Cancelled,), callbacks=[after_trial])
-        ran += 1
-        if finished and CANCEL in finished[0].system_attrs:
+        room = batch if max_trials is None else min(batch, max_trials - ran)
+        n, cancelled = _run_batch(
+            study, settings, data, store, sampler, room, cache_dir, device, heartbeat_s, notes
+        )
+        ran += n
+        if cancelled:
             break
-    refresh_estimate(study, sampler)
+    refresh_estimate(study, sampler, notes)
     return ran
 
 
@@ -256,14 +224,14 @@ def _next_step(study: optuna.Study, sampler: TransitionSampler) -> str:
     return "stop"
 
 
-def _run_batch(study, settings, data, store, sampler, k, cache_dir, device, heartbeat_s):
-    """Up to ``k`` trials trained as one batch; (trials run, whether the policy cancelled one).
+def _run_batch(study, settings, data, store, sampler, k, cache_dir, device, heartbeat_s, notes):
+    """Up to ``k`` trials trained together; (trials run, whether the policy cancelled one).
 
-    A member that ends is told at once (checkpoint, metrics, estimate); if the batch is stopped,
-    its unfinished trials are told failed, and the sampler decides again.
+    A run that ends is told at once (checkpoint, metrics, estimate); if training is stopped,
+    the unfinished trials are told failed, and the sampler decides again.
     """
-    runs: list[_Run] = []
-    live: dict[int, _Run] = {}
+    runs: list[_Trial] = []
+    live: dict[int, _Trial] = {}
     cancelled = False
     measure = settings.task.measured_op
 
@@ -274,7 +242,7 @@ def _run_batch(study, settings, data, store, sampler, k, cache_dir, device, hear
         run = live.pop(i)
         study.tell(run.trial, _record(run, result, settings, store))
         beats.forget(run.trial)
-        refresh_estimate(study, sampler)
+        refresh_estimate(study, sampler, notes)
 
     with _Heartbeats(study, heartbeat_s) as beats:
         try:
@@ -284,8 +252,9 @@ def _run_batch(study, settings, data, store, sampler, k, cache_dir, device, hear
                     trial = study.ask()
                 beats.add(trial)
                 try:
-                    run = _begin(trial, settings, data, sampler, cache_dir, device)
-                except Cancelled:
+                    run = _begin(trial, settings, sampler)
+                except Cancelled as e:
+                    log.info("trial %d cancelled: %s", trial.number, e)
                     study.tell(trial, state=TrialState.FAIL)
                     beats.forget(trial)
                     cancelled = True
@@ -295,10 +264,11 @@ def _run_batch(study, settings, data, store, sampler, k, cache_dir, device, hear
                     raise
                 live[len(runs)] = run
                 runs.append(run)
+            _pretrain(runs, settings, cache_dir, device)
             if runs:
-                members = [Member(r.model_cfg, data, r.cfg, r.init) for r in runs]
+                members = [Run(r.model_cfg, data, r.cfg, r.init) for r in runs]
                 every = min(r.cfg.eval_every for r in runs)
-                train_batched(members, device, progress, done, every)
+                train_runs(members, device, progress, done, every)
         except BaseException:  # told trials stay told; the others fail, to be run again
             for run in live.values():
                 study.tell(run.trial, state=TrialState.FAIL)

@@ -59,7 +59,7 @@ from threshold.suite.toml_lines import KEY, find_line, key_lines, unquote
 from threshold.tasks import TaskConfig
 
 if TYPE_CHECKING:
-    from threshold.search.study import StudySettings
+    from threshold.search.spec import StudySettings
 
 __all__ = ["load_suite", "parse_suite"]
 
@@ -367,7 +367,7 @@ class _Parser:
 
     def settings(self, values: dict, origin: dict, what: str) -> StudySettings:
         """The study's settings, built as ``threshold find`` builds them from its options."""
-        from threshold.search.study import StudySettings
+        from threshold.search.spec import StudySettings
 
         def make(values: dict) -> StudySettings:
             options = {k: v for k, v in values.items() if k != "label"}
@@ -538,7 +538,7 @@ def _setting_keys() -> tuple[dict[str, str | None], bool]:
     """The keys of a study's settings with their kinds: ``StudySettings.from_options``' keywords,
     and whether it takes others (``**kwargs``) too. Its module holds Optuna: imported when a file
     is read, not with this one."""
-    from threshold.search.study import StudySettings
+    from threshold.search.spec import StudySettings
 
     return option_kinds(StudySettings.from_options), takes_more(StudySettings.from_options)
 
@@ -546,8 +546,7 @@ def _setting_keys() -> tuple[dict[str, str | None], bool]:
 def _transfer_task(values: dict) -> TaskConfig:
     """A ``[[transfer]]``'s target task, checked as ``threshold transfer`` checks it: its step
     counts, and a source mixture that exists and shares the target's vocabulary."""
-    from threshold.config import TrainConfig
-    from threshold.pretrain import pretrain_task, transfer_model_config
+    from threshold.config import TrainConfig, pretrain_task, transfer_model_config
 
     options = {k: v for k, v in values.items() if k in TASK_KEYS}
     task = TaskConfig.from_options(**option_values(options, TaskConfig.from_options))

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-import threshold
 from threshold.errors import ThresholdError
+from threshold.meta import version
 from threshold.search.find import Interrupted, run_search, snapshot
 from threshold.search.record import read_study, study_names
 from threshold.search.study import create_or_load_study, open_storage, storage_url
@@ -359,10 +359,10 @@ def _run_transfer(suite: Suite, spec: TransferSpec, cache_dir, emit, device) -> 
         emit(Event("transfer_skip", spec.label, {"file": str(path)}))
         return row | {"ran": False}
     from threshold.analysis.transfer import summarize, transfer_experiment
-    from threshold.device import resolve_device
+    from threshold.config import pretrain_task, transfer_model_config
     from threshold.model import param_count
-    from threshold.pretrain import pretrain_task, transfer_model_config
     from threshold.train import TrainConfig
+    from threshold.train.device import resolve_device
 
     emit(Event("transfer_start", spec.label, {"d": spec.d, "seeds": list(spec.seeds)}))
     t0 = time.perf_counter()
@@ -565,7 +565,7 @@ def _write_record(suite: Suite, url: str, record: dict) -> dict:
     """``suite.json`` (what ran, from which file and commit), ``suite.toml`` and a README."""
     from threshold.report.suite import suite_readme
 
-    commit, dirty = git_state(Path(threshold.__file__).parent, ignore=suite.reports_dir)
+    commit, dirty = git_state(Path(__file__).resolve().parent, ignore=suite.reports_dir)
     record = {
         "format": FORMAT,
         "name": suite.name,
@@ -573,7 +573,7 @@ def _write_record(suite: Suite, url: str, record: dict) -> dict:
         "suite_sha256": hashlib.sha256(suite.source.encode()).hexdigest(),
         "git_commit": commit,
         "git_dirty": dirty,
-        "version": threshold.__version__,
+        "version": version(),
         "storage": _public(url),
         "finished": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         **record,

@@ -30,7 +30,7 @@ from threshold.suite.toml_lines import find_line
 from threshold.tasks import TaskConfig
 
 if TYPE_CHECKING:
-    from threshold.search.study import StudySettings
+    from threshold.search.spec import StudySettings
 
 __all__ = [
     "ALL_REPORT",

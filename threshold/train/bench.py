@@ -8,20 +8,13 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from threshold.model import param_count
+from threshold.config import TrainConfig, model_config_for, param_count
 from threshold.tasks import TaskData
-from threshold.train import (
-    TrainConfig,
-    batch_tensors,
-    evaluate_greedy,
-    init_model,
-    make_optimizer,
-    model_config_for,
-    train_batches,
-    train_step,
-)
+from threshold.train.engine import Run, init_model, start_pack, step_pack
+from threshold.train.evaluate import evaluate_greedy
+from threshold.train.memory import pack_bytes
 
-__all__ = ["bench_batched", "bench_decode", "bench_train_steps"]
+__all__ = ["bench_batched", "bench_decode", "bench_train_steps", "run_all", "run_batched"]
 
 
 def bench_train_steps(
@@ -32,21 +25,21 @@ def bench_train_steps(
     warmup: int = 10,
     device: torch.device | str = "cpu",
 ) -> dict:
-    """Training throughput at ``d_model``: steps/s, and non-padding and padded tokens/s."""
+    """Training throughput of one run (a pack of one) at ``d_model``: steps/s, and non-padding
+    and padded tokens/s."""
     cfg = TrainConfig(batch_order=batch_order)
     torch.set_num_threads(cfg.threads)
+    device = torch.device(device)
     model_cfg = model_config_for(data.config, d_model)
-    model = init_model(model_cfg, seed=0).to(device)
-    opt = make_optimizer(model, cfg)
-    batches = train_batches(data.train, cfg)
+    pack = start_pack([(0, Run(model_cfg, data, cfg))], device)
+    member = pack.members[0]
     useful = padded = 0
     elapsed = 0.0
     for i in range(warmup + steps):
+        member.pending = index = next(member.batches)  # the step trains on this batch
         _sync(device)
         t0 = time.perf_counter()
-        index = next(batches)
-        x, y = batch_tensors(data.train, index, data.vocab.pad_id, True)
-        train_step(model, opt, x.to(device), y.to(device), cfg.grad_clip)
+        step_pack(pack)
         _sync(device)
         if i >= warmup:
             elapsed += time.perf_counter() - t0
@@ -73,14 +66,11 @@ def bench_batched(
     on CUDA the measured peak). ``grouped_s`` is the time per step of the same members trained as
     one pack per size (no padding, one pass per size) where the sizes differ.
     """
-    from threshold.batched import Member, start_pack, step_pack
-    from threshold.memory import pack_bytes
-
     torch.set_num_threads(1)
     device = torch.device(device)
     sizes = [d_models[i % len(d_models)] for i in range(members)]
     runs = [
-        Member(model_config_for(data.config, d), data, TrainConfig(seed=i))
+        Run(model_config_for(data.config, d), data, TrainConfig(seed=i))
         for i, d in enumerate(sizes)
     ]
 
@@ -88,13 +78,13 @@ def bench_batched(
         pack = start_pack([(i, runs[i]) for i in group], device)
         for _ in range(warmup):
             step_pack(pack)
-        before = sum(r.tokens for r in pack.runs)
+        before = sum(m.tokens for m in pack.members)
         _sync(device)
         t0 = time.perf_counter()
         for _ in range(steps):
             step_pack(pack)
         _sync(device)
-        return (time.perf_counter() - t0) / steps, sum(r.tokens for r in pack.runs) - before
+        return (time.perf_counter() - t0) / steps, sum(m.tokens for m in pack.members) - before
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)

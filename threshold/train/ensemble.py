@@ -157,6 +157,8 @@ class Ensemble:
         # Every member as wide as the stack: no padding, so torch's fused LayerNorm and the
         # attention's own scale serve (a third faster on CPU than the masked forms).
         self.uniform = len(set(self.d_models)) == 1
+        # (sublayer, step) pairs whose output is replaced by zeros: the layer-usage ablation
+        self.zeroed: frozenset[tuple[str, int]] = frozenset()
 
     def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """Views of a buffer laid out like :attr:`flat` (M, P), one per weight, stacked shapes."""
@@ -200,7 +202,8 @@ class Ensemble:
     def member(self, i: int) -> RecurrentTransformer:
         """Member ``i`` as its own model, on the CPU."""
         d, r = self.d_models[i], self.cfg.mlp_ratio
-        model = RecurrentTransformer(replace(self.cfg, d_model=d))
+        with torch.random.fork_rng(devices=[]):  # its init is overwritten: leave the RNG be
+            model = RecurrentTransformer(replace(self.cfg, d_model=d))
         state = {}
         for name, (key, transposed, dims) in _layout(self.cfg).items():
             like = model.state_dict()[key]
@@ -246,19 +249,24 @@ class Ensemble:
         x = x + p["pos"][:, None, start : start + t]  # (M, B, T, D)
         for step in range(cfg.n_recur):
             if cfg.block == "parallel":  # both read the same x
-                x = (
-                    x
-                    + self._attention(self._ln(x, "ln_1"), cache, step)
-                    + self._mlp(self._ln(x, "ln_2"))
-                )  # (M, B, T, D)
+                attn = self._attention(self._ln(x, "ln_1"), cache, step)  # (M, B, T, D)
+                x = x + self._kept(attn, "attn", step) + self._kept(self._mlp_of(x), "mlp", step)
                 continue
-            x = x + self._attention(self._ln(x, "ln_1"), cache, step)  # (M, B, T, D)
-            x = x + self._mlp(self._ln(x, "ln_2"))  # (M, B, T, D)
+            attn = self._attention(self._ln(x, "ln_1"), cache, step)  # (M, B, T, D)
+            x = x + self._kept(attn, "attn", step)  # (M, B, T, D)
+            x = x + self._kept(self._mlp_of(x), "mlp", step)  # (M, B, T, D)
         if cache is not None:
             cache.length += t
         return self._linear(self._ln(x, "ln_f"), "head.w", None)  # (M, B, T, V)
 
     __call__ = forward
+
+    def _kept(self, update: torch.Tensor, sublayer: str, step: int) -> torch.Tensor:
+        """``update``, or zeros where the ablation zeroes this sublayer at this step."""
+        return torch.zeros_like(update) if (sublayer, step) in self.zeroed else update
+
+    def _mlp_of(self, x: torch.Tensor) -> torch.Tensor:
+        return self._mlp(self._ln(x, "ln_2"))  # (M, B, T, D)
 
     def _ln(self, x: torch.Tensor, name: str) -> torch.Tensor:
         w = self.params[f"{name}.w"][:, None, None, :]  # (M, 1, 1, D)

@@ -6,7 +6,7 @@ Three orders, named by ``TrainConfig.batch_order``:
   length; every step draws one bin from a schedule that is the same for every run (a fixed seed,
   not the run's), and the run takes its next batch from its own shuffled queue of that bin. Each
   batch holds sequences of similar length, every sequence is drawn as often as any other in the
-  long run, and runs trained side by side in one batched pass (``threshold.batched``) get batches
+  long run, and runs trained side by side in one batched pass (``threshold.train``) get batches
   of similar length at every step, so padding them to one length costs little.
 - ``bucketed`` (before 0.2): every epoch shuffles, sorts each run of ``chunk`` batches by length,
   cuts it into batches and shuffles the batch order. Runs side by side get unrelated lengths.
@@ -28,17 +28,27 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from threshold.config import TrainConfig
 from threshold.errors import ConfigError
+from threshold.tasks import SequenceSet
 
 __all__ = [
     "BATCH_ORDERS",
+    "IGNORE",
     "SCHEDULE_SEED",
+    "batch_arrays",
     "binned_batches",
     "bucket_batches",
+    "drawn_arrays",
+    "drawn_length",
+    "drawn_tokens",
     "make_batches",
     "token_stream",
+    "train_batches",
     "window_batches",
 ]
+
+IGNORE = -100  # target id that the loss skips
 
 BATCH_ORDERS = ("binned", "bucketed", "random")
 SCHEDULE_SEED = 20_261_123  # the bin schedule shared by every run: fixed, never the run's seed
@@ -125,3 +135,71 @@ def window_batches(
     while True:
         starts = rng.integers(0, starts_span, size=batch_size)  # (B,)
         yield stream[starts[:, None] + ahead].astype(np.int64)  # (B, window + 1)
+
+
+def train_batches(train_set: SequenceSet, cfg: TrainConfig) -> Iterator[np.ndarray]:
+    """The run's endless batches (its order, from its seed): index arrays (B,) of sequences, or
+    with ``cfg.batches = "windows"`` token arrays (B, window + 1) of the concatenated stream."""
+    if cfg.batches == "windows":
+        stream = token_stream(train_set.tokens, train_set.offsets)
+        return window_batches(stream, cfg.window, cfg.batch_size, cfg.seed)
+    return make_batches(
+        train_set.lengths,
+        cfg.batch_size,
+        cfg.seed,
+        cfg.batch_order,
+        cfg.length_bins,
+        cfg.bucket_chunk,
+    )
+
+
+def batch_arrays(
+    seqs: SequenceSet, index: np.ndarray, pad_id: int, completion_only: bool, length: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs and targets (B, T) of sequences ``index``, right-padded to at least ``length`` + 1
+    tokens; targets outside the loss are :data:`IGNORE`."""
+    tokens = seqs.padded(index, pad_id)  # (B, L)
+    if tokens.shape[1] < length + 1:
+        extra = np.full((len(index), length + 1 - tokens.shape[1]), pad_id, dtype=tokens.dtype)
+        tokens = np.concatenate([tokens, extra], axis=1)
+    x = np.ascontiguousarray(tokens[:, :-1])  # (B, T)
+    y = tokens[:, 1:].copy()  # (B, T): y[:, t] is token t + 1
+    y[y == pad_id] = IGNORE
+    if completion_only:
+        t = np.arange(y.shape[1])[None, :]
+        y[t + 1 < seqs.prompt_len[index].astype(np.int64)[:, None]] = IGNORE
+    return x, y
+
+
+def drawn_arrays(
+    seqs: SequenceSet, drawn: np.ndarray, cfg: TrainConfig, pad_id: int, length: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs and targets (B, T) of a batch from :func:`train_batches`, at least ``length`` long.
+
+    ``drawn`` is an index array (B,) of sequences (see :func:`batch_arrays`) or, with stream
+    windows, a token array (B, window + 1): every target in the loss, padding beyond it out.
+    """
+    if drawn.ndim == 1:
+        return batch_arrays(seqs, drawn, pad_id, cfg.loss_on == "completion", length)
+    tokens = drawn  # (B, W + 1)
+    if tokens.shape[1] < length + 1:
+        extra = np.full((len(tokens), length + 1 - tokens.shape[1]), pad_id, dtype=tokens.dtype)
+        tokens = np.concatenate([tokens, extra], axis=1)
+    x = np.ascontiguousarray(tokens[:, :-1])  # (B, T)
+    y = tokens[:, 1:].copy()  # (B, T)
+    y[:, drawn.shape[1] - 1 :] = IGNORE  # the padding, if any
+    return x, y
+
+
+def drawn_tokens(seqs: SequenceSet, drawn: np.ndarray) -> int:
+    """Tokens a drawn batch trains on: its sequences' lengths, or batch x window."""
+    if drawn.ndim == 1:
+        return int(seqs.lengths[drawn].sum())
+    return drawn.shape[0] * (drawn.shape[1] - 1)
+
+
+def drawn_length(seqs: SequenceSet, drawn: np.ndarray) -> int:
+    """Input positions a drawn batch needs: its longest sequence less one, or the window."""
+    if drawn.ndim == 1:
+        return int(seqs.lengths[drawn].max()) - 1
+    return drawn.shape[1] - 1

@@ -1,8 +1,10 @@
 """The entry of a worker process that :func:`threshold.search.find.start_workers` starts.
 
-``python -m threshold.search.worker_process '{"study_name": ..., "storage_url": ..., ...}'``:
+``python -m threshold.cli.worker_process '{"study_name": ..., "storage_url": ..., ...}'``:
 the keyword arguments of :func:`threshold.search.worker.run_worker` as one JSON object, so the
-search layer starts its workers without going through the command line's parsing. SIGTERM and
+search layer starts its workers without going through the command line's parsing. It lives at
+the top of the house because it wires the layers together: the worker writes its dashboard
+notes with the report layer's templates. SIGTERM and
 SIGINT become KeyboardInterrupt (a running trial is marked failed; :mod:`threshold.interrupt`),
 the worker ends with the process that started it, and a refused setting is logged as one line
 with exit status 2.
@@ -24,16 +26,15 @@ def main(argv: list[str]) -> int:
 
     install()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s worker %(process)d %(message)s")
-    import optuna
-
     from threshold.errors import ThresholdError
+    from threshold.report.notes import NOTE_RENDER
     from threshold.search.find import die_with_parent
-    from threshold.search.worker import run_worker
+    from threshold.search.worker import quiet_storage_log, run_worker
 
     die_with_parent()
-    optuna.logging.set_verbosity(logging.WARNING)
+    quiet_storage_log()
     try:
-        run_worker(**json.loads(argv[0]))
+        run_worker(**json.loads(argv[0]), notes=NOTE_RENDER)
     except ThresholdError as e:
         log.error("error: %s", e)
         return 2

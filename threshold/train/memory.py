@@ -16,6 +16,7 @@ import torch
 
 from threshold.config import ModelConfig, TrainConfig, param_count
 from threshold.errors import ConfigError
+from threshold.train.ensemble import shape_key
 
 __all__ = ["available_bytes", "pack_bytes", "plan_packs", "plan_waves"]
 
@@ -57,26 +58,27 @@ def plan_packs(
     members: list[tuple[ModelConfig, TrainConfig]],
     device: torch.device,
     memory_bytes: int | None = None,
-    by_d: bool | None = None,
+    share: bool | None = None,
 ) -> list[list[int]]:
     """Positions of ``members`` (model and train config each) grouped into packs that stack
     together and fit in memory.
 
-    Members stack when their model settings agree but for d; within that, larger d go first, so
-    each pack pads to a width close to its members' own. ``by_d`` (default: on the CPU) gives
-    each d packs of its own: on the CPU a step costs what its padded matmuls cost, and a mixed
-    pack of d 8-24 ran at 0.6x the model-steps/s of one pack per d; on a GPU a step costs its
-    kernel launches, so fewer, padded packs win. A member that alone would not fit is refused
-    before anything trains.
+    ``share`` (default: on a GPU) lets members of other sizes and runs share a padded pack; on
+    the CPU every member gets a pack of its own. Two reasons: on the CPU a step costs its
+    arithmetic, not its calls (a pack of 16 at d = 8 ran 1.6x, at d >= 32 1.0-1.2x the
+    model-steps/s of one model), and a shared pack pads each member's batch to the longest of
+    the pack and its width to the widest, which moves the rounding of the matmul and LayerNorm
+    reductions (about 1e-8 in a step's gradients), so a run's weights would depend on its
+    pack-mates. Alone, a member's arithmetic is that of a run trained alone, bit for bit. Within
+    a shared pack larger d go first, so each pack pads to a width close to its members' own. A
+    member that alone would not fit is refused before anything trains.
     """
-    if by_d is None:
-        by_d = device.type == "cpu"
-    from threshold.ensemble import shape_key  # torch-heavy; here to keep this module light
-
+    if share is None:
+        share = device.type == "cuda"
     budget = available_bytes(device) if memory_bytes is None else memory_bytes
     groups: dict[tuple, list[int]] = {}
     for i, (model_cfg, _) in enumerate(members):
-        key = (shape_key(model_cfg), model_cfg.d_model if by_d else None)
+        key = (shape_key(model_cfg), None if share else i)
         groups.setdefault(key, []).append(i)
     packs = []
     for positions in groups.values():
@@ -106,14 +108,14 @@ def plan_waves(
     members: list[tuple[ModelConfig, TrainConfig]],
     device: torch.device,
     memory_bytes: int | None = None,
-    by_d: bool | None = None,
+    share: bool | None = None,
 ) -> list[list[list[int]]]:
     """The packs of :func:`plan_packs` in waves: the packs of a wave fit in memory together and
     train side by side; the waves train one after the other."""
     budget = available_bytes(device) if memory_bytes is None else memory_bytes
     waves: list[list[list[int]]] = []
     used = budget + 1
-    for pack in plan_packs(members, device, budget, by_d):
+    for pack in plan_packs(members, device, budget, share):
         need = _need(members, pack)
         if used + need > budget:
             waves.append([])

@@ -1,0 +1,31 @@
+"""``threshold bench gpu`` on the CPU (tiny settings): the wiring CI can prove without a GPU."""
+
+import json
+import subprocess
+import sys
+
+
+def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "threshold", "bench", "gpu", "--device", "cpu", "--out",
+         str(tmp_path), "--cache-dir", str(tmp_path / "cache")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    (record_path,) = tmp_path.glob("gpu-*.json")
+    record = json.loads(record_path.read_text())
+    assert record["tiny"] and record["torch"].startswith("2.")
+    assert all(check["ok"] for check in record["checks"].values()), record["checks"]
+    rows = record["throughput"]
+    assert {r["path"] for r in rows} == {"eager", "graphs"} and all("error" not in r for r in rows)
+    assert all(r["model_steps_per_s"] > 0 and r["tokens_per_s"] > 0 for r in rows)
+    science = record["science"]
+    assert science["steps"] == 100 and len(science["runs"]) == 8
+    assert [row["step"] for row in science["budget"]] == [12, 25, 50, 100]
+    for row in science["budget"]:
+        assert (
+            row["factor"]["interval"][0] <= row["factor"]["factor"] <= row["factor"]["interval"][1]
+        )
+    summary = record_path.with_suffix(".md").read_text()
+    assert "## Engine against the CPU" in summary and "## Science pair" in summary
+    assert "| graphs |" in summary

@@ -1,0 +1,52 @@
+"""``threshold bench gpu``: prove and measure the training engine on a GPU in one command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from threshold.cli.common import CacheDir, Device, bench_app, run_guarded
+
+
+@bench_app.command("gpu")
+def bench_gpu(
+    out: Annotated[
+        Path, typer.Option(help="Folder for gpu-<date>-<commit>.json and its Markdown summary.")
+    ] = Path("reports/gpu"),
+    minutes: Annotated[
+        float, typer.Option(help="Time for everything; the science pair gets what is left.")
+    ] = 8.0,
+    device: Device = "auto",
+    cache_dir: CacheDir = None,
+) -> None:
+    """The engine on a GPU against the CPU, its throughput (eager, CUDA graphs, compiled) and a
+    small-init science pair in the minutes left; with --device cpu, tiny settings (CI)."""
+
+    def body():
+        import logging
+
+        from rich.console import Console
+
+        from threshold.errors import ConfigError
+        from threshold.search.gpu import bench_gpu as run
+        from threshold.train.device import resolve_device
+
+        if not minutes > 0:
+            raise ConfigError(f"--minutes {minutes} is not allowed: use a positive number")
+        dev = resolve_device(device)
+        console = Console(stderr=True)
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        record, json_path, md_path = run(
+            out, dev, minutes, cache_dir, note=lambda s: console.log(s)
+        )
+        typer.echo(md_path.read_text())
+        typer.echo(f"written: {json_path}, {md_path}")
+        failed = [k for k in ("checks", "throughput", "science") if "error" in record[k]]
+        checks = record["checks"] if "error" not in record["checks"] else {}
+        failed += [f"check {k}" for k, v in checks.items() if not v.get("ok")]
+        if failed:
+            raise ConfigError(f"bench gpu: {', '.join(failed)} failed (see {json_path})")
+
+    run_guarded(body)

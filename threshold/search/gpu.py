@@ -1,0 +1,304 @@
+"""``threshold bench gpu``: one prepared command that proves the engine on a GPU and measures it.
+
+A GPU is lent rarely and briefly (about 15 minutes, at most 10 a command, a bare machine with no
+Optuna), so everything runs from the working tree in one process, each part recording its
+outcome even when another part fails:
+
+1. the engine against the CPU (:func:`threshold.train.gpu.check_engine`);
+2. throughput of packs of 1 to 128 members, eager and graphed (and ``torch.compile`` when it
+   compiles within a minute) (:func:`threshold.train.gpu.throughput`);
+3. in the minutes left, a science pair under the ``small`` recipe: ADD alone against ADD in
+   MAX+MED+ADD, mod 10, 2 seeds at sizes d 16-128, trained together for as many steps as fit,
+   each read by the posterior, with the reduction factor at every budget checkpoint;
+4. ``gpu-<date>-<commit>.json`` and a Markdown summary of every number, for ``reports/gpu/``.
+
+With ``--device cpu`` it runs on tiny settings, so CI proves the wiring. No Optuna here.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from threshold.config import make_recipe, model_config_for, param_count
+from threshold.meta import git_commit, version
+from threshold.search.fit import reduction_factor, transition_estimate, transition_posterior
+from threshold.search.settings import SearchSettings
+from threshold.tasks import TaskConfig, load_task_data
+from threshold.train.engine import Run, start_pack, step_pack, train_runs
+from threshold.train.evaluate import majority_rate
+from threshold.train.gpu import check_engine, throughput
+
+__all__ = ["bench_gpu", "science_pair", "summary_markdown"]
+
+Note = Callable[[str], None]
+MEMBERS = (1, 4, 16, 36, 64, 128)
+PADDED = [16, 24, 32, 40]  # the sizes of the padded packs (issue: 36 members at d 16-40)
+
+
+def bench_gpu(
+    out_dir: Path,
+    device: torch.device,
+    minutes: float = 8.0,
+    cache_dir: Path | None = None,
+    note: Note = print,
+) -> tuple[dict, Path, Path]:
+    """Run every part within about ``minutes``; write the JSON and the Markdown summary into
+    ``out_dir``; return the record and both paths. On the CPU every part runs tiny."""
+    t0 = time.perf_counter()
+    deadline = t0 + 60 * minutes
+    tiny = device.type != "cuda"
+    record: dict = {
+        "format": 1,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "version": version(),
+        "commit": git_commit(),
+        "device": _device_words(device),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "tiny": tiny,
+        "minutes": minutes,
+    }
+    small = dict(n=5, n_train=2000, n_test=200, n_val=100) if tiny else dict(n=10)
+    data = load_task_data(TaskConfig(ops=("max",), **small), cache_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        record["checks"] = _part(lambda: check_engine(data, device, Path(tmp), tiny, note))
+    members = (1, 4) if tiny else MEMBERS
+    paths = ("eager", "graphs") if tiny else ("eager", "graphs", "compile")
+    steps = 5 if tiny else 30
+    padded = [8, 12] if tiny else PADDED
+    record["throughput"] = _part(
+        lambda: throughput(data, device, list(members), padded, padded[-1], steps, paths, note)
+    )
+    left = deadline - time.perf_counter() - (5 if tiny else 30)  # leave time to write
+    record["science"] = _part(lambda: science_pair(device, left, tiny, cache_dir, note))
+    record["wall_s"] = round(time.perf_counter() - t0, 1)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"gpu-{record['created'][:10]}-{record['commit'][:10]}"
+    json_path = out_dir / f"{stem}.json"
+    json_path.write_text(json.dumps(record, indent=1, default=_plain) + "\n")
+    md_path = out_dir / f"{stem}.md"
+    md_path.write_text(summary_markdown(record))
+    return record, json_path, md_path
+
+
+def _part(fn: Callable) -> dict | list:
+    """A part's result, or what stopped it (so one failure loses no other part)."""
+    try:
+        return fn()
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
+
+
+def _plain(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _device_words(device: torch.device) -> str:
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return f"{props.name}, {props.total_memory / 2**30:.0f} GiB"
+    return f"CPU ({platform.processor() or platform.machine()}), {torch.get_num_threads()} threads"
+
+
+def science_pair(
+    device: torch.device,
+    seconds: float,
+    tiny: bool = False,
+    cache_dir: Path | None = None,
+    note: Note = print,
+) -> dict:
+    """ADD alone against ADD in MAX+MED+ADD under the ``small`` recipe, 2 seeds a size, all
+    trained together for as many steps as fit in ``seconds``; each study's estimate from the
+    posterior and the factor with its 90% interval at every budget checkpoint."""
+    mod, sizes = (5, [8, 16]) if tiny else (10, [16, 20, 25, 32, 40, 51, 64, 81, 101, 128])
+    extra = dict(n_train=2000, n_test=200, n_val=100) if tiny else {}
+    tasks = {
+        "add": TaskConfig(ops=("add",), n=mod, **extra),
+        "max+med+add": TaskConfig(ops=("max", "med", "add"), n=mod, measure="add", **extra),
+    }
+    made = make_recipe("small")
+    cfg = replace(made.train, eval_every=500, checkpoints=(0.125, 0.25, 0.5, 1.0))
+    data = {name: load_task_data(task, cache_dir) for name, task in tasks.items()}
+    runs, keys = [], []
+    for name, task in tasks.items():
+        for d in sizes:
+            for seed in (0, 1):
+                model_cfg = model_config_for(task, d, cfg, **made.model_kwargs)
+                runs.append(Run(model_cfg, data[name], replace(cfg, seed=1000 * d + seed)))
+                keys.append((name, d, seed))
+    if tiny:  # the wiring, not the science: a fixed small budget
+        rate, budget = None, 100
+    else:
+        note(f"science pair: timing a step of {len(runs)} runs")
+        rate = _seconds_per_step(runs, device)
+        # training takes about 0.8 of the time; evaluations (four checkpoints, the end) the rest
+        budget = int(0.8 * seconds / rate) // 100 * 100
+        if budget < 100:
+            return {"skipped": f"{seconds:.0f} s left: fewer than 100 steps fit", "step_s": rate}
+    limit = None if tiny else seconds
+    runs = [replace(r, cfg=replace(r.cfg, max_steps=budget, time_limit_s=limit)) for r in runs]
+    note(f"science pair: {len(runs)} runs, {budget} steps each")
+    t0 = time.perf_counter()
+    results = train_runs(runs, device)
+    out: dict = {
+        "recipe": "small",
+        "mod": mod,
+        "sizes": sizes,
+        "seeds": 2,
+        "steps": budget,
+        "step_s": rate,
+        "train_wall_s": round(time.perf_counter() - t0, 1),
+        "runs": [
+            {
+                "study": name,
+                "d": d,
+                "seed": seed,
+                "steps": r.steps,
+                "accuracy": r.accuracy[tasks[name].measured_op],
+            }
+            for (name, d, seed), r in zip(keys, results, strict=True)
+        ],
+    }
+    out["budget"] = _estimates(tasks, keys, results, runs, made)
+    return out
+
+
+def _seconds_per_step(runs: list[Run], device: torch.device) -> float:
+    """Seconds a step of all ``runs`` takes on ``device``, after a warm-up."""
+    static = device.type == "cuda"
+    pack = start_pack(list(enumerate(runs)), device, static)
+    for _ in range(5):
+        step_pack(pack)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for _ in range(10):
+        step_pack(pack)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - t0) / 10
+
+
+def _estimates(tasks, keys, results, runs, made) -> list[dict]:
+    """At each checkpoint: each study's 80% point (posterior median, 90% interval) and the
+    factor ADD alone / mixture with its interval."""
+    rows = []
+    steps = sorted({b["step"] for r in results for b in r.budget})
+    for step in steps:
+        row: dict = {"step": step}
+        posts = {}
+        for name, task in tasks.items():
+            completed = [
+                (d, next(b["accuracy"] for b in r.budget if b["step"] == step))
+                for (n, d, _), r in zip(keys, results, strict=True)
+                if n == name
+            ]
+            run = next(r for r, (n, _, _) in zip(runs, keys, strict=True) if n == name)
+            settings = _search_settings(task, run, made)
+            estimate = transition_estimate(settings, completed)
+            posts[name] = transition_posterior(settings, completed)
+            row[name] = {
+                "params_p80": estimate["params_p80"],
+                "interval_params": estimate["interval_params"],
+                "d_p80": estimate["d_p80"],
+                "asymptote": estimate.get("asymptote"),
+                "learned_runs": sum(acc > 0.5 for _, acc in completed),
+            }
+        row["factor"] = reduction_factor(posts["add"], posts["max+med+add"])
+        rows.append(row)
+    return rows
+
+
+def _search_settings(task: TaskConfig, run: Run, made) -> SearchSettings:
+    chance = majority_rate(run.data.test[task.measured_op])
+    table = tuple(
+        (d, param_count(model_config_for(task, d, run.cfg, **made.model_kwargs))["total"])
+        for d in range(2, 513)
+    )
+    return SearchSettings(params_of_d=table, d_lo=16, d_hi=128, chance=chance)
+
+
+def summary_markdown(record: dict) -> str:
+    """The record in words and tables: what ``reports/gpu/`` keeps beside the JSON."""
+    lines = [
+        f"# bench gpu, {record['created']}",
+        "",
+        f"Device: {record['device']}; torch {record['torch']}, CUDA {record['cuda']}, Python "
+        f"{record['python']}; threshold {record['version']} at {record['commit'][:10]}; "
+        f"{record['wall_s']} s in all{' (tiny settings)' if record['tiny'] else ''}.",
+        "",
+        "## Engine against the CPU",
+        "",
+    ]
+    checks = record.get("checks", {})
+    if "error" in checks:
+        lines.append(f"Failed: `{checks['error']}`")
+    else:
+        lines += ["| check | result | ok |", "|---|---|---|"]
+        for name, value in checks.items():
+            shown = {k: v for k, v in value.items() if k != "ok"}
+            lines.append(f"| {name} | {json.dumps(shown, default=_plain)} | {value.get('ok')} |")
+    lines += ["", "## Throughput", ""]
+    rows = record.get("throughput", [])
+    if isinstance(rows, dict):
+        lines.append(f"Failed: `{rows['error']}`")
+    else:
+        lines += [
+            "| path | members | d | model-steps/s | tokens/s | step ms | host batch ms "
+            "| peak MiB |",
+            "|---|---:|---|---:|---:|---:|---:|---:|",
+        ]
+        for r in rows:
+            d = ",".join(map(str, r["d_models"]))
+            if "error" in r:
+                lines.append(f"| {r['path']} | {r['members']} | {d} | {r['error'][:60]} | | | | |")
+                continue
+            peak = r.get("peak_memory")
+            lines.append(
+                f"| {r['path']} | {r['members']} | {d} | {r['model_steps_per_s']:,.0f} | "
+                f"{r['tokens_per_s']:,.0f} | {r['step_ms']:.2f} | {r['host_batch_ms']:.2f} | "
+                f"{'' if peak is None else f'{peak / 2**20:,.0f}'} |"
+            )
+    lines += ["", "## Science pair (small recipe)", ""]
+    sci = record.get("science", {})
+    if "error" in sci or "skipped" in sci:
+        lines.append(f"Not run: `{sci.get('error') or sci.get('skipped')}`")
+    else:
+        lines.append(
+            f"ADD alone against ADD in MAX+MED+ADD, mod {sci['mod']}, d {sci['sizes'][0]}-"
+            f"{sci['sizes'][-1]}, {sci['seeds']} seeds, {sci['steps']} steps a run "
+            f"({sci['train_wall_s']} s for {len(sci['runs'])} runs)."
+        )
+        lines += [
+            "",
+            "| step | ADD alone: 80% point (90%) | learned | mixture: 80% point (90%) | learned "
+            "| factor (90%) |",
+            "|---:|---|---:|---|---:|---|",
+        ]
+        for row in sci["budget"]:
+            a, m, f = row["add"], row["max+med+add"], row["factor"]
+            lines.append(
+                f"| {row['step']:,} | {_point(a)} | {a['learned_runs']} | {_point(m)} | "
+                f"{m['learned_runs']} | {f['factor']:.2f}x ({f['interval'][0]:.2f}-"
+                f"{f['interval'][1]:.2f}) |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _point(e: dict) -> str:
+    lo, hi = e["interval_params"]
+    return f"{e['params_p80']:,.0f} ({lo:,.0f}-{hi:,.0f})"

@@ -1,0 +1,220 @@
+"""The engine on a GPU, checked against the CPU and timed: the training half of ``bench gpu``.
+
+:func:`check_engine` trains and evaluates the same runs on the device and on the CPU and gives
+the distances (logits at init, weights after 50 steps on the same batches, greedy and sampled
+accuracy of a trained member, its checkpoint reloaded on the CPU) and provokes a real CUDA
+out-of-memory error to see a pack halved with no run lost. :func:`throughput` times packs of
+many members, eager and graphed (and ``torch.compile`` where it compiles in time). Both run on
+the CPU too, on tiny settings, so CI proves the wiring.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from threshold.config import TrainConfig, model_config_for
+from threshold.tasks import TaskData
+from threshold.train.checkpoint import load_checkpoint, save_checkpoint
+from threshold.train.engine import (
+    Run,
+    init_model,
+    stacked_batch,
+    start_pack,
+    step_pack,
+    train_runs,
+)
+from threshold.train.ensemble import Ensemble
+from threshold.train.evaluate import evaluate_decode, evaluate_greedy
+from threshold.train.memory import pack_bytes
+
+__all__ = ["check_engine", "throughput"]
+
+Note = Callable[[str], None]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _max_diff(a: dict, b: dict) -> float:
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+
+def check_engine(
+    data: TaskData, device: torch.device, tmp: Path, tiny: bool = False, note: Note = print
+) -> dict:
+    """The engine on ``device`` against the CPU: distances, and whether each is within bounds."""
+    out: dict = {}
+    sizes = [8, 12] if tiny else [16, 24, 32, 40]
+    models = [init_model(model_config_for(data.config, d), seed) for seed, d in enumerate(sizes)]
+    note("logits at init")
+    x = torch.randint(0, len(data.vocab), (len(sizes), 4, 24))
+    with torch.no_grad():
+        logits = Ensemble.from_models(models, device)(x.to(device)).cpu()
+        diff = max(float((logits[i] - m(x[i])).abs().max()) for i, m in enumerate(models))
+    out["logits_at_init"] = {"max_abs_diff": diff, "ok": diff < 1e-4}
+
+    note("weights after 50 steps on the same batches")
+    cfg = TrainConfig(max_steps=20 if tiny else 50, eval_every=1000, lr=3e-3)
+    runs = [Run(m.cfg, data, replace(cfg, seed=i)) for i, m in enumerate(models)]
+    on_device = train_runs(runs, device)
+    on_cpu = train_runs(runs, "cpu")
+    diffs = [
+        _max_diff(a.model.state_dict(), b.model.state_dict())
+        for a, b in zip(on_device, on_cpu, strict=True)
+    ]
+    out["weights_after_steps"] = {"steps": cfg.max_steps, "max_abs_diff": max(diffs)}
+    out["weights_after_steps"]["ok"] = max(diffs) < 1e-3
+
+    note("a trained member: greedy and sampled accuracy, and its checkpoint on the CPU")
+    learn = TrainConfig(max_steps=100 if tiny else 400, eval_every=100, lr=1e-2, warmup_steps=50)
+    learn = replace(learn, learned_acc=1.01, seed=3)
+    d = 12 if tiny else 32
+    result = train_runs([Run(model_config_for(data.config, d), data, learn)], device)[0]
+    op, eos = data.config.measured_op, data.vocab.eos_id
+    test = data.test[op]
+    path = tmp / "member.ckpt"
+    save_checkpoint(path, result.model, data.config, learn.to_dict(), result.metrics())
+    reloaded = load_checkpoint(path).build_model()
+    cpu_greedy = float(evaluate_greedy(reloaded, test, eos)[0].mean())
+    cpu_sampled = float(evaluate_decode(reloaded, test, eos, sample_seed=learn.seed)[0].mean())
+    out["trained_member"] = {
+        "d": d,
+        "steps": result.steps,
+        "device_greedy": result.accuracy[op],
+        "cpu_greedy": cpu_greedy,
+        "device_sampled": result.sampled_accuracy[op],
+        "cpu_sampled": cpu_sampled,
+        "ok": abs(cpu_greedy - result.accuracy[op]) <= 0.01
+        and abs(cpu_sampled - result.sampled_accuracy[op]) <= 0.02,
+    }
+    if device.type == "cuda":
+        note("a real CUDA out-of-memory error halves a pack")
+        out["out_of_memory"] = _out_of_memory(data, device)
+    return out
+
+
+def _out_of_memory(data: TaskData, device: torch.device) -> dict:
+    """Cap this process's GPU memory below what one planned pack needs and train it: the
+    allocator's error must halve the pack until it fits, and every run must end."""
+    cfg = TrainConfig(max_steps=10, eval_every=1000, batch_size=256, eval_batch_size=64)
+    runs = [Run(model_config_for(data.config, 128), data, replace(cfg, seed=i)) for i in range(16)]
+    need = pack_bytes([(r.model_cfg, r.cfg) for r in runs])
+    total = torch.cuda.get_device_properties(device).total_memory
+    fraction = min(0.9, max(0.01, 0.3 * need / total))
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    halvings: list[str] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            halvings.append(record.getMessage())
+
+    handler, engine_log = Catch(), logging.getLogger("threshold.train.engine")
+    engine_log.addHandler(handler)
+    try:
+        results = train_runs(runs, device, memory_bytes=10 * need, share=True)
+        ended = [r.steps for r in results]
+    except torch.OutOfMemoryError as e:
+        return {"ok": False, "error": str(e).splitlines()[0], "fraction": fraction}
+    finally:
+        engine_log.removeHandler(handler)
+        torch.cuda.set_per_process_memory_fraction(1.0, device)
+        torch.cuda.empty_cache()
+    return {
+        "fraction": fraction,
+        "planned_bytes": need,
+        "halvings": halvings,
+        "runs_ended": len(ended),
+        "ok": bool(halvings) and ended == [cfg.max_steps] * len(runs),
+    }
+
+
+def throughput(
+    data: TaskData,
+    device: torch.device,
+    members: list[int],
+    padded_sizes: list[int],
+    one_size: int,
+    steps: int,
+    paths: tuple[str, ...] = ("eager", "graphs"),
+    note: Note = print,
+) -> list[dict]:
+    """Model-steps/s, useful tokens/s and peak memory of packs of ``members`` runs, of sizes
+    cycling through ``padded_sizes`` (one padded stack) and all at ``one_size``, for each
+    ``path``: ``eager``, ``graphs`` (static shapes, CUDA graphs) and ``compile``
+    (``torch.compile`` of the step, mode reduce-overhead)."""
+    rows = []
+    for path in paths:
+        for sizes in (padded_sizes, [one_size]):
+            for m in members:
+                note(f"{path}: {m} members at d {','.join(map(str, sizes))}")
+                try:
+                    row = _time_pack(data, device, sizes, m, steps, path)
+                except (RuntimeError, torch.OutOfMemoryError) as e:
+                    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+                    row = {"path": path, "members": m, "d_models": sorted(set(sizes))}
+                    row["error"] = first[:300]
+                rows.append(row)
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                if path == "compile" and row.get("compile_s", 0) > 60:
+                    return rows  # compiling takes too long to be worth more rows
+    return rows
+
+
+def _time_pack(data, device, sizes, m, steps, path) -> dict:
+    runs = [
+        Run(model_config_for(data.config, sizes[i % len(sizes)]), data, TrainConfig(seed=i))
+        for i in range(m)
+    ]
+    pack = start_pack(list(enumerate(runs)), device, static=path != "eager")
+    compile_s = None
+    if path == "compile":
+        t0 = time.perf_counter()
+        pack.graphs = None
+        pack.eager_step = torch.compile(pack.eager_step, mode="reduce-overhead")
+        step_pack(pack)
+        _sync(device)
+        compile_s = time.perf_counter() - t0
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    for _ in range(3):  # warm-up (and, graphed, the capture of the first shapes)
+        step_pack(pack)
+    tokens0 = sum(r.tokens for r in pack.members)
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step_pack(pack)
+    _sync(device)
+    elapsed = time.perf_counter() - t0
+    row = {
+        "path": path,
+        "members": m,
+        "d_models": sorted(set(sizes)),
+        "steps": steps,
+        "step_ms": 1000 * elapsed / steps,
+        "model_steps_per_s": m * steps / elapsed,
+        "tokens_per_s": (sum(r.tokens for r in pack.members) - tokens0) / elapsed,
+        "graphs_captured": len(pack.graphs.graphs) if pack.graphs is not None else 0,
+        "graphs_failed": bool(pack.graphs is not None and pack.graphs.failed),
+    }
+    if compile_s is not None:
+        row["compile_s"] = compile_s
+    if device.type == "cuda":
+        row["peak_memory"] = int(torch.cuda.max_memory_allocated(device))
+    host = time.perf_counter()
+    for _ in range(5):  # what drawing, padding and sending a batch costs the host
+        for member in pack.members:
+            member.pending = None
+        stacked_batch(pack)
+    _sync(device)
+    row["host_batch_ms"] = 1000 * (time.perf_counter() - host) / 5
+    return row
