@@ -12,7 +12,9 @@ def test_find_threshold_runs_a_tiny_search_and_resumes_it(tmp_path, monkeypatch)
     monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))
     url = f"sqlite:///{tmp_path}/s.db"
     options = dict(mod=5, n_train=2000, n_test=100, steps=60, budget=3, d_lo=4, d_hi=16)
-    estimate = threshold.find_threshold("max", storage=url, device="cpu", batch=3, **options)
+    estimate = threshold.find_threshold(
+        "max", storage=url, device="cpu", trials_at_once=3, **options
+    )
     assert estimate["n_runs"] == 3
     lo, hi = estimate["interval_params"]
     assert lo <= estimate["params_p80"] <= hi
@@ -30,7 +32,7 @@ def test_find_threshold_runs_a_tiny_search_and_resumes_it(tmp_path, monkeypatch)
         ({"modulus": 5}, "no option 'modulus'"),
         ({"tasks": "max,sum"}, "'sum'"),
         ({"workers": 0}, "--workers 0"),
-        ({"batch": 0}, "--batch 0"),
+        ({"trials_at_once": 0}, "--trials-at-once 0"),
         ({"arity": "2-x"}, "arity '2-x'"),
         ({"recipe": "paper", "weight_decay": 2.0}, "weight_decay 2.0"),
         ({"recipe": "slow"}, "recipe 'slow'"),

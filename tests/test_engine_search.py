@@ -15,6 +15,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from threshold.config import Execution
 from threshold.search import record
 from threshold.search.spec import StudySettings
 from threshold.search.study import create_or_load_study, open_storage
@@ -33,7 +34,7 @@ def test_a_trial_trained_four_at_a_time_is_the_trial_trained_alone(tmp_path, rec
     )  # fmt: skip
     url = f"sqlite:///{tmp_path}/s.db"
     name = create_or_load_study(settings, open_storage(url), "four").study_name
-    assert run_worker(name, url, heartbeat_s=5, cache_dir=tmp_path, device="cpu", batch=4) == 4
+    assert run_worker(name, Execution(url, 1, 4, "cpu", 5, tmp_path)) == 4
 
     data = load_task_data(settings.task, tmp_path)
     trials = optuna.load_study(study_name=name, storage=url).get_trials()

@@ -143,7 +143,7 @@ def test_every_non_default_value_in_the_real_suites_says_why(path):
         )
         explained |= table == "" and key in (
             "workers",
-            "batch",
+            "trials_at_once",
             "storage",
             "heartbeat",
             "baseline",
@@ -242,8 +242,8 @@ tasks = ["max", "min"]
 
 # name: (suite text, line the message names, words it must contain)
 BAD = {
-    "batch of 0": (GOOD.replace('name = "s"', 'name = "s"\nbatch = 0'), 2,
-                   ["'batch' = 0", "1 or more"]),
+    "trials at once 0": (GOOD.replace('name = "s"', 'name = "s"\ntrials_at_once = 0'), 2,
+                         ["'trials_at_once' = 0", "1 or more"]),
     "unknown key at top level": (GOOD.replace('name = "s"', 'name = "s"\nworkerz = 2'), 2,
                                  ["'workerz'", "did you mean 'workers'"]),
     "unknown key in a study": (GOOD.replace('label = "b"', 'label = "b"\nbudgett = 3'), 13,
@@ -331,7 +331,7 @@ def test_bad_suite_is_one_line_with_file_line_and_key_exit_2_nothing_written(
         (["run", "{tmp}"], "is a directory"),
         (["run", "{tmp}/good.toml", "--only", "a,zz"], "--only zz"),
         (["run", "{tmp}/good.toml", "--workers", "0"], "--workers 0"),
-        (["run", "{tmp}/good.toml", "--batch", "0"], "--batch 0"),
+        (["run", "{tmp}/good.toml", "--trials-at-once", "0"], "--trials-at-once 0"),
         (["run", "{tmp}/good.toml", "--workers", "100000"], "--workers 100000 is more than"),
     ],
 )
@@ -564,10 +564,10 @@ def test_sigterm_stops_workers_and_the_next_run_continues(tmp_path):
     assert TrialState.RUNNING not in states and TrialState.WAITING not in states
 
 
-def test_batch_key_sets_the_trials_a_worker_trains_at_once(tmp_path):
+def test_trials_at_once_key_sets_the_trials_a_worker_trains_at_once(tmp_path):
     path = tmp_path / "s.toml"
-    assert parse_suite(GOOD, path).batch == 1
-    batched = parse_suite(GOOD.replace('name = "s"', 'name = "s"\nbatch = 8'), path)
-    assert batched.batch == 8
+    assert parse_suite(GOOD, path).execution.trials_at_once == 1
+    batched = parse_suite(GOOD.replace('name = "s"', 'name = "s"\ntrials_at_once = 8'), path)
+    assert batched.execution.trials_at_once == 8
     plain = parse_suite(GOOD, path)
     assert [s.name for s in batched.studies] == [s.name for s in plain.studies]  # not a setting

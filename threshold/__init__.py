@@ -25,9 +25,9 @@ def find_threshold(
     *,
     study: str | None = None,
     workers: int = 1,
-    batch: int = 1,
+    trials_at_once: int = 1,
     device: str = "auto",
-    heartbeat_s: int = 30,
+    heartbeat_s: int | None = None,
     cache_dir: str | Path | None = None,
     **options,
 ) -> dict | None:
@@ -41,8 +41,8 @@ def find_threshold(
     ``split_seed``, ``steps``, ``d_lo``, ``d_hi``, ``precision``, ``budget``, ``level``,
     ``chance_corrected``, ``seed``, ``pretrain`` ("max,med"), ``weights`` ("add=2"),
     ``match_exposure``, ``recipe`` ("fast" or "paper") and any recipe field (``weight_decay``,
-    ``init_std``, ``checkpoints``, ...: threshold.config). ``workers`` processes train (``batch``
-    trials each at once, on ``device``).
+    ``init_std``, ``checkpoints``, ...: threshold.config). ``workers`` processes train
+    (``trials_at_once`` trials each at once, on ``device``): :class:`threshold.config.Execution`.
 
     Returns the estimate stored on the study: ``params_p80`` (the 80% point in parameters),
     ``interval_params`` (its 90% interval), ``d_p80``, ``midpoint_params``, ``asymptote``,
@@ -51,7 +51,7 @@ def find_threshold(
     """
     import inspect
 
-    from threshold.config import MODEL_FIELDS, TRAIN_FIELDS
+    from threshold.config import MODEL_FIELDS, TRAIN_FIELDS, Execution
     from threshold.search.find import run_search
     from threshold.search.spec import StudySettings
 
@@ -62,15 +62,13 @@ def find_threshold(
     if unknown:
         raise ConfigError(f"find_threshold() has no option {unknown[0]!r}: use {', '.join(known)}")
     settings = StudySettings.from_options(tasks=tasks, measure=measure, **options)
-    outcome = run_search(
-        settings,
-        storage,
-        study,
+    execution = Execution().but(
+        storage=storage,
         workers=workers,
-        batch=batch,
+        trials_at_once=trials_at_once,
         device=device,
         heartbeat_s=heartbeat_s,
-        cache_dir=None if cache_dir is None else Path(cache_dir),
-        poll_s=1.0,
+        cache_dir=cache_dir,
     )
+    outcome = run_search(settings, execution, study, poll_s=1.0)
     return outcome.estimate

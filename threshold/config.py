@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import asdict, dataclass, fields, replace
 from functools import cached_property
+from pathlib import Path
 
 from threshold.errors import ConfigError
 from threshold.tasks import TaskConfig
@@ -39,6 +40,7 @@ __all__ = [
     "MODEL_FIELDS",
     "RECIPES",
     "TRAIN_FIELDS",
+    "Execution",
     "ModelConfig",
     "Recipe",
     "TrainConfig",
@@ -54,6 +56,44 @@ __all__ = [
 
 
 MAX_D_MODEL = 4096
+
+
+@dataclass(frozen=True)
+class Execution:
+    """Where and how a study's runs execute: ``find``, ``worker``, ``run`` and
+    :func:`threshold.find_threshold` build one and pass it down. None of it changes a run's
+    result (a run trains the same alone or beside others, in one worker or many), so none of it
+    is stored on the study."""
+
+    storage: str | None = None  # None: $THRESHOLD_STORAGE, else sqlite:///studies/threshold.db
+    workers: int = 1  # worker processes, one torch thread each: one a core, or one a GPU
+    trials_at_once: int = 1  # trials a worker trains together as one batched run (fills a GPU)
+    device: str = "auto"  # auto: the GPU when there is one, else the CPU
+    heartbeat_s: int = 30  # a running trial's beat; one silent for several beats is retried
+    cache_dir: Path | None = None  # task data (None: $THRESHOLD_CACHE, else ~/.cache/threshold)
+    oversubscribe: bool = False  # start more workers than cores (CPU) or GPUs (CUDA)
+
+    def __post_init__(self) -> None:
+        for name, option in (
+            ("workers", "--workers"),
+            ("trials_at_once", "--trials-at-once"),
+            ("heartbeat_s", "--heartbeat"),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(
+                    f"{option} {value!r} is not allowed: use a whole number, 1 or more"
+                )
+        if self.cache_dir is not None and not isinstance(self.cache_dir, Path):
+            object.__setattr__(self, "cache_dir", Path(self.cache_dir))
+
+    def but(self, **changes) -> Execution:
+        """A copy with ``changes`` applied, skipping ``None`` values (an option left unset)."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def to_json(self) -> dict:
+        """The settings as JSON values: how a worker process receives them."""
+        return asdict(self) | {"cache_dir": None if self.cache_dir is None else str(self.cache_dir)}
 
 
 @dataclass(frozen=True)

@@ -57,11 +57,19 @@ Storage = Annotated[
     ),
 ]
 Heartbeat = Annotated[
-    int, typer.Option(help="Seconds between heartbeats; a trial silent for 3 of them is retried.")
+    int | None,
+    typer.Option(
+        help="Seconds between heartbeats; a trial silent for 3 of them is retried "
+        "\\[default: 30, threshold.config.Execution].",
+        show_default=False,
+    ),
 ]
-Batch = Annotated[
+TrialsAtOnce = Annotated[
     int,
-    typer.Option(help="Trials a worker takes at once and trains as one batch (the sampler's K)."),
+    typer.Option(
+        "--trials-at-once",
+        help="Trials a worker takes at once and trains together as one batch (fills a GPU).",
+    ),
 ]
 Device = Annotated[
     str,

@@ -9,7 +9,6 @@ import typer
 
 from threshold.cli.common import (
     Arity,
-    Batch,
     Batches,
     Block,
     CacheDir,
@@ -36,6 +35,7 @@ from threshold.cli.common import (
     Storage,
     Tasks,
     Testbed,
+    TrialsAtOnce,
     WeightDecay,
     Weights,
     Window,
@@ -98,14 +98,14 @@ def find(
         typer.Option(help="Pretrain every run on these ops first, e.g. max,med (transfer)."),
     ] = None,
     workers: Annotated[int, typer.Option(help="Worker processes (one torch thread each).")] = 1,
-    batch: Batch = 1,
+    trials_at_once: TrialsAtOnce = 1,
     device: Device = "auto",
     oversubscribe: Annotated[
         bool, typer.Option(help="Start more workers than cores (CPU) or GPUs (CUDA).")
     ] = False,
     storage: Storage = None,
     study: Annotated[str | None, typer.Option(help="Study name \\[default: derived].")] = None,
-    heartbeat: Heartbeat = 30,
+    heartbeat: Heartbeat = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     cache_dir: CacheDir = None,
 ) -> None:
@@ -113,8 +113,18 @@ def find(
     options = dict(locals())  # the recipe options among them: recipe_overrides
 
     def body():
+        from threshold.config import Execution
         from threshold.search.find import Interrupted, run_search
         from threshold.search.spec import StudySettings
+
+        execution = Execution(
+            storage,
+            workers,
+            trials_at_once,
+            device,
+            cache_dir=cache_dir,
+            oversubscribe=oversubscribe,
+        ).but(heartbeat_s=heartbeat)  # checked before the study's settings are built
 
         settings = StudySettings.from_options(
             tasks,
@@ -143,18 +153,7 @@ def find(
         )
         try:
             with _LiveView(enabled=not as_json) as view:
-                outcome = run_search(
-                    settings,
-                    storage,
-                    study,
-                    workers,
-                    batch,
-                    device,
-                    heartbeat,
-                    cache_dir,
-                    oversubscribe,
-                    on_update=view.update,
-                )
+                outcome = run_search(settings, execution, study, on_update=view.update)
         except Interrupted as e:
             typer.echo(f"interrupted: run the same command to resume study {e.study!r}", err=True)
             raise typer.Exit(130) from None
@@ -171,10 +170,10 @@ def find(
 def worker(
     study: Annotated[str, typer.Option(help="Name of the study to join.")],
     storage: Storage = None,
-    heartbeat: Heartbeat = 30,
+    heartbeat: Heartbeat = None,
     max_trials: Annotated[int | None, typer.Option(help="Stop after this many trials.")] = None,
     quiet: Annotated[bool, typer.Option(help="Log warnings only.")] = False,
-    batch: Batch = 1,
+    trials_at_once: TrialsAtOnce = 1,
     device: Device = "auto",
     cache_dir: CacheDir = None,
 ) -> None:
@@ -183,6 +182,7 @@ def worker(
     def body():
         import logging
 
+        from threshold.config import Execution
         from threshold.report.notes import NOTE_RENDER
         from threshold.search.find import die_with_parent
         from threshold.search.record import storage_log_level
@@ -192,9 +192,9 @@ def worker(
         level = logging.WARNING if quiet else logging.INFO
         logging.basicConfig(level=level, format="%(asctime)s worker %(process)d %(message)s")
         storage_log_level(level)
-        run_worker(
-            study, storage, heartbeat, max_trials, cache_dir, device, batch, notes=NOTE_RENDER
-        )
+        execution = Execution(storage, 1, trials_at_once, device, cache_dir=cache_dir)
+        execution = execution.but(heartbeat_s=heartbeat)
+        run_worker(study, execution, max_trials, notes=NOTE_RENDER)
 
     run_guarded(body)
 

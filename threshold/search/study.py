@@ -21,7 +21,6 @@ import tempfile
 import warnings
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import optuna
 import sqlalchemy
@@ -30,13 +29,11 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.storages._rdb.models import TrialHeartbeatModel  # its table; no public reader
 from optuna.trial import TrialState
 
+from threshold.config import Execution
 from threshold.errors import ConfigError, ThresholdError
 from threshold.meta import git_commit, version
 from threshold.search.settings import SearchConfig
 from threshold.search.spec import StudySettings
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "DEFAULT_STORAGE",
@@ -100,7 +97,9 @@ class _Storage(RDBStorage):
         return stale + [tid for tid in old if tid not in beating]
 
 
-def open_storage(url: str | None = None, heartbeat_s: int = 30, create: bool = True) -> RDBStorage:
+def open_storage(
+    url: str | None = None, heartbeat_s: int = Execution.heartbeat_s, create: bool = True
+) -> RDBStorage:
     """An RDB storage with heartbeats and retry of stale trials; SQLite files in WAL mode."""
     url = storage_url(url)
     if "://" not in url:
