@@ -80,10 +80,10 @@ class Execution:
             ("heartbeat_s", "--heartbeat"),
         ):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(
-                    f"{option} {value!r} is not allowed: use a whole number, 1 or more"
-                )
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{option} {value!r} is not allowed: use a whole number")
+            if value < 1:
+                raise ConfigError(f"{option} {value} is not allowed: use 1 or more")
         if self.cache_dir is not None and not isinstance(self.cache_dir, Path):
             object.__setattr__(self, "cache_dir", Path(self.cache_dir))
 
