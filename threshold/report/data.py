@@ -658,10 +658,10 @@ def compare(studies: list[StudyData], baselines: Sequence[str]) -> None:
         ):
             s.reduction_note = "none: the two studies define the transition differently"
         else:
+            # A factor neither side of which is located ("form" "none") is kept, as the record
+            # of the posteriors' ratio, with a note; the pages give the note instead.
             ratio = factor(base.x80, s.x80) | _bounded(base, s)
-            if ratio["form"] == NONE:
-                s.reduction_note = f"none: {unbounded_words(base.transition, s.transition)}"
-            elif _measured(s) != _measured(base):
+            if _measured(s) != _measured(base):
                 s.size_ratio = ratio
             else:
                 s.reduction = ratio

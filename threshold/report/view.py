@@ -297,8 +297,18 @@ def _ratio(s: StudyData) -> Ratio | None:
     r = s.reduction or s.size_ratio
     if r is None:
         return None
+    if r.get("form") == "none":  # no factor, not even a bound: Row.no_ratio says why
+        return None
     kind = "reduction" if s.reduction is not None else "size ratio"
     return _ratio_of(r, kind)
+
+
+def _no_ratio(s: StudyData) -> str:
+    """Why a study with a baseline shows no factor ("" when it shows one)."""
+    r = s.reduction or s.size_ratio
+    if r is not None and r.get("form") == "none":
+        return r["note"]
+    return s.reduction_note.removeprefix("none: ")
 
 
 def _ratio_of(r: dict, kind: str) -> Ratio:
@@ -333,7 +343,7 @@ def _row(s: StudyData) -> Row:
         precision=s.settings.search.precision,
         is_baseline=s.baseline == s.name,
         ratio=_ratio(s),
-        no_ratio=s.reduction_note.removeprefix("none: "),
+        no_ratio=_no_ratio(s),
         warning=s.warning,
         status_text=s.status_text,
         transition=s.transition,
