@@ -52,7 +52,7 @@ def _store(storage, tasks: str, mod: int, final, early, **options) -> str:
     for i, d in enumerate(SIZES):
         acc = final(d)
         budget = [
-            {"step": s, "tokens": 64 * 40 * s, "accuracy": a, "sampled_accuracy": a, "reached": True}
+            {"step": s, "tokens": 2560 * s, "accuracy": a, "sampled_accuracy": a, "reached": True}
             for s, a in ((STEPS // 2, early(d)), (STEPS, acc))
         ]
         study.add_trial(
