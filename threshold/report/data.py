@@ -703,11 +703,13 @@ def unbounded_words(theirs: dict, mine: dict) -> str:
     if kinds == {"upper bound"}:
         return "neither transition is located: both lie below the sizes run"
     sides = (("the baseline's", theirs), ("this study's", mine))
-    who = " and ".join(w for w, t in sides if t["kind"] == NONE)
+    names = [w for w, t in sides if t["kind"] == NONE]
+    who = " and ".join(names)
     if not all(t["checked"] for t in (theirs, mine) if t["kind"] == NONE):
+        points = "80% points lie" if len(names) > 1 else "80% point lies"
         return (
-            f"{who} 80% point lies where fewer than {LOCATING_RUNS} runs are on a side of it, "
-            "and this results.json keeps no accuracies at checkpoints to bound it"
+            f"{who} {points} where fewer than {LOCATING_RUNS} runs are on a side, and this "
+            "results.json keeps no accuracies at checkpoints to bound them"
         )
     return f"{who} runs neither locate nor bound the 80% point"
 

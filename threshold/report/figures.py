@@ -173,16 +173,25 @@ def study_figure(s: StudyData, path: Path) -> Path:
         lo, hi = est["interval_params"]
         p80 = est["params_p80"]
         point = f"{s.settings.search.level:.0%} point"
+        label = f"{point} {p80:,.0f} (90%: {lo:,.0f} - {hi:,.0f})"
+        if not _located(s):  # the fit's point stays, hollow, and the runs' bound is drawn
+            label = f"fitted {label}: not located by the runs"
+            if s.transition["params"] is not None:
+                sign = ">" if s.transition["kind"] == "lower bound" else "<="
+                bound = s.transition["params"]
+                ax.axvline(bound, color=COLORS[1], linestyle=":", linewidth=1.5,
+                           label=f"{point} {sign} {bound:,.0f} (the runs' bound)")  # fmt: skip
         ax.errorbar(
             [p80],
             [level_accuracy(s)],
             xerr=[[p80 - lo], [hi - p80]],
             fmt="D",
             color=COLORS[1],
+            mfc=COLORS[1] if _located(s) else "white",
             markersize=8,
             capsize=4,
             zorder=5,
-            label=f"{point} {p80:,.0f} (90%: {lo:,.0f} - {hi:,.0f})",
+            label=label,
         )
         mid = est.get("midpoint_params")
         if mid:
@@ -259,6 +268,7 @@ def curves_figure(studies: list[StudyData], styles: dict, path: Path) -> Path:
             xerr=[[p80 - lo], [hi - p80]],
             fmt="D",
             color=color,
+            mfc=color if _located(s) else "white",  # hollow: not located by the runs
             capsize=3,
             markersize=6,
         )
@@ -274,6 +284,11 @@ def curves_figure(studies: list[StudyData], styles: dict, path: Path) -> Path:
     else:
         ax.legend(fontsize=8, loc="upper left", handlelength=2.6)
     return _save(fig, path)
+
+
+def _located(s: StudyData) -> bool:
+    """The study's runs locate its 80% point (threshold.report.bounds): drawn filled."""
+    return _kind(s.transition) == "point"
 
 
 def _kind(transition: dict | None) -> str:
@@ -475,6 +490,7 @@ def comparison_figure(groups, styles: dict, path: Path) -> Path:
                 color="0.25",
             )
         right.set_xscale("log")
+        right.margins(x=0.15)  # room for a bound's arrowhead and its label at the edge
         _log_ticks(right.xaxis, lambda v, _p: f"{v:g}x")
         right.grid(True, alpha=0.3)
         right.set_xlabel("baseline's 80% point / study's (> 1: smaller)")
@@ -571,7 +587,8 @@ def comparison_plotly(studies: list[StudyData], styles: dict):
                     "color": color,
                 },
                 name=f"{s.label}: 80% point",
-                hovertemplate=f"80% point {p80:,.0f} params (90%: {lo:,.0f} - {hi:,.0f}), "
+                hovertemplate=("" if _located(s) else "not located by the runs; fitted ")
+                + f"80% point {p80:,.0f} params (90%: {lo:,.0f} - {hi:,.0f}), "
                 f"d = {est['d_p80']:.1f}<extra>{s.label}</extra>",
                 **common,
             )

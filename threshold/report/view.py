@@ -553,9 +553,9 @@ def _study(
         what = bound_phrase(row.ratio)
         ratio_text = (
             f"{what}, for the sizes and seeds run ("
-            f"{bound_words(row.ratio, base.label, base.transition, row.transition)}); the "
-            f"posterior's factor {row.ratio.factor:.2f}x (90%: {row.ratio.lo:.2f} - "
-            f"{row.ratio.hi:.2f}) is not reported, as its bounded side is the prior's range"
+            f"{bound_words(row.ratio, 'the baseline', base.transition, row.transition)}); the "
+            f"posteriors' ratio ({row.ratio.factor:.2f}x, 90%: {row.ratio.lo:.2f} - "
+            f"{row.ratio.hi:.2f}) is no result: on its bounded side it is the prior's range"
         )
     typed = _estimate(s)
     est = typed.to_dict()  # the keys the record does not type: midpoint, fit, seed spread
