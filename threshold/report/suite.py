@@ -74,7 +74,9 @@ def _line(row: dict, labels: dict[str, str]) -> TransitionLine:
     cell = factor(ratio) if ratio else (row["no_ratio"] if row.get("baseline") else "")
     if ratio and ratio["kind"] == "size ratio":
         cell += ", another op"
-    if ok:
+    if ok and not located:
+        width = "not located"
+    elif ok:
         width = f"{row['interval_ratio']:.2f}x" + (
             f" > {row['precision']:g}x" if row["interval_ratio"] > row["precision"] else ""
         )
