@@ -281,6 +281,9 @@ BAD = {
                             ["'d_hi'", "d range 8..4"]),
     "unknown pretraining op": (GOOD.replace('tasks = ["max"]', 'tasks = ["max"]\npretrain = '
                                             '["nope"]'), 10, ["'pretrain'", "'nope'"]),
+    "infinite learning rate": (GOOD.replace("mod = 5", "lr = inf"), 5, ["'lr'", "finite"]),
+    "infinite precision": (GOOD.replace('label = "b"', 'label = "b"\nprecision = inf'), 13,
+                           ["'precision'", "finite"]),
     "arity not MIN-MAX": (GOOD.replace("mod = 5", 'arity = "2/3"'), 5, ["'arity'", "MIN-MAX"]),
     "missing tasks": (GOOD.replace('tasks = ["max"]\n', ""), 7, ["'tasks' is missing"]),
     "the same settings twice": (GOOD.replace('tasks = ["max", "min"]', 'tasks = ["max"]'), 11,

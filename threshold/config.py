@@ -28,6 +28,7 @@ sets, and :func:`make_recipe` splits a user's overrides between the two.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from functools import cached_property
 
@@ -42,6 +43,7 @@ __all__ = [
     "ModelConfig",
     "Recipe",
     "TrainConfig",
+    "check_finite",
     "checked_field",
     "make_recipe",
     "model_config_for",
@@ -54,6 +56,16 @@ __all__ = [
 
 
 MAX_D_MODEL = 4096
+
+
+def check_finite(settings) -> None:
+    """Refuse an infinite or NaN number in any field of the dataclass ``settings`` (alone or in a
+    tuple): ``inf`` passes every range check that only has a lower bound (``lr > 0``)."""
+    for f in fields(settings):
+        value = getattr(settings, f.name)
+        values = value if isinstance(value, tuple) else (value,)
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            raise ConfigError(f"{f.name} {value} is not allowed: give a finite number")
 
 
 @dataclass(frozen=True)
@@ -73,6 +85,7 @@ class ModelConfig:
     qkv_bias: bool = True  # the group's code has none (3 d parameters fewer)
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if not 1 <= self.d_model <= MAX_D_MODEL:
             raise ConfigError(
                 f"d_model {self.d_model} is not allowed: use 1 to {MAX_D_MODEL} (this tool looks"
@@ -170,6 +183,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", tuple(self.betas))
         object.__setattr__(self, "checkpoints", tuple(float(c) for c in self.checkpoints))
+        check_finite(self)
         if not 0 <= self.seed < 2**63:
             raise ConfigError(f"seed {self.seed} is not allowed: use 0 to 2**63 - 1")
         names = ("max_steps", "batch_size", "eval_every", "eval_batch_size", "threads")
