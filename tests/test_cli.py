@@ -62,6 +62,23 @@ def test_bad_checkpoint_path_is_refused(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+def test_out_onto_earlier_checkpoints_is_refused_before_training_unless_forced(tmp_path):
+    out = tmp_path / "models"
+    out.mkdir()
+    (out / "d8-seed0.ckpt").write_bytes(b"an earlier, longer run")
+    args = ["train", *TINY, "--d-model", "8,12", "--steps", "4", "--eval-every", "2"]
+    proc = run([*args, "--out", str(out)], tmp_path / "cache")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"error: --out folder {str(out)!r} exists and is not empty: choose another --out, or pass"
+        " --force to write over it"
+    ]
+    assert (out / "d8-seed0.ckpt").read_bytes() == b"an earlier, longer run"
+    assert not (tmp_path / "cache").exists()  # refused before the data was made
+    run([*args, "--out", str(out), "--force"], tmp_path / "cache", check=True)
+    assert load_checkpoint(out / "d8-seed0.ckpt").model_config.d_model == 8
+
+
 def test_train_json_and_checkpoint(tmp_path):
     out = tmp_path / "m.ckpt"
     proc = run(

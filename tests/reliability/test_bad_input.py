@@ -94,6 +94,14 @@ CASES = {
         ["train", "--out", "{tmp}/notes.txt/model.ckpt"],
         "notes.txt/model.ckpt",
     ),
+    "checkpoint: --out where nothing can be made": (
+        ["train", "--out", "/proc/nope/model.ckpt"],
+        "'/proc/nope/model.ckpt' cannot be written",
+    ),
+    "checkpoint: --out onto an existing file": (
+        ["train", "--out", "{tmp}/notes.txt"],
+        "'{tmp}/notes.txt' exists: choose another --out, or pass --force",
+    ),
     "checkpoint: analyze a text file": (
         ["analyze", "--checkpoint", "{tmp}/notes.txt"],
         "notes.txt' is not a threshold checkpoint",
@@ -164,7 +172,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(
     assert result.exit_code == 2, (result.output, result.exception)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert named in lines[0], lines[0]
+    assert named.format(tmp=tmp_path) in lines[0], lines[0]
     assert rows(tmp_path / "s.db") == before
     assert (tmp_path / "notes.txt").read_text() == "not a database\n"
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("s.db")) == [

@@ -100,6 +100,9 @@ def train(
         Path | None,
         typer.Option(help="Save the checkpoint here (a folder when several models train)."),
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write over an existing --out file or folder.")
+    ] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object (one line per model).")
     ] = False,
@@ -140,7 +143,7 @@ def train(
             raise ConfigError(f"--memory-gb {memory_gb} is not allowed: use a positive number")
         memory = None if memory_gb is None else int(memory_gb * 2**30)
         plan_packs(runs, dev, memory)  # a model too large for memory is refused here
-        paths = _checkpoint_paths(out, runs)
+        paths = _checkpoint_paths(out, runs, force)  # before training
         data = load_task_data(task_cfg, cache_dir)
 
         def show(i: int, p) -> None:
@@ -189,21 +192,31 @@ def int_list(text: str, option: str) -> list[int]:
     return values
 
 
-def _checkpoint_paths(out: Path | None, runs) -> list[Path | None]:
-    """Each run's checkpoint path: ``out`` itself for one run, else files in folder ``out``."""
+def _checkpoint_paths(out: Path | None, runs, force: bool = False) -> list[Path | None]:
+    """Each run's checkpoint path: ``out`` itself for one run, else files in folder ``out``.
+    Refused before training: a path that cannot be written, or (unless ``force``) an existing
+    file or a folder that is not empty, whose earlier checkpoints would be replaced."""
     from threshold.errors import ConfigError
+    from threshold.train.checkpoint import check_writable
 
     if out is None:
         return [None] * len(runs)
     existing = next(p for p in (out, *out.parents) if p.exists())
+    again = "choose another --out, or pass --force to write over it"
     if len(runs) == 1:
         if out.is_dir():
             raise ConfigError(f"--out {str(out)!r} is a directory: give a file path")
         if existing != out and not existing.is_dir():
             raise ConfigError(f"--out {str(out)!r} cannot be written: a parent is a file")
+        if out.exists() and not force:
+            raise ConfigError(f"--out {str(out)!r} exists: {again}")
+        check_writable(out.parent, out)
         return [out]
     if not existing.is_dir():
         raise ConfigError(f"--out {str(out)!r} is a file: give a folder for several checkpoints")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ConfigError(f"--out folder {str(out)!r} exists and is not empty: {again}")
+    check_writable(out)
     return [out / f"d{m.d_model}-seed{c.seed}.ckpt" for m, c in runs]
 
 
