@@ -9,6 +9,7 @@ what it held (every row compared), and no data cache, artifact or checkpoint was
 from __future__ import annotations
 
 import hashlib
+import random
 import sqlite3
 
 import optuna
@@ -214,6 +215,27 @@ def test_bad_checkpoint_is_refused_in_one_line_naming_the_file(case, tmp_path):
         load_checkpoint(path)
     message = str(info.value)
     assert "\n" not in message and str(path) in message and named in message
+
+
+@pytest.mark.parametrize("command", ["status", "report", "find"])
+def test_a_corrupt_inner_page_is_one_line_exit_2(command, template, tmp_path, restore_signals):
+    """Damage past the header: SQLite opens the file, and only a read meets the bad page."""
+    body = bytearray(template)
+    page = 4096
+    assert len(body) >= 4 * page, len(body)
+    rng = random.Random(0)
+    body[2 * page : 3 * page] = bytes(rng.randrange(256) for _ in range(page))
+    (tmp_path / "s.db").write_bytes(bytes(body))
+    args = [command, "--storage", f"sqlite:///{tmp_path}/s.db"]
+    if command == "find":
+        args[1:1] = FIND_ARGS
+    if command == "report":
+        args += ["-o", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, args, env={"THRESHOLD_CACHE": str(tmp_path / "cache")})
+    assert result.exit_code == 2, (result.output, result.exception)
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: storage 'sqlite:///{tmp_path}/s.db' is damaged"), line
+    assert (tmp_path / "s.db").read_bytes() == bytes(body)
 
 
 def test_trial_checkpoint_missing_from_the_artifact_store(tmp_path, monkeypatch):
