@@ -80,6 +80,10 @@ CASES = {
     "storage: a directory": (["find", "--storage", "sqlite:///{tmp}/adir"], "is a directory"),
     "storage: not a database": (["find", "--storage", "sqlite:///{tmp}/notes.txt"], "notes.txt"),
     "storage: file as parent": (["find", "--storage", "sqlite:///{tmp}/notes.txt/s.db"], "notes"),
+    "storage: folder missing": (
+        ["find", "--storage", "sqlite:///{tmp}/no/such/dir/x.db"],
+        "folder '{tmp}/no/such/dir' does not exist",
+    ),
     "storage: driver missing": (["find", "--storage", "mysql://u@localhost/db"], "'mysql://"),
     "storage: unknown scheme": (["status", "--storage", "nosuch://x"], "'nosuch://x'"),
     "study: empty name": (["find", "--study", ""], "study name ''"),

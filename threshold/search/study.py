@@ -120,6 +120,11 @@ def open_storage(url: str | None = None, heartbeat_s: int = 30, create: bool = T
             raise StorageError(f"storage {url!r} is a directory: name a database file in it")
         if not path.exists() and not create:
             raise StorageError(f"storage {url!r} does not exist")
+        if not path.parent.exists() and url != DEFAULT_STORAGE:  # a mistyped path, not a study
+            raise StorageError(
+                f"storage {url!r} cannot be made: folder {str(path.parent)!r} does not exist;"
+                " create it first, or check the path"
+            )
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with sqlite3.connect(path) as con:  # WAL is a property of the file: set it once
