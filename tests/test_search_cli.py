@@ -63,6 +63,23 @@ def test_find_json_and_status(tmp_path):
     assert all(any(a["key"] == "checkpoint_artifact" for a in t["user_attrs"]) for t in trials)
 
 
+def test_find_without_a_terminal_says_each_run_as_it_ends(tmp_path):
+    """Under nohup, CI or a log file: one plain line per run on stderr while the study runs, and
+    a rerun of the finished study says that nothing ran."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    args = ["find", *TINY, "--steps", "30", "--budget", "3", "--batch", "3"]
+    proc = threshold([*args, "--storage", url], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("trial ")]
+    assert len(lines) == 3, proc.stderr
+    assert all(" params) accuracy " in line and "; " in line for line in lines), lines
+    assert "3 runs in" in proc.stdout
+    again = threshold([*args, "--storage", url], tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "3 runs, all from before (nothing left to run)" in again.stdout
+    assert not [line for line in again.stderr.splitlines() if line.startswith("trial ")]
+
+
 def dashboard_get(url: str, path: str) -> tuple[str, bytes]:
     from wsgiref.util import setup_testing_defaults
 

@@ -9,6 +9,7 @@ From Python::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from threshold.errors import CheckpointError, ConfigError, ThresholdError
@@ -29,6 +30,7 @@ def find_threshold(
     device: str = "auto",
     heartbeat_s: int = 30,
     cache_dir: str | Path | None = None,
+    on_run: Callable[[dict, dict], None] | None = None,
     **options,
 ) -> dict | None:
     """Locate the learning transition of ``tasks`` (measured on ``measure``, default the hardest
@@ -42,7 +44,10 @@ def find_threshold(
     ``chance_corrected``, ``seed``, ``pretrain`` ("max,med"), ``weights`` ("add=2"),
     ``match_exposure``, ``recipe`` ("fast" or "paper") and any recipe field (``weight_decay``,
     ``init_std``, ``checkpoints``, ...: threshold.config). ``workers`` processes train (``batch``
-    trials each at once, on ``device``).
+    trials each at once, on ``device``). ``on_run(run, study)`` is called as each run ends:
+    ``run`` a dict (``number``, ``state``, ``d_model``, ``params_total``, ``seed``,
+    ``accuracy``, ``stop_reason``, ``seconds``), ``study`` the study then (its ``estimate``
+    and every trial); nothing is printed.
 
     Returns the estimate stored on the study: ``params_p80`` (the 80% point in parameters),
     ``interval_params`` (its 90% interval), ``d_p80``, ``midpoint_params``, ``asymptote``,
@@ -72,5 +77,6 @@ def find_threshold(
         heartbeat_s=heartbeat_s,
         cache_dir=None if cache_dir is None else Path(cache_dir),
         poll_s=1.0,
+        on_run=on_run,
     )
     return outcome.estimate

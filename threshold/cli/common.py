@@ -200,6 +200,28 @@ def val_accuracy_words(p) -> str:
     return " ".join(f"{op} {a:.2f}" for op, a in p.val_accuracy.items()) or "-"
 
 
+def run_words(row: dict) -> str:
+    """``d = 16 (4,816 params) accuracy 0.912 (learned, 21 s)``: one finished run of a study
+    (a row of :func:`threshold.search.find.snapshot`), as each command following a study says it."""
+    if row["state"] == "COMPLETE":
+        return (
+            f"d = {row['d_model']} ({row['params_total'] or 0:,} params) accuracy "
+            f"{row['accuracy']:.3f} ({row['stop_reason']}, {row['seconds'] or 0:.0f} s)"
+        )
+    return f"d = {row['d_model']} failed (retried if its worker died)"
+
+
+def estimate_words(est: dict | None) -> str:
+    """``80% point 9,120 params (d 24.0), 90% interval 4,031 - 17,960``, or no estimate yet."""
+    if not est or not est.get("params_p80"):
+        return "no estimate yet"
+    lo, hi = est["interval_params"]
+    return (
+        f"80% point {est['params_p80']:,.0f} params (d {est['d_p80']:.1f}), "
+        f"90% interval {lo:,.0f} - {hi:,.0f}"
+    )
+
+
 def task_config(tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed):
     from threshold.tasks import TaskConfig
 

@@ -41,8 +41,10 @@ from threshold.cli.common import (
     Window,
     app,
     bench_app,
+    estimate_words,
     recipe_overrides,
     run_guarded,
+    run_words,
 )
 
 
@@ -154,6 +156,7 @@ def find(
                     cache_dir,
                     oversubscribe,
                     on_update=view.update,
+                    on_run=view.run_ended,
                 )
         except Interrupted as e:
             typer.echo(f"interrupted: run the same command to resume study {e.study!r}", err=True)
@@ -368,14 +371,24 @@ def _overrides_note(result: dict) -> str:
 
 
 class _LiveView:
-    """A live table of the study's trials and its current estimate."""
+    """A live table of the study's trials and its current estimate on stderr; where stderr is
+    not a terminal (a log file, nohup, CI), one plain line per run as it ends instead."""
 
     def __init__(self, enabled: bool) -> None:
         from rich.console import Console
         from rich.live import Live
 
-        self.live = Live(console=Console(stderr=True), refresh_per_second=2, transient=False)
-        self.enabled = enabled
+        console = Console(stderr=True)
+        self.live = Live(console=console, refresh_per_second=2, transient=False)
+        self.plain = enabled and not console.is_terminal
+        self.enabled = enabled and not self.plain
+
+    def run_ended(self, row: dict, snap: dict) -> None:
+        if self.plain:
+            typer.echo(
+                f"trial {row['number']}: {run_words(row)}; {estimate_words(snap['estimate'])}",
+                err=True,
+            )
 
     def __enter__(self):
         if self.enabled:
@@ -433,14 +446,24 @@ def _print_summary(report: dict) -> None:
     console = Console()
     est = report["transition"]
     if not est or not est.get("params_p80"):
-        console.print(f"study {report['study']}: {report['n_trials']} runs, no estimate yet")
+        console.print(
+            f"study {report['study']}: {report['n_trials']} runs, no estimate yet", soft_wrap=True
+        )
         return
     lo, hi = est["interval_params"]
+    n, new = report["n_trials"], report["n_new"]
+    if new == n:
+        runs = f"{n} runs in {report['wall_s']:.0f} s"
+    elif new == 0:
+        runs = f"{n} runs, all from before (nothing left to run)"
+    else:
+        runs = f"{n} runs, {new} of them new, in {report['wall_s']:.0f} s"
     console.print(
-        f"study {report['study']}: {report['n_trials']} runs in {report['wall_s']:.0f} s\n"
+        f"study {report['study']}: {runs}\n"
         f"80% point: {est['params_p80']:,.0f} parameters (d = {est['d_p80']:.1f}), "
         f"90% interval {lo:,.0f} - {hi:,.0f}\n"
-        f"midpoint: {est['midpoint_params']:,.0f} parameters"
+        f"midpoint: {est['midpoint_params']:,.0f} parameters",
+        soft_wrap=True,  # the study's name is copied from here: never broken
     )
 
 

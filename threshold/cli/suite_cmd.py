@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from threshold.cli.common import CacheDir, Device, app, run_guarded
+from threshold.cli.common import CacheDir, Device, app, estimate_words, run_guarded, run_words
 
 
 @app.command("run")
@@ -99,16 +99,6 @@ def run_suite_cmd(
     run_guarded(body)
 
 
-def _estimate_text(est: dict | None) -> str:
-    if not est or not est.get("params_p80"):
-        return "no estimate yet"
-    lo, hi = est["interval_params"]
-    return (
-        f"80% point {est['params_p80']:,.0f} params (d {est['d_p80']:.1f}), "
-        f"90% interval {lo:,.0f} - {hi:,.0f}"
-    )
-
-
 class _Printer:
     """One line per event on stderr: readable in a terminal and in a log file alike."""
 
@@ -129,27 +119,23 @@ class _Printer:
             if kind == "study_skip":
                 self.say(
                     f"{head}: done ({info['reason']}) after {info['n_runs']} runs: "
-                    f"{_estimate_text(info['estimate'])}"
+                    f"{estimate_words(info['estimate'])}"
                 )
             else:
                 self.say(f"{head}: {info['n_runs']} runs so far; {info['workers']} worker(s)")
         elif kind == "trial":
             row = info["trial"]
-            if row["state"] == "COMPLETE":
-                what = (
-                    f"d = {row['d_model']} ({row['params_total'] or 0:,} params) accuracy "
-                    f"{row['accuracy']:.3f} ({row['stop_reason']}, {row['seconds'] or 0:.0f} s)"
-                )
-            else:
-                what = f"d = {row['d_model']} failed (retried if its worker died)"
-            self.say(f"  {label} trial {row['number']}: {what}; {_estimate_text(info['estimate'])}")
+            self.say(
+                f"  {label} trial {row['number']}: {run_words(row)}; "
+                f"{estimate_words(info['estimate'])}"
+            )
         elif kind == "study_end":
             from threshold.report.text import duration
 
             self.say(
                 f"  {label}: {'done (' + info['reason'] + ')' if info['reason'] else 'stopped'}"
                 f" after {info['n_runs']} runs in {duration(info['wall_s'])}: "
-                f"{_estimate_text(info['estimate'])}"
+                f"{estimate_words(info['estimate'])}"
             )
         elif kind == "transfer_skip":
             self.say(f"transfer {label}: done ({info['file']})")

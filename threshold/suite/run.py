@@ -31,7 +31,7 @@ from pathlib import Path
 
 from threshold.errors import ThresholdError
 from threshold.meta import version
-from threshold.search.find import Interrupted, run_search, snapshot
+from threshold.search.find import Interrupted, run_search
 from threshold.search.record import read_study, study_names
 from threshold.search.study import create_or_load_study, open_storage, storage_url
 from threshold.suite.spec import (
@@ -297,7 +297,6 @@ def _run_study(study, db, url, pool, heartbeat, cache_dir, emit, poll_s, info, d
         return state.to_json() | {"ran": False}
     emit(Event("study_start", study.label, info | {"workers": workers, "batch": batch}))
     t0 = time.perf_counter()
-    seen = {r["number"] for r in snapshot(db, study.name)["trials"] if _finished(r)}
     try:
         run_search(
             study.settings,
@@ -308,8 +307,14 @@ def _run_study(study, db, url, pool, heartbeat, cache_dir, emit, poll_s, info, d
             device=device,
             heartbeat_s=heartbeat,
             cache_dir=cache_dir,
-            on_update=lambda snap: _new_trials(snap, study, seen, emit),
             poll_s=poll_s,
+            on_run=lambda row, snap: emit(
+                Event(
+                    "trial",
+                    study.label,
+                    {"study": study.name, "trial": row, "estimate": snap["estimate"]},
+                )
+            ),
         )
     except Interrupted:
         raise KeyboardInterrupt from None
@@ -330,23 +335,6 @@ def _run_study(study, db, url, pool, heartbeat, cache_dir, emit, poll_s, info, d
         )
     )
     return state.to_json() | {"ran": True}
-
-
-def _finished(row: dict) -> bool:
-    return row["state"] in ("COMPLETE", "FAIL")
-
-
-def _new_trials(snap: dict, study: SuiteStudy, seen: set[int], emit) -> None:
-    for row in snap["trials"]:
-        if _finished(row) and row["number"] not in seen:
-            seen.add(row["number"])
-            emit(
-                Event(
-                    "trial",
-                    study.label,
-                    {"study": study.name, "trial": row, "estimate": snap["estimate"]},
-                )
-            )
 
 
 # Transfer experiments ------------------------------------------------------------------------
