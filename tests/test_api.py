@@ -49,7 +49,7 @@ def test_a_diverging_study_records_its_runs_and_says_each_as_it_ends(tmp_path, m
         ({"modulus": 5}, "no option 'modulus'"),
         ({"tasks": "max,sum"}, "'sum'"),
         ({"workers": 0}, "--workers 0"),
-        ({"batch": 0}, "--batch 0"),
+        ({"batch": 0}, "--trials-at-once 0"),
         ({"arity": "2-x"}, "arity '2-x'"),
         ({"recipe": "paper", "weight_decay": 2.0}, "weight_decay 2.0"),
         ({"recipe": "slow"}, "recipe 'slow'"),

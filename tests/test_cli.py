@@ -199,6 +199,23 @@ def test_bench_train_batched_json(tmp_path):
     assert "grouped_step_s" in result["batched"][-1]
 
 
+@pytest.mark.parametrize("command", ["train", "find"])
+def test_every_recipe_field_is_an_option_that_says_its_default(command):
+    """The README's promise: every recipe field can be set where runs are made; an option whose
+    default is the recipe's says so in --help (none shows no value)."""
+    import typer.main
+
+    from threshold.cli import app
+    from threshold.config import MODEL_FIELDS, TRAIN_FIELDS
+
+    cmd = typer.main.get_command(app).commands[command]
+    params = {p.name: p for p in cmd.params}
+    fields = {"steps" if f == "max_steps" else f for f in (*TRAIN_FIELDS, *MODEL_FIELDS)}
+    assert fields <= set(params), sorted(fields - set(params))
+    for name in fields:
+        assert "default" in params[name].help or params[name].show_default, name
+
+
 def test_help_is_fast_and_does_not_import_torch():
     code = "import sys; from threshold.cli import app; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -67,7 +67,7 @@ def test_find_without_a_terminal_says_each_run_as_it_ends(tmp_path):
     """Under nohup, CI or a log file: one plain line per run on stderr while the study runs, and
     a rerun of the finished study says that nothing ran."""
     url = f"sqlite:///{tmp_path}/s.db"
-    args = ["find", *TINY, "--steps", "30", "--budget", "3", "--batch", "3"]
+    args = ["find", *TINY, "--steps", "30", "--budget", "3", "--trials-at-once", "3"]
     proc = threshold([*args, "--storage", url], tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("trial ")]

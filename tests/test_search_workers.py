@@ -37,7 +37,7 @@ def start_worker(url: str, name: str, cache, env_extra=None, batch=1) -> subproc
     env = dict(os.environ, THRESHOLD_CACHE=str(cache), THRESHOLD_ARTIFACTS=str(cache / "art"))
     return subprocess.Popen(
         [sys.executable, "-m", "threshold", "worker", "--study", name, "--storage", url,
-         "--heartbeat", "1", "--batch", str(batch), "--device", "cpu"],
+         "--heartbeat", "1", "--trials-at-once", str(batch), "--device", "cpu"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
 

@@ -334,7 +334,8 @@ def test_bad_suite_is_one_line_with_file_line_and_key_exit_2_nothing_written(
         (["run", "{tmp}"], "is a directory"),
         (["run", "{tmp}/good.toml", "--only", "a,zz"], "--only zz"),
         (["run", "{tmp}/good.toml", "--workers", "0"], "--workers 0"),
-        (["run", "{tmp}/good.toml", "--batch", "0"], "--batch 0"),
+        (["run", "{tmp}/good.toml", "--trials-at-once", "0"], "--trials-at-once 0"),
+        (["run", "{tmp}/good.toml", "--batch", "2"], "now --trials-at-once 2"),
         (["run", "{tmp}/good.toml", "--workers", "100000"], "--workers 100000 is more than"),
     ],
 )

@@ -8,27 +8,35 @@ from typing import Annotated
 import typer
 
 from threshold.cli.common import (
+    Activation,
     Arity,
-    Batch,
     Batches,
+    BatchSize,
+    Betas,
     Block,
     CacheDir,
     Checkpoints,
+    DecayAll,
     DecaySteps,
     Decoding,
     Depth,
     Device,
     EarlyStop,
+    GradClip,
     Heartbeat,
     InitStd,
     LossOn,
     Lr,
     MatchExposure,
     Measure,
+    MinLrRatio,
     Mod,
+    NRecur,
     NTest,
     NTrain,
+    OldBatch,
     PNest,
+    QkvBias,
     Recipe,
     Schedule,
     SplitSeed,
@@ -36,6 +44,8 @@ from threshold.cli.common import (
     Storage,
     Tasks,
     Testbed,
+    TrialsAtOnce,
+    WarmupSteps,
     WeightDecay,
     Weights,
     Window,
@@ -43,6 +53,7 @@ from threshold.cli.common import (
     bench_app,
     estimate_words,
     recipe_overrides,
+    refuse_old_batch,
     run_guarded,
     run_words,
 )
@@ -80,6 +91,7 @@ def find(
     ] = False,
     recipe: Recipe = "fast",
     steps: Steps = None,
+    batch_size: BatchSize = None,
     lr: Lr = None,
     weight_decay: WeightDecay = None,
     init_std: InitStd = None,
@@ -92,6 +104,14 @@ def find(
     early_stop: EarlyStop = None,
     decoding: Decoding = None,
     checkpoints: Checkpoints = None,
+    warmup_steps: WarmupSteps = None,
+    min_lr_ratio: MinLrRatio = None,
+    grad_clip: GradClip = None,
+    betas: Betas = None,
+    decay_all: DecayAll = None,
+    activation: Activation = None,
+    n_recur: NRecur = None,
+    qkv_bias: QkvBias = None,
     weights: Weights = None,
     match_exposure: MatchExposure = False,
     seed: Annotated[int, typer.Option(help="Base seed; run seeds derive from it.")] = 0,
@@ -100,7 +120,8 @@ def find(
         typer.Option(help="Pretrain every run on these ops first, e.g. max,med (transfer)."),
     ] = None,
     workers: Annotated[int, typer.Option(help="Worker processes (one torch thread each).")] = 1,
-    batch: Batch = 1,
+    trials_at_once: TrialsAtOnce = 1,
+    batch: OldBatch = None,
     device: Device = "auto",
     oversubscribe: Annotated[
         bool, typer.Option(help="Start more workers than cores (CPU) or GPUs (CUDA).")
@@ -118,6 +139,7 @@ def find(
         from threshold.search.find import Interrupted, run_search
         from threshold.search.spec import StudySettings
 
+        refuse_old_batch(batch)
         settings = StudySettings.from_options(
             tasks,
             testbed,
@@ -141,6 +163,7 @@ def find(
             weights,
             match_exposure,
             recipe,
+            batch_size=batch_size,
             **recipe_overrides(options),
         )
         try:
@@ -150,7 +173,7 @@ def find(
                     storage,
                     study,
                     workers,
-                    batch,
+                    trials_at_once,
                     device,
                     heartbeat,
                     cache_dir,
@@ -177,7 +200,8 @@ def worker(
     heartbeat: Heartbeat = 30,
     max_trials: Annotated[int | None, typer.Option(help="Stop after this many trials.")] = None,
     quiet: Annotated[bool, typer.Option(help="Log warnings only.")] = False,
-    batch: Batch = 1,
+    trials_at_once: TrialsAtOnce = 1,
+    batch: OldBatch = None,
     device: Device = "auto",
     cache_dir: CacheDir = None,
 ) -> None:
@@ -191,12 +215,20 @@ def worker(
         from threshold.search.record import storage_log_level
         from threshold.search.worker import run_worker
 
+        refuse_old_batch(batch)
         die_with_parent()
         level = logging.WARNING if quiet else logging.INFO
         logging.basicConfig(level=level, format="%(asctime)s worker %(process)d %(message)s")
         storage_log_level(level)
         run_worker(
-            study, storage, heartbeat, max_trials, cache_dir, device, batch, notes=NOTE_RENDER
+            study,
+            storage,
+            heartbeat,
+            max_trials,
+            cache_dir,
+            device,
+            trials_at_once,
+            notes=NOTE_RENDER,
         )
 
     run_guarded(body)

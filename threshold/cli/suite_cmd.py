@@ -8,7 +8,16 @@ from typing import Annotated
 
 import typer
 
-from threshold.cli.common import CacheDir, Device, app, estimate_words, run_guarded, run_words
+from threshold.cli.common import (
+    CacheDir,
+    Device,
+    OldBatch,
+    app,
+    estimate_words,
+    refuse_old_batch,
+    run_guarded,
+    run_words,
+)
 
 
 @app.command("run")
@@ -34,10 +43,15 @@ def run_suite_cmd(
         bool, typer.Option("--dry-run", help="Check the suite and print the plan; run nothing.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    batch: Annotated[
+    trials_at_once: Annotated[
         int | None,
-        typer.Option(help="Trials a worker trains at once as one batch (default: the suite's)."),
+        typer.Option(
+            "--trials-at-once",
+            help="Trials a worker trains at once as one batched run \\[default: the suite's"
+            " batch].",
+        ),
     ] = None,
+    batch: OldBatch = None,
     device: Device = "auto",
     cache_dir: CacheDir = None,
 ) -> None:
@@ -56,8 +70,11 @@ def run_suite_cmd(
 
         # refused before anything is opened: no device, more workers than the machine runs
         worker_devices(suite.workers if workers is None else workers, device)
-        if batch is not None and batch < 1:
-            raise ConfigError(f"--batch {batch} is not allowed: use 1 or more trials at once")
+        refuse_old_batch(batch)
+        if trials_at_once is not None and trials_at_once < 1:
+            raise ConfigError(
+                f"--trials-at-once {trials_at_once} is not allowed: use 1 or more trials at once"
+            )
         if dry_run:
             from threshold.suite.run import plan
 
@@ -86,7 +103,7 @@ def run_suite_cmd(
                 _Printer(enabled=not as_json),
                 cache_dir,
                 device=device,
-                batch=batch,
+                batch=trials_at_once,
             )
         except KeyboardInterrupt:
             typer.echo(f"interrupted: run `threshold run {suite_file}` again to resume", err=True)

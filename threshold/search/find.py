@@ -92,7 +92,7 @@ def run_search(
     failed) and raises :class:`Interrupted`.
     """
     if batch < 1:
-        raise ConfigError(f"--batch {batch} is not allowed: use 1 or more trials at once")
+        raise ConfigError(f"--trials-at-once {batch} is not allowed: use 1 or more trials at once")
     if heartbeat_s < 1:
         raise ConfigError(f"--heartbeat {heartbeat_s} is not allowed: use 1 or more seconds")
     worker_devices(workers, device, oversubscribe)  # refused here, before the study is written
@@ -177,8 +177,8 @@ def worker_devices(workers: int, device: str = "auto", oversubscribe: bool = Fal
         if workers > count and not oversubscribe:
             raise ConfigError(
                 f"--workers {workers} on {device}: one worker a GPU (processes that share one slow "
-                f"each other 3-4x), and there are {count}; use --workers {count} and --batch to "
-                "fill a GPU, or --oversubscribe to start them anyway"
+                f"each other 3-4x), and there are {count}; use --workers {count} and "
+                "--trials-at-once to fill a GPU, or --oversubscribe to start them anyway"
             )
         if resolved.index is not None:
             return [str(resolved)] * workers

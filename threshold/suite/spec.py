@@ -265,7 +265,7 @@ class Suite:
     description: str = ""
     storage: str | None = None  # None: --storage, else $THRESHOLD_STORAGE, else the default
     workers: int = 1  # worker processes per study (one torch thread each)
-    batch: int = 1  # trials a worker trains at once as one batch (find --batch)
+    batch: int = 1  # trials a worker trains at once as one batch (find --trials-at-once)
     heartbeat: int = 30  # seconds between worker heartbeats
     reports_dir: Path = Path("reports")  # the `reports` key: one sub-folder per report
     baseline: str | None = None  # label: the baseline of the report of every study
