@@ -53,6 +53,8 @@ def test_a_diverging_study_records_its_runs_and_says_each_as_it_ends(tmp_path, m
         ({"arity": "2-x"}, "arity '2-x'"),
         ({"recipe": "paper", "weight_decay": 2.0}, "weight_decay 2.0"),
         ({"recipe": "slow"}, "recipe 'slow'"),
+        ({"mod": "x"}, "mod 'x' is not allowed: give an integer"),
+        ({"chance_corrected": 1}, "chance_corrected 1"),
     ],
 )
 def test_find_threshold_refuses_bad_settings_before_writing(tmp_path, kwargs, named):

@@ -281,6 +281,8 @@ BAD = {
                             ["'d_hi'", "d range 8..4"]),
     "unknown pretraining op": (GOOD.replace('tasks = ["max"]', 'tasks = ["max"]\npretrain = '
                                             '["nope"]'), 10, ["'pretrain'", "'nope'"]),
+    "workers in a study": (GOOD.replace('label = "b"', 'label = "b"\nworkers = 0'), 13,
+                           ["'workers'", "[[study]] 'b'", "suite-level setting"]),
     "infinite learning rate": (GOOD.replace("mod = 5", "lr = inf"), 5, ["'lr'", "finite"]),
     "infinite precision": (GOOD.replace('label = "b"', 'label = "b"\nprecision = inf'), 13,
                            ["'precision'", "finite"]),

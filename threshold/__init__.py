@@ -66,6 +66,9 @@ def find_threshold(
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise ConfigError(f"find_threshold() has no option {unknown[0]!r}: use {', '.join(known)}")
+    for key, value in options.items():  # the command line's types, checked as it checks them
+        if key in params and params[key].default is not None:
+            _check_kind(key, value, params[key].default)
     settings = StudySettings.from_options(tasks=tasks, measure=measure, **options)
     outcome = run_search(
         settings,
@@ -80,3 +83,20 @@ def find_threshold(
         on_run=on_run,
     )
     return outcome.estimate
+
+
+_KIND_WORDS = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
+
+
+def _check_kind(key: str, value, default) -> None:
+    """Refuse ``value`` for option ``key`` unless it has the kind of its default (an int where
+    a float goes is fine; a bool is not a number)."""
+    kinds = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}
+    allowed = kinds.get(type(default))
+    if allowed is None:
+        return
+    fits = isinstance(value, allowed) and (type(default) is bool or not isinstance(value, bool))
+    if not fits:
+        raise ConfigError(
+            f"{key} {value!r} is not allowed: give {_KIND_WORDS[type(default)]}, like {default!r}"
+        )

@@ -246,6 +246,11 @@ class TrainConfig:
                 f"checkpoints {list(self.checkpoints)} are not allowed: use shares of the budget"
                 " in (0, 1], e.g. 0.125,0.25,0.5,1"
             )
+        if list(self.checkpoints) != sorted(set(self.checkpoints)):
+            raise ConfigError(
+                f"checkpoints {list(self.checkpoints)} repeat a share or are out of order: name"
+                " each once, increasing, e.g. 0.125,0.25,0.5,1"
+            )
 
     @property
     def budget_dependent(self) -> bool:
@@ -427,6 +432,12 @@ def make_recipe(name: str = "fast", **overrides) -> Recipe:
         if value is not None:
             cls = ModelConfig if key in MODEL_FIELDS else TrainConfig
             values[key] = checked_field(cls, key, value)
+    if overrides.get("window") is not None and values.get("batches", "sequences") != "windows":
+        raise ConfigError(
+            f"window {overrides['window']} is set but batches are whole sequences (recipe "
+            f"{name!r}), so it would do nothing: add batches windows (and loss_on all), or leave"
+            " out window"
+        )
     model = tuple((k, values[k]) for k in MODEL_FIELDS if k in values)
     ModelConfig(vocab_size=1, n_ctx=1, d_model=8, **dict(model))  # checks the model side
     train = TrainConfig(recipe=name, **{k: v for k, v in values.items() if k in TRAIN_FIELDS})

@@ -57,6 +57,20 @@ CASES = {
     "find: betas not a pair": (["find", "--betas", "0.9"], "betas (0.9,)"),
     "train: betas not numbers": (["train", "--betas", "a,b"], "--betas 'a,b'"),
     "train: no recurrence": (["train", "--n-recur", "0"], "n_recur 0"),
+    "train: a checkpoint repeated": (
+        ["train", "--checkpoints", "0.5,0.5,1", "--schedule", "constant"],
+        "repeat a share or are out of order",
+    ),
+    "train: checkpoints out of order": (
+        ["find", "--checkpoints", "1,0.5", "--schedule", "constant"],
+        "repeat a share or are out of order",
+    ),
+    "train: empty checkpoint": (
+        ["train", "--checkpoints", "0.5,,1", "--schedule", "constant"],
+        "'0.5,,1'",
+    ),
+    "train: empty size in a list": (["train", "--d-model", "8,,16"], "'8,,16'"),
+    "train: window without windows": (["train", "--window", "5"], "window 5 is set"),
     "train: no steps": (["find", "--steps", "0"], "max_steps 0"),
     "train: learning rate 0": (["train", "--lr", "0"], "lr 0.0"),
     "train: negative time limit": (["train", "--time-limit", "-1"], "time_limit_s -1.0"),

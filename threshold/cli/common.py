@@ -238,7 +238,7 @@ def recipe_overrides(options: dict) -> dict:
     out = {k: options[k] for k in RECIPE_OPTIONS if options.get(k) is not None}
     if "checkpoints" in out:
         try:
-            out["checkpoints"] = tuple(float(x) for x in out["checkpoints"].split(",") if x)
+            out["checkpoints"] = tuple(float(x) for x in out["checkpoints"].split(","))
         except ValueError:
             raise ConfigError(
                 f"--checkpoints {options['checkpoints']!r} is not a list like 0.25,0.5,1"

@@ -32,10 +32,12 @@ def refit(
     and how far its sizes stray from a smooth curve."""
 
     def body():
+        from threshold.report.results import read_results
         from threshold.search.refit import refit_results, refit_storage
 
         if results:
-            rows = [row for path in results for row in refit_results(path, chance_corrected)]
+            read = [(path, read_results(path)) for path in results]  # each checked, one line
+            rows = [row for path, r in read for row in refit_results(path, chance_corrected, r)]
         else:
             rows = refit_storage(storage, chance_corrected)
         if as_json:

@@ -195,12 +195,12 @@ def int_list(text: str, option: str) -> list[int]:
     """``16,24,32`` as integers; a repeat or a non-integer is refused, naming the option."""
     from threshold.errors import ConfigError
 
+    if not text.strip():
+        raise ConfigError(f"{option} is empty: give an integer or a list like 16,24,32")
     try:
-        values = [int(x) for x in text.split(",") if x.strip()]
+        values = [int(x) for x in text.split(",")]  # an empty item ("8,,16") is refused too
     except ValueError:
         raise ConfigError(f"{option} {text!r} is not an integer or a list like 16,24,32") from None
-    if not values:
-        raise ConfigError(f"{option} is empty: give an integer or a list like 16,24,32")
     if len(set(values)) != len(values):
         raise ConfigError(f"{option} {text!r} repeats a value: name each once")
     return values
