@@ -21,6 +21,7 @@ TINY = ["--tasks", "max", "--mod", "5", "--n-train", "2000", "--n-test", "100",
 
 def threshold(args, tmp_path, **kw):
     env = dict(os.environ, THRESHOLD_CACHE=str(tmp_path / "cache"))
+    env.pop("COLUMNS", None)  # piped: rich's 80 columns, as a user's pipe or log file has
     return subprocess.run(
         [sys.executable, "-m", "threshold", *args], capture_output=True, text=True, env=env,
         cwd=tmp_path, **kw,
@@ -78,6 +79,19 @@ def test_find_without_a_terminal_says_each_run_as_it_ends(tmp_path):
     assert again.returncode == 0, again.stderr
     assert "3 runs, all from before (nothing left to run)" in again.stdout
     assert not [line for line in again.stderr.splitlines() if line.startswith("trial ")]
+
+
+def test_status_keeps_a_long_study_name_on_one_line_when_piped(tmp_path):
+    """The name users copy is never wrapped, though piped output is 80 columns wide."""
+    from threshold.search.spec import StudySettings
+    from threshold.search.study import create_or_load_study, open_storage
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    name = "listops10-max-med-add-add-small-" + "0123456789abcdef" * 4
+    create_or_load_study(StudySettings.from_options("max"), open_storage(url), name)
+    proc = threshold(["status", "--storage", url], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert any(name in line for line in proc.stdout.splitlines()), proc.stdout
 
 
 def dashboard_get(url: str, path: str) -> tuple[str, bytes]:
@@ -202,7 +216,7 @@ def test_interrupted_while_starting_workers_leaves_none_behind(tmp_path):
     assert _workers_of("orphans"), "no worker started"
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=120)
-    assert proc.returncode == 130
+    assert proc.returncode == 143  # 128 + SIGTERM, as a shell reports it
     time.sleep(1)
     assert _workers_of("orphans") == []
 

@@ -526,7 +526,7 @@ def running_trials(path: Path) -> int:
 
 
 def test_sigterm_stops_workers_and_the_next_run_continues(tmp_path):
-    """SIGTERM mid-study: exit 130 and the workers stop; run again and the study finishes its
+    """SIGTERM mid-study: exit 143 and the workers stop; run again and the study finishes its
     budget, nothing left running."""
     text = TINY.replace("steps = 60", "steps = 300").replace("d_hi = 16", "d_hi = 8")
     text = text.split('[[study]]\nlabel = "b"')[0].split("[[transfer]]")[0]
@@ -554,7 +554,7 @@ def test_sigterm_stops_workers_and_the_next_run_continues(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, err
+    assert proc.returncode == 143, err  # 128 + SIGTERM
     assert "run `threshold run one.toml` again to resume" in err
     (counts,) = trial_counts(url).values()
     # The interrupted trial is marked failed; only when SIGTERM lands while its worker is still

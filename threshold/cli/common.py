@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from threshold.errors import ThresholdError
+from threshold.interrupt import exit_status
 
 app = typer.Typer(
     help="Find the smallest recurrent transformer that learns a task mixture.",
@@ -293,6 +294,17 @@ def val_accuracy_words(p) -> str:
     return " ".join(f"{op} {a:.2f}" for op, a in p.val_accuracy.items()) or "-"
 
 
+def wide_console(*texts: str, rest: int = 60):
+    """A rich Console for a table whose first column holds ``texts`` whole (study names, which
+    users copy): as wide as the terminal, or wider where a name and ``rest`` columns need it
+    (piped output is 80 columns otherwise, and a name would wrap)."""
+    from rich.console import Console
+
+    console = Console()
+    need = max((len(t) for t in texts), default=0) + rest
+    return console if console.width >= need else Console(width=need)
+
+
 def run_words(row: dict) -> str:
     """``d = 16 (4,816 params) accuracy 0.912 (learned, 21 s)``: one finished run of a study
     (a row of :func:`threshold.search.find.snapshot`), as each command following a study says it."""
@@ -345,4 +357,4 @@ def run_guarded(body):
         raise _fail(str(e)) from None
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
-        raise typer.Exit(130) from None
+        raise typer.Exit(exit_status()) from None

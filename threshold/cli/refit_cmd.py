@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from threshold.cli.common import Storage, app, run_guarded
+from threshold.cli.common import Storage, app, run_guarded, wide_console
 
 
 @app.command()
@@ -49,11 +49,10 @@ def refit(
 
 
 def _print_rows(rows: list[dict]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title="refit: stored estimate -> current posterior (no retraining)")
-    table.add_column("study", overflow="fold")
+    table.add_column("study", no_wrap=True)
     cols = (
         "runs",
         "best run",
@@ -80,7 +79,7 @@ def _print_rows(rows: list[dict]) -> None:
             _pair(old, new, "asymptote", ".3f") + flag,
             "-" if stray is None else f"{stray:.2f}" + (" (strays)" if new["strays"] else ""),
         )
-    Console().print(table)
+    wide_console(*(r["label"] or r["study"] for r in rows), rest=150).print(table)
 
 
 def _pair(old: dict, new: dict, key: str, fmt: str) -> str:

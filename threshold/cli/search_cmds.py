@@ -56,7 +56,9 @@ from threshold.cli.common import (
     refuse_old_batch,
     run_guarded,
     run_words,
+    wide_console,
 )
+from threshold.interrupt import exit_status
 
 
 @app.command()
@@ -183,7 +185,7 @@ def find(
                 )
         except Interrupted as e:
             typer.echo(f"interrupted: run the same command to resume study {e.study!r}", err=True)
-            raise typer.Exit(130) from None
+            raise typer.Exit(exit_status()) from None
         report = outcome.to_json()
         if as_json:
             typer.echo(json.dumps(report))
@@ -255,11 +257,10 @@ def status(
         if not rows:
             typer.echo(f"no studies yet in {storage_url(storage)}: start one with `threshold find`")
             return
-        from rich.console import Console
         from rich.table import Table
 
         table = Table(title="studies")
-        table.add_column("study", overflow="fold")
+        table.add_column("study", no_wrap=True)
         for col in ("runs", "running", "80% point (params)", "90% interval", "d"):
             table.add_column(col, justify="right")
         for r in rows:
@@ -273,7 +274,7 @@ def status(
                 f"{interval[0]:,.0f} - {interval[1]:,.0f}" if interval else "-",
                 f"{est['d_p80']:.1f}" if est.get("d_p80") else "-",
             )
-        Console().print(table)
+        wide_console(*(r["study"] for r in rows), rest=75).print(table)
 
     run_guarded(body)
 

@@ -18,6 +18,7 @@ from threshold.cli.common import (
     run_guarded,
     run_words,
 )
+from threshold.interrupt import exit_status
 
 
 @app.command("run")
@@ -107,7 +108,7 @@ def run_suite_cmd(
             )
         except KeyboardInterrupt:
             typer.echo(f"interrupted: run `threshold run {suite_file}` again to resume", err=True)
-            raise typer.Exit(130) from None
+            raise typer.Exit(exit_status()) from None
         if as_json:
             typer.echo(json.dumps(record))
         else:

@@ -156,7 +156,8 @@ def refit_storage(url: str | None = None, chance_corrected: bool | None = None) 
         if not completed:
             continue
         settings = view.settings
-        label = f"{'+'.join(settings.task.ops)} ({settings.task.measured_op})"
+        ops, measure = settings.task.ops, settings.task.measured_op
+        label = "+".join(ops) + (f" ({measure})" if len(ops) > 1 else "")  # max, not max (max)
         rows.append(
             _refit(
                 view.name, label, settings, view.estimate, view.chance, completed, chance_corrected
