@@ -47,6 +47,7 @@ __all__ = [
     "create_or_load_study",
     "default_storage_missing",
     "load_study",
+    "metric_name",
     "open_storage",
     "storage_url",
 ]
@@ -229,7 +230,10 @@ def create_or_load_study(
                 f"study {name!r} exists with other settings ({detail}): "
                 "choose another --study name or the same settings"
             )
-        return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+        if study.metric_names is None:  # a study made before its value had a name
+            _name_metric(study, settings)
+        return study
     study = optuna.create_study(
         study_name=name, storage=storage, sampler=sampler, direction="maximize"
     )
@@ -237,7 +241,19 @@ def create_or_load_study(
         study.set_user_attr(key, value)
     study.set_user_attr("version", version())
     study.set_user_attr("git_commit", git_commit())
+    _name_metric(study, settings)
     return study
+
+
+def metric_name(settings: StudySettings) -> str:
+    """What a trial's value is, as Optuna and optuna-dashboard show it (not "Objective 0")."""
+    return f"{settings.task.measured_op} test accuracy ({settings.train.decoding})"
+
+
+def _name_metric(study: optuna.Study, settings: StudySettings) -> None:
+    with warnings.catch_warnings():  # "experimental" since Optuna 3.2
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([metric_name(settings)])
 
 
 def _differences(stored: dict, attrs: dict, keys: list[str]) -> str:
