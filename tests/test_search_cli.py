@@ -266,3 +266,16 @@ def test_the_live_table_says_when_sizes_stray():
 
     assert "its sizes stray from any smooth curve" in caption([0.07, 0.12, 0.81])
     assert "stray" not in caption([0.5, 0.3, 0.2])
+
+
+def test_the_live_table_says_how_long_a_dead_workers_trial_shows_running():
+    from rich.console import Console
+
+    from threshold.cli.search_cmds import _trials_table
+
+    row = {"number": 0, "state": "RUNNING", "d_model": 8, "params_total": 100, "seed": 1,
+           "accuracy": None, "val_accuracy": None, "step": None, "seconds": 5.0,
+           "stop_reason": None}  # fmt: skip
+    console = Console(width=300, record=True)
+    console.print(_trials_table({"study": "s", "estimate": None, "trials": [row]}))
+    assert "retried after 3 missed heartbeats" in console.export_text()

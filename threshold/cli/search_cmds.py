@@ -451,6 +451,11 @@ def _trials_table(snap: dict):
             f"80% point: {est['params_p80']:,.0f} params (d {est['d_p80']:.1f}), "
             f"90% interval {lo:,.0f} - {hi:,.0f}"
         ) + ("; its sizes stray from any smooth curve" if strays(est) else "")
+    if any(r["state"] == "RUNNING" for r in snap["trials"]):
+        caption += (
+            "; a running trial whose worker died is retried after 3 missed heartbeats"
+            " (90 s at the default --heartbeat 30)"
+        )
     table = Table(title=f"study {snap['study']}", caption=caption)
     for col in ("trial", "d", "params", "seed", "accuracy", "time", "state"):
         table.add_column(col, justify="right")
