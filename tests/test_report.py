@@ -64,6 +64,8 @@ def test_numbers_are_the_stored_estimates(report_studies, built_report):
     assert set(results["files"]) == {p.name for p in out.iterdir()}
     html = (out / "index.html").read_text()
     assert 'id="transitions"' in html and "https://" not in html.split("<body>")[0]
+    for field in ("schedule cosine", "init_std none", "early_stop learned_or_stuck"):
+        assert field in html, field  # the settings table lists every recipe field
     summary = (out / "summary.md").read_text()
     a = by_name[report_studies["a"]]
     assert f"{a['estimate']['params_p80']:,.0f}" in summary

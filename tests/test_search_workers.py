@@ -132,6 +132,11 @@ def test_a_batch_worker_trains_its_trials_together(tmp_path):
     first = sorted(done, key=lambda t: t.number)[:4]
     assert max(t.datetime_start for t in first) < min(t.datetime_complete for t in first)
     assert all(t.user_attrs["steps"] == 40 and t.intermediate_values for t in done)
+    # Its output (a pipe, not a terminal) says each run as it ends, one line each.
+    ended = [line for line in out.splitlines() if ": d = " in line and " accuracy " in line]
+    assert sorted(int(line.split("trial ")[1].split(":")[0]) for line in ended) == sorted(
+        t.number for t in done
+    ), out
 
 
 def test_a_killed_batch_worker_has_its_unfinished_trials_retried(tmp_path):

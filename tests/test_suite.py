@@ -281,6 +281,11 @@ BAD = {
                             ["'d_hi'", "d range 8..4"]),
     "unknown pretraining op": (GOOD.replace('tasks = ["max"]', 'tasks = ["max"]\npretrain = '
                                             '["nope"]'), 10, ["'pretrain'", "'nope'"]),
+    "workers in a study": (GOOD.replace('label = "b"', 'label = "b"\nworkers = 0'), 13,
+                           ["'workers'", "[[study]] 'b'", "suite-level setting"]),
+    "infinite learning rate": (GOOD.replace("mod = 5", "lr = inf"), 5, ["'lr'", "finite"]),
+    "infinite precision": (GOOD.replace('label = "b"', 'label = "b"\nprecision = inf'), 13,
+                           ["'precision'", "finite"]),
     "arity not MIN-MAX": (GOOD.replace("mod = 5", 'arity = "2/3"'), 5, ["'arity'", "MIN-MAX"]),
     "missing tasks": (GOOD.replace('tasks = ["max"]\n', ""), 7, ["'tasks' is missing"]),
     "the same settings twice": (GOOD.replace('tasks = ["max", "min"]', 'tasks = ["max"]'), 11,
@@ -332,6 +337,7 @@ def test_bad_suite_is_one_line_with_file_line_and_key_exit_2_nothing_written(
         (["run", "{tmp}/good.toml", "--only", "a,zz"], "--only zz"),
         (["run", "{tmp}/good.toml", "--workers", "0"], "--workers 0"),
         (["run", "{tmp}/good.toml", "--trials-at-once", "0"], "--trials-at-once 0"),
+        (["run", "{tmp}/good.toml", "--batch", "2"], "now --trials-at-once 2"),
         (["run", "{tmp}/good.toml", "--workers", "100000"], "--workers 100000 is more than"),
     ],
 )
@@ -520,7 +526,7 @@ def running_trials(path: Path) -> int:
 
 
 def test_sigterm_stops_workers_and_the_next_run_continues(tmp_path):
-    """SIGTERM mid-study: exit 130 and the workers stop; run again and the study finishes its
+    """SIGTERM mid-study: exit 143 and the workers stop; run again and the study finishes its
     budget, nothing left running."""
     text = TINY.replace("steps = 60", "steps = 300").replace("d_hi = 16", "d_hi = 8")
     text = text.split('[[study]]\nlabel = "b"')[0].split("[[transfer]]")[0]
@@ -548,7 +554,7 @@ def test_sigterm_stops_workers_and_the_next_run_continues(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, err
+    assert proc.returncode == 143, err  # 128 + SIGTERM
     assert "run `threshold run one.toml` again to resume" in err
     (counts,) = trial_counts(url).values()
     # The interrupted trial is marked failed; only when SIGTERM lands while its worker is still

@@ -9,6 +9,7 @@ From Python::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from threshold.errors import CheckpointError, ConfigError, ThresholdError
@@ -29,6 +30,7 @@ def find_threshold(
     device: str = "auto",
     heartbeat_s: int | None = None,
     cache_dir: str | Path | None = None,
+    on_run: Callable[[dict, dict], None] | None = None,
     **options,
 ) -> dict | None:
     """Locate the learning transition of ``tasks`` (measured on ``measure``, default the hardest
@@ -43,6 +45,9 @@ def find_threshold(
     ``match_exposure``, ``recipe`` ("fast" or "paper") and any recipe field (``weight_decay``,
     ``init_std``, ``checkpoints``, ...: threshold.config). ``workers`` processes train
     (``trials_at_once`` trials each at once, on ``device``): :class:`threshold.config.Execution`.
+    ``on_run(run, study)`` is called as each run ends: ``run`` a dict (``number``, ``state``,
+    ``d_model``, ``params_total``, ``seed``, ``accuracy``, ``stop_reason``, ``seconds``),
+    ``study`` the study then (its ``estimate`` and every trial); nothing is printed.
 
     Returns the estimate stored on the study: ``params_p80`` (the 80% point in parameters),
     ``interval_params`` (its 90% interval), ``d_p80``, ``midpoint_params``, ``asymptote``,
@@ -61,6 +66,9 @@ def find_threshold(
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise ConfigError(f"find_threshold() has no option {unknown[0]!r}: use {', '.join(known)}")
+    for key, value in options.items():  # the command line's types, checked as it checks them
+        if key in params and params[key].default is not None:
+            _check_kind(key, value, params[key].default)
     settings = StudySettings.from_options(tasks=tasks, measure=measure, **options)
     execution = Execution().but(
         storage=storage,
@@ -70,5 +78,22 @@ def find_threshold(
         heartbeat_s=heartbeat_s,
         cache_dir=cache_dir,
     )
-    outcome = run_search(settings, execution, study, poll_s=1.0)
+    outcome = run_search(settings, execution, study, poll_s=1.0, on_run=on_run)
     return outcome.estimate
+
+
+_KIND_WORDS = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
+
+
+def _check_kind(key: str, value, default) -> None:
+    """Refuse ``value`` for option ``key`` unless it has the kind of its default (an int where
+    a float goes is fine; a bool is not a number)."""
+    kinds = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}
+    allowed = kinds.get(type(default))
+    if allowed is None:
+        return
+    fits = isinstance(value, allowed) and (type(default) is bool or not isinstance(value, bool))
+    if not fits:
+        raise ConfigError(
+            f"{key} {value!r} is not allowed: give {_KIND_WORDS[type(default)]}, like {default!r}"
+        )

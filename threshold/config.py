@@ -28,6 +28,7 @@ sets, and :func:`make_recipe` splits a user's overrides between the two.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from functools import cached_property
 from pathlib import Path
@@ -44,6 +45,7 @@ __all__ = [
     "ModelConfig",
     "Recipe",
     "TrainConfig",
+    "check_finite",
     "checked_field",
     "make_recipe",
     "model_config_for",
@@ -56,6 +58,16 @@ __all__ = [
 
 
 MAX_D_MODEL = 4096
+
+
+def check_finite(settings) -> None:
+    """Refuse an infinite or NaN number in any field of the dataclass ``settings`` (alone or in a
+    tuple): ``inf`` passes every range check that only has a lower bound (``lr > 0``)."""
+    for f in fields(settings):
+        value = getattr(settings, f.name)
+        values = value if isinstance(value, tuple) else (value,)
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            raise ConfigError(f"{f.name} {value} is not allowed: give a finite number")
 
 
 @dataclass(frozen=True)
@@ -113,6 +125,7 @@ class ModelConfig:
     qkv_bias: bool = True  # the group's code has none (3 d parameters fewer)
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if not 1 <= self.d_model <= MAX_D_MODEL:
             raise ConfigError(
                 f"d_model {self.d_model} is not allowed: use 1 to {MAX_D_MODEL} (this tool looks"
@@ -210,6 +223,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", tuple(self.betas))
         object.__setattr__(self, "checkpoints", tuple(float(c) for c in self.checkpoints))
+        check_finite(self)
         if not 0 <= self.seed < 2**63:
             raise ConfigError(f"seed {self.seed} is not allowed: use 0 to 2**63 - 1")
         names = ("max_steps", "batch_size", "eval_every", "eval_batch_size", "threads")
@@ -271,6 +285,11 @@ class TrainConfig:
             raise ConfigError(
                 f"checkpoints {list(self.checkpoints)} are not allowed: use shares of the budget"
                 " in (0, 1], e.g. 0.125,0.25,0.5,1"
+            )
+        if list(self.checkpoints) != sorted(set(self.checkpoints)):
+            raise ConfigError(
+                f"checkpoints {list(self.checkpoints)} repeat a share or are out of order: name"
+                " each once, increasing, e.g. 0.125,0.25,0.5,1"
             )
 
     @property
@@ -453,6 +472,12 @@ def make_recipe(name: str = "fast", **overrides) -> Recipe:
         if value is not None:
             cls = ModelConfig if key in MODEL_FIELDS else TrainConfig
             values[key] = checked_field(cls, key, value)
+    if overrides.get("window") is not None and values.get("batches", "sequences") != "windows":
+        raise ConfigError(
+            f"window {overrides['window']} is set but batches are whole sequences (recipe "
+            f"{name!r}), so it would do nothing: add batches windows (and loss_on all), or leave"
+            " out window"
+        )
     model = tuple((k, values[k]) for k in MODEL_FIELDS if k in values)
     ModelConfig(vocab_size=1, n_ctx=1, d_model=8, **dict(model))  # checks the model side
     train = TrainConfig(recipe=name, **{k: v for k, v in values.items() if k in TRAIN_FIELDS})

@@ -8,26 +8,35 @@ from typing import Annotated
 import typer
 
 from threshold.cli.common import (
+    Activation,
     Arity,
     Batches,
+    BatchSize,
+    Betas,
     Block,
     CacheDir,
     Checkpoints,
+    DecayAll,
     DecaySteps,
     Decoding,
     Depth,
     Device,
     EarlyStop,
+    GradClip,
     Heartbeat,
     InitStd,
     LossOn,
     Lr,
     MatchExposure,
     Measure,
+    MinLrRatio,
     Mod,
+    NRecur,
     NTest,
     NTrain,
+    OldBatch,
     PNest,
+    QkvBias,
     Recipe,
     Schedule,
     SplitSeed,
@@ -36,14 +45,20 @@ from threshold.cli.common import (
     Tasks,
     Testbed,
     TrialsAtOnce,
+    WarmupSteps,
     WeightDecay,
     Weights,
     Window,
     app,
     bench_app,
+    estimate_words,
     recipe_overrides,
+    refuse_old_batch,
     run_guarded,
+    run_words,
+    wide_console,
 )
+from threshold.interrupt import exit_status
 
 
 @app.command()
@@ -78,6 +93,7 @@ def find(
     ] = False,
     recipe: Recipe = "fast",
     steps: Steps = None,
+    batch_size: BatchSize = None,
     lr: Lr = None,
     weight_decay: WeightDecay = None,
     init_std: InitStd = None,
@@ -90,6 +106,14 @@ def find(
     early_stop: EarlyStop = None,
     decoding: Decoding = None,
     checkpoints: Checkpoints = None,
+    warmup_steps: WarmupSteps = None,
+    min_lr_ratio: MinLrRatio = None,
+    grad_clip: GradClip = None,
+    betas: Betas = None,
+    decay_all: DecayAll = None,
+    activation: Activation = None,
+    n_recur: NRecur = None,
+    qkv_bias: QkvBias = None,
     weights: Weights = None,
     match_exposure: MatchExposure = False,
     seed: Annotated[int, typer.Option(help="Base seed; run seeds derive from it.")] = 0,
@@ -99,6 +123,7 @@ def find(
     ] = None,
     workers: Annotated[int, typer.Option(help="Worker processes (one torch thread each).")] = 1,
     trials_at_once: TrialsAtOnce = 1,
+    batch: OldBatch = None,
     device: Device = "auto",
     oversubscribe: Annotated[
         bool, typer.Option(help="Start more workers than cores (CPU) or GPUs (CUDA).")
@@ -117,14 +142,15 @@ def find(
         from threshold.search.find import Interrupted, run_search
         from threshold.search.spec import StudySettings
 
-        execution = Execution(
+        refuse_old_batch(batch)
+        execution = Execution(  # checked before the study's settings are built
             storage,
             workers,
             trials_at_once,
             device,
             cache_dir=cache_dir,
             oversubscribe=oversubscribe,
-        ).but(heartbeat_s=heartbeat)  # checked before the study's settings are built
+        ).but(heartbeat_s=heartbeat)
 
         settings = StudySettings.from_options(
             tasks,
@@ -149,14 +175,17 @@ def find(
             weights,
             match_exposure,
             recipe,
+            batch_size=batch_size,
             **recipe_overrides(options),
         )
         try:
             with _LiveView(enabled=not as_json) as view:
-                outcome = run_search(settings, execution, study, on_update=view.update)
+                outcome = run_search(
+                    settings, execution, study, on_update=view.update, on_run=view.run_ended
+                )
         except Interrupted as e:
             typer.echo(f"interrupted: run the same command to resume study {e.study!r}", err=True)
-            raise typer.Exit(130) from None
+            raise typer.Exit(exit_status()) from None
         report = outcome.to_json()
         if as_json:
             typer.echo(json.dumps(report))
@@ -174,6 +203,7 @@ def worker(
     max_trials: Annotated[int | None, typer.Option(help="Stop after this many trials.")] = None,
     quiet: Annotated[bool, typer.Option(help="Log warnings only.")] = False,
     trials_at_once: TrialsAtOnce = 1,
+    batch: OldBatch = None,
     device: Device = "auto",
     cache_dir: CacheDir = None,
 ) -> None:
@@ -188,6 +218,7 @@ def worker(
         from threshold.search.record import storage_log_level
         from threshold.search.worker import run_worker
 
+        refuse_old_batch(batch)
         die_with_parent()
         level = logging.WARNING if quiet else logging.INFO
         logging.basicConfig(level=level, format="%(asctime)s worker %(process)d %(message)s")
@@ -220,11 +251,10 @@ def status(
         if not rows:
             typer.echo(f"no studies yet in {storage_url(storage)}: start one with `threshold find`")
             return
-        from rich.console import Console
         from rich.table import Table
 
         table = Table(title="studies")
-        table.add_column("study", overflow="fold")
+        table.add_column("study", no_wrap=True)
         for col in ("runs", "running", "80% point (params)", "90% interval", "d"):
             table.add_column(col, justify="right")
         for r in rows:
@@ -238,7 +268,7 @@ def status(
                 f"{interval[0]:,.0f} - {interval[1]:,.0f}" if interval else "-",
                 f"{est['d_p80']:.1f}" if est.get("d_p80") else "-",
             )
-        Console().print(table)
+        wide_console(*(r["study"] for r in rows), rest=75).print(table)
 
     run_guarded(body)
 
@@ -368,14 +398,24 @@ def _overrides_note(result: dict) -> str:
 
 
 class _LiveView:
-    """A live table of the study's trials and its current estimate."""
+    """A live table of the study's trials and its current estimate on stderr; where stderr is
+    not a terminal (a log file, nohup, CI), one plain line per run as it ends instead."""
 
     def __init__(self, enabled: bool) -> None:
         from rich.console import Console
         from rich.live import Live
 
-        self.live = Live(console=Console(stderr=True), refresh_per_second=2, transient=False)
-        self.enabled = enabled
+        console = Console(stderr=True)
+        self.live = Live(console=console, refresh_per_second=2, transient=False)
+        self.plain = enabled and not console.is_terminal
+        self.enabled = enabled and not self.plain
+
+    def run_ended(self, row: dict, snap: dict) -> None:
+        if self.plain:
+            typer.echo(
+                f"trial {row['number']}: {run_words(row)}; {estimate_words(snap['estimate'])}",
+                err=True,
+            )
 
     def __enter__(self):
         if self.enabled:
@@ -405,6 +445,11 @@ def _trials_table(snap: dict):
             f"80% point: {est['params_p80']:,.0f} params (d {est['d_p80']:.1f}), "
             f"90% interval {lo:,.0f} - {hi:,.0f}"
         ) + ("; its sizes stray from any smooth curve" if strays(est) else "")
+    if any(r["state"] == "RUNNING" for r in snap["trials"]):
+        caption += (
+            "; a running trial whose worker died is retried after 3 missed heartbeats"
+            " (90 s at the default --heartbeat 30)"
+        )
     table = Table(title=f"study {snap['study']}", caption=caption)
     for col in ("trial", "d", "params", "seed", "accuracy", "time", "state"):
         table.add_column(col, justify="right")
@@ -433,14 +478,24 @@ def _print_summary(report: dict) -> None:
     console = Console()
     est = report["transition"]
     if not est or not est.get("params_p80"):
-        console.print(f"study {report['study']}: {report['n_trials']} runs, no estimate yet")
+        console.print(
+            f"study {report['study']}: {report['n_trials']} runs, no estimate yet", soft_wrap=True
+        )
         return
     lo, hi = est["interval_params"]
+    n, new = report["n_trials"], report["n_new"]
+    if new == n:
+        runs = f"{n} runs in {report['wall_s']:.0f} s"
+    elif new == 0:
+        runs = f"{n} runs, all from before (nothing left to run)"
+    else:
+        runs = f"{n} runs, {new} of them new, in {report['wall_s']:.0f} s"
     console.print(
-        f"study {report['study']}: {report['n_trials']} runs in {report['wall_s']:.0f} s\n"
+        f"study {report['study']}: {runs}\n"
         f"80% point: {est['params_p80']:,.0f} parameters (d = {est['d_p80']:.1f}), "
         f"90% interval {lo:,.0f} - {hi:,.0f}\n"
-        f"midpoint: {est['midpoint_params']:,.0f} parameters"
+        f"midpoint: {est['midpoint_params']:,.0f} parameters",
+        soft_wrap=True,  # the study's name is copied from here: never broken
     )
 
 

@@ -9,7 +9,17 @@ from typing import Annotated
 
 import typer
 
-from threshold.cli.common import CacheDir, Device, app, run_guarded
+from threshold.cli.common import (
+    CacheDir,
+    Device,
+    OldBatch,
+    app,
+    estimate_words,
+    refuse_old_batch,
+    run_guarded,
+    run_words,
+)
+from threshold.interrupt import exit_status
 
 
 @app.command("run")
@@ -38,9 +48,12 @@ def run_suite_cmd(
     trials_at_once: Annotated[
         int | None,
         typer.Option(
-            help="Trials a worker trains at once as one batch (default: the suite's).",
+            "--trials-at-once",
+            help="Trials a worker trains at once as one batched run \\[default: the suite's"
+            " batch].",
         ),
     ] = None,
+    batch: OldBatch = None,
     device: Device = "auto",
     cache_dir: CacheDir = None,
 ) -> None:
@@ -64,6 +77,7 @@ def run_suite_cmd(
         suite = replace(suite, execution=execution)
         # refused before anything is opened: no device, more workers than the machine runs
         worker_devices(execution)
+        refuse_old_batch(batch)
         if dry_run:
             from threshold.suite.run import plan
 
@@ -86,23 +100,13 @@ def run_suite_cmd(
             record = run_suite(suite, labels, True, _Printer(enabled=not as_json))
         except KeyboardInterrupt:
             typer.echo(f"interrupted: run `threshold run {suite_file}` again to resume", err=True)
-            raise typer.Exit(130) from None
+            raise typer.Exit(exit_status()) from None
         if as_json:
             typer.echo(json.dumps(record))
         else:
             _print_record(record)
 
     run_guarded(body)
-
-
-def _estimate_text(est: dict | None) -> str:
-    if not est or not est.get("params_p80"):
-        return "no estimate yet"
-    lo, hi = est["interval_params"]
-    return (
-        f"80% point {est['params_p80']:,.0f} params (d {est['d_p80']:.1f}), "
-        f"90% interval {lo:,.0f} - {hi:,.0f}"
-    )
 
 
 class _Printer:
@@ -125,27 +129,23 @@ class _Printer:
             if kind == "study_skip":
                 self.say(
                     f"{head}: done ({info['reason']}) after {info['n_runs']} runs: "
-                    f"{_estimate_text(info['estimate'])}"
+                    f"{estimate_words(info['estimate'])}"
                 )
             else:
                 self.say(f"{head}: {info['n_runs']} runs so far; {info['workers']} worker(s)")
         elif kind == "trial":
             row = info["trial"]
-            if row["state"] == "COMPLETE":
-                what = (
-                    f"d = {row['d_model']} ({row['params_total'] or 0:,} params) accuracy "
-                    f"{row['accuracy']:.3f} ({row['stop_reason']}, {row['seconds'] or 0:.0f} s)"
-                )
-            else:
-                what = f"d = {row['d_model']} failed (retried if its worker died)"
-            self.say(f"  {label} trial {row['number']}: {what}; {_estimate_text(info['estimate'])}")
+            self.say(
+                f"  {label} trial {row['number']}: {run_words(row)}; "
+                f"{estimate_words(info['estimate'])}"
+            )
         elif kind == "study_end":
             from threshold.report.text import duration
 
             self.say(
                 f"  {label}: {'done (' + info['reason'] + ')' if info['reason'] else 'stopped'}"
                 f" after {info['n_runs']} runs in {duration(info['wall_s'])}: "
-                f"{_estimate_text(info['estimate'])}"
+                f"{estimate_words(info['estimate'])}"
             )
         elif kind == "transfer_skip":
             self.say(f"transfer {label}: done ({info['file']})")

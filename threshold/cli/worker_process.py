@@ -22,7 +22,7 @@ log = logging.getLogger("threshold.worker")
 
 
 def main(argv: list[str]) -> int:
-    from threshold.interrupt import install
+    from threshold.interrupt import exit_status, install
 
     install()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s worker %(process)d %(message)s")
@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
         log.error("error: %s", e)
         return 2
     except KeyboardInterrupt:
-        return 130
+        return exit_status()
     return 0
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from threshold.config import recipe_fields
 from threshold.report.data import Collected, StudyData, study_title, where
 from threshold.report.notes import near_transition_words
 from threshold.report.results import FORMAT
@@ -462,6 +463,15 @@ def _findings(groups: tuple[Group, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def recipe_table_words(train, model: dict) -> str:
+    """``fast: lr 0.003, weight_decay 0.1, init_std none, schedule cosine, ...``: the recipe's
+    name and every field's value (the training row shows only the budget and the optimizer)."""
+    fields = recipe_fields(train, model)
+    words = [f"{k} {'none' if v is None else f'{v:g}' if isinstance(v, float) else v}"
+             for k, v in fields.items()]  # fmt: skip
+    return f"{train.recipe}: " + ", ".join(words)
+
+
 def settings_rows(s: StudyData, chance: float | None) -> tuple[tuple[str, str], ...]:
     """(setting, value) pairs that define a study."""
     task, train, search = s.settings.task, s.settings.train, s.settings.search
@@ -492,6 +502,7 @@ def settings_rows(s: StudyData, chance: float | None) -> tuple[tuple[str, str], 
             f"at most {train.max_steps:,} steps a run, batch {train.batch_size}, lr {train.lr:g}, "
             f"weight decay {train.weight_decay:g}",
         ),
+        ("recipe", recipe_table_words(train, dict(s.settings.model))),
         (
             "search",
             f"precision {search.precision:g}x, budget {search.budget} runs, first bracket d "

@@ -56,6 +56,7 @@ class SearchOutcome:
     estimate: dict | None  # the transition estimate stored on the study (None: no run yet)
     n_trials: int  # completed runs
     wall_s: float
+    n_new: int = 0  # of them, the runs completed by this search (0: it was done before)
 
     def to_json(self) -> dict:
         return {
@@ -63,6 +64,7 @@ class SearchOutcome:
             "storage": self.storage,
             "transition": self.estimate,
             "n_trials": self.n_trials,
+            "n_new": self.n_new,
             "wall_s": self.wall_s,
         }
 
@@ -73,13 +75,16 @@ def run_search(
     name: str | None = None,
     on_update: Callable[[dict], None] | None = None,
     poll_s: float = 2.0,
+    on_run: Callable[[dict, dict], None] | None = None,
 ) -> SearchOutcome:
     """Run (or resume) the study of ``settings`` with worker processes until its policy stops.
 
-    ``on_update(snapshot)`` sees the study every ``poll_s`` seconds and once at the end. Bad
-    settings are refused before anything is written; an interrupt stops the workers (their
-    running trials are marked failed) and raises :class:`Interrupted`. ``execution`` None: the
-    defaults of :class:`Execution`.
+    ``on_update(snapshot)`` sees the study every ``poll_s`` seconds and once at the end;
+    ``on_run(row, snapshot)`` sees each run that ends (complete or failed) while the search
+    runs, once, with the study as it was then (see :func:`snapshot`). Bad settings are refused
+    before anything is written; an interrupt stops the workers (their running trials are marked
+    failed) and raises :class:`Interrupted`. ``execution`` None: the defaults of
+    :class:`Execution`.
     """
     execution = execution or Execution()
     worker_devices(execution)  # refused here, before the study is written
@@ -89,14 +94,12 @@ def run_search(
     try:
         procs = start_workers(name, replace(execution, storage=url))
         db = open_storage(url, create=False)  # one connection pool for the whole run
+        follow = _Follower(db, name, on_update, on_run)
         while any(p.poll() is None for p in procs):
             raise_if_interrupted()
-            if on_update is not None:
-                on_update(snapshot(db, name))
+            follow.poll()
             time.sleep(poll_s)
-        final = snapshot(db, name)
-        if on_update is not None:
-            on_update(final)
+        final = follow.poll(last=True)
     except KeyboardInterrupt:
         stop_workers(procs)
         raise Interrupted(name) from None
@@ -107,7 +110,36 @@ def run_search(
             "output above, then run the search again to resume it"
         )
     wall = round(time.perf_counter() - t0, 1)
-    return SearchOutcome(name, url, final["estimate"], final["n_trials"], wall)
+    return SearchOutcome(
+        name, url, final["estimate"], final["n_trials"], wall, n_new=follow.completed
+    )
+
+
+class _Follower:
+    """What the search's callbacks see: the study every poll, and each run once as it ends."""
+
+    def __init__(self, db, name: str, on_update, on_run) -> None:
+        self.db, self.name, self.on_update, self.on_run = db, name, on_update, on_run
+        self.seen = {r["number"] for r in snapshot(db, name)["trials"] if _ended(r)}
+        self.completed = 0  # runs completed during this search
+
+    def poll(self, last: bool = False) -> dict | None:
+        if not (last or self.on_update or self.on_run):
+            return None
+        snap = snapshot(self.db, self.name)
+        for row in snap["trials"]:
+            if _ended(row) and row["number"] not in self.seen:
+                self.seen.add(row["number"])
+                self.completed += row["state"] == "COMPLETE"
+                if self.on_run is not None:
+                    self.on_run(row, snap)
+        if self.on_update is not None:
+            self.on_update(snap)
+        return snap
+
+
+def _ended(row: dict) -> bool:
+    return row["state"] in ("COMPLETE", "FAIL")
 
 
 def prepare_study(

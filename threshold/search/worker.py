@@ -239,7 +239,13 @@ def _run_batch(study, settings, data, store, sampler, k, cache_dir, device, hear
 
     def done(i: int, result: TrainResult) -> None:
         run = live.pop(i)
-        study.tell(run.trial, _record(run, result, settings, store))
+        value = _record(run, result, settings, store)
+        study.tell(run.trial, value)
+        log.info(  # one line a run (Optuna logs a finished trial only under study.optimize)
+            "trial %d: d = %d accuracy %.3f (%s, %d steps, %.0f s)",
+            run.trial.number, run.model_cfg.d_model, value, result.stop_reason, result.steps,
+            result.wall_s,
+        )  # fmt: skip
         beats.forget(run.trial)
         refresh_estimate(study, sampler, notes)
 

@@ -249,6 +249,13 @@ class _Parser:
         more: bool = False,  # other keys are allowed: what they are given to checks them
     ):
         for key in table:
+            if key in TOP_KEYS and key not in allowed:  # workers, trials_at_once, storage, ...
+                example = f"{key} = {EXAMPLES.get(TOP_KEYS[key], '...')}"
+                raise self.fail(
+                    self.line(name, index, key),
+                    f"key {key!r} {where} is a suite-level setting: set it once at the top of"
+                    f" the file, before any table (e.g. {example})",
+                )
             if key not in allowed and not more:
                 near = difflib.get_close_matches(key, list(allowed), n=1)
                 hint = f"did you mean {near[0]!r}? " if near else ""

@@ -32,7 +32,7 @@ from pathlib import Path
 from threshold.config import Execution
 from threshold.errors import ThresholdError
 from threshold.meta import version
-from threshold.search.find import Interrupted, run_search, snapshot
+from threshold.search.find import Interrupted, run_search
 from threshold.search.record import read_study, study_names
 from threshold.search.study import create_or_load_study, open_storage, storage_url
 from threshold.suite.spec import (
@@ -280,14 +280,19 @@ def _run_study(study, db, execution: Execution, emit, poll_s, info) -> dict:
     pool = {"workers": execution.workers, "trials_at_once": execution.trials_at_once}
     emit(Event("study_start", study.label, info | pool))
     t0 = time.perf_counter()
-    seen = {r["number"] for r in snapshot(db, study.name)["trials"] if _finished(r)}
     try:
         run_search(
             study.settings,
             execution,
             study.name,
-            on_update=lambda snap: _new_trials(snap, study, seen, emit),
             poll_s=poll_s,
+            on_run=lambda row, snap: emit(
+                Event(
+                    "trial",
+                    study.label,
+                    {"study": study.name, "trial": row, "estimate": snap["estimate"]},
+                )
+            ),
         )
     except Interrupted:
         raise KeyboardInterrupt from None
@@ -308,23 +313,6 @@ def _run_study(study, db, execution: Execution, emit, poll_s, info) -> dict:
         )
     )
     return state.to_json() | {"ran": True}
-
-
-def _finished(row: dict) -> bool:
-    return row["state"] in ("COMPLETE", "FAIL")
-
-
-def _new_trials(snap: dict, study: SuiteStudy, seen: set[int], emit) -> None:
-    for row in snap["trials"]:
-        if _finished(row) and row["number"] not in seen:
-            seen.add(row["number"])
-            emit(
-                Event(
-                    "trial",
-                    study.label,
-                    {"study": study.name, "trial": row, "estimate": snap["estimate"]},
-                )
-            )
 
 
 # Transfer experiments ------------------------------------------------------------------------
