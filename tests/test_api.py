@@ -35,7 +35,7 @@ def test_a_diverging_study_records_its_runs_and_says_each_as_it_ends(tmp_path, m
     options = dict(mod=5, n_train=2000, n_test=100, steps=30, budget=3, d_lo=4, d_hi=16, lr=1e4)
     ended = []
     threshold.find_threshold(
-        "max", storage=url, device="cpu", batch=3, on_run=lambda run, _: ended.append(run),
+        "max", storage=url, device="cpu", trials_at_once=3, on_run=lambda run, _: ended.append(run),
         **options,
     )  # fmt: skip
     assert [r["state"] for r in ended] == ["COMPLETE"] * 3
