@@ -114,7 +114,7 @@ def search_range(settings: SearchSettings, sizes: Iterable[int]) -> tuple[int, i
     return min([settings.d_lo, *sizes]), max([settings.d_hi, *sizes])
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=4)  # about 15 MB each at the default range: a search and its widenings
 def _grid(posterior, chance: float, level: float, corrected: bool, x_lo: float, x_hi: float):
     """``make_grid``, cached: a search rebuilds the same grid at every decision."""
     return make_grid(posterior, chance, level, corrected, x_lo, x_hi)
@@ -208,7 +208,9 @@ def posterior_of(
 ) -> tuple[Grid, np.ndarray, tuple[int, int]]:
     """Grid and unnormalised log posterior weights (H,) from completed runs (``grid.log_prior``
     plus their log likelihood), and the range (d_lo, d_hi) they span together with the initial
-    range and the sizes in ``cover`` (pending runs, new edges)."""
+    range and the sizes in ``cover`` (pending runs, new edges). The grid holds only the
+    (midpoint, slope) pairs that pruning kept (``_size_sums``): every later step (summaries,
+    pending runs, the look-ahead) works on those alone."""
     grid, sums, d_range = _size_sums(settings, completed, cover)
     return grid, grid.log_prior + pool_offset_sds(grid.settings, sums), d_range
 

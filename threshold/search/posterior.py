@@ -642,7 +642,8 @@ def size_log_likelihood_bounds(grid: Grid, x: float, y, rows) -> tuple[np.ndarra
     of the two, whatever r; with either in place of it a run's likelihood depends on the
     hypothesis only through its kappa, tabulated logit and ceiling, so each run is worked out
     once per table entry (K * Z * A) and every hypothesis and offset node reads its sum off the
-    table. Without a plateau (r plays no part) both bounds are the likelihood itself.
+    table. The offset nodes' weights sum to 1, so the likeliest node's weighted term bounds
+    their log-sum-exp from below and its unweighted term from above: no exp is needed.
     """
     y = np.sort(np.atleast_1d(np.asarray(y, dtype=float)))  # (R,)
     cfg = grid.settings
@@ -665,8 +666,10 @@ def size_log_likelihood_bounds(grid: Grid, x: float, y, rows) -> tuple[np.ndarra
         mix = (1.0 - eps) * (below + top_share * learned[:, None, None, :])  # (R, K, Z, A)
         mix += eps * outlier[:, None, None, :]
         table = np.log(np.maximum(mix, 1e-75)).sum(axis=0).reshape(n_k * n_z * n_a)
-        total = np.array([w + table.take(i) for (_, w), i in zip(slots, at, strict=True)])
-        out.append(np.stack([_log_sum_exp(total[s]) for s in per_sd]))  # (G, H')
+        total = np.array([table.take(i) for i in at])  # (nodes, H')
+        if not out:  # the lower bound: the likeliest node's term, its weight included
+            total += np.array([w for _, w in slots])[:, None]
+        out.append(np.stack([total[s].max(axis=0) for s in per_sd]))  # (G, H')
     return out[0], out[1]
 
 
@@ -687,10 +690,12 @@ def add_size(
     """
     cfg = grid.settings
     if rows.size * np.size(y) > _BOUND_FROM:  # where the bounds cost less than they save
+        # the pooled sum over sds lies between the likeliest sd's, weighted, and unweighted
         prior = grid.log_prior[rows]  # (H',)
-        lo, hi = size_log_likelihood_bounds(grid, x, y, rows)
-        floor = (prior + pool_offset_sds(cfg, sums + lo)).max() - cfg.prune_nats - 1e-6
-        maybe = prior + pool_offset_sds(cfg, sums + hi) >= floor  # (H',)
+        lo, hi = size_log_likelihood_bounds(grid, x, y, rows)  # (G, H') each
+        sd_prior = _offset_sd_log_prior(cfg)[:, None]  # (G, 1)
+        floor = (prior + (sums + lo + sd_prior).max(axis=0)).max() - cfg.prune_nats - 1e-6
+        maybe = prior + (sums + hi).max(axis=0) >= floor  # (H',)
         rows, sums = rows[maybe], sums[:, maybe]
     sums = sums + size_log_likelihood(grid, x, y, rows)  # (G, H'')
     log_w = grid.log_prior[rows] + pool_offset_sds(cfg, sums)
