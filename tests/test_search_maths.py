@@ -302,6 +302,21 @@ def test_a_decision_at_48_runs_is_fast_and_its_cache_bounded():
     assert 0 < policy._PREFIXES.nbytes <= policy._PREFIXES.max_bytes <= 100 * 2**20
 
 
+def test_the_likelihood_bounds_hold_and_a_subset_gets_the_same_terms():
+    """``size_log_likelihood_bounds`` bracket the exact terms on a grid with plateaus (whose
+    split between plateau and top the bounds leave open), and the exact terms of a subset of
+    hypotheses are those of the whole grid."""
+    from threshold.search import posterior as post
+
+    grid = post.make_grid(post.PosteriorSettings(), CHANCE, 0.8, False, 8.0, 12.0)
+    rows = np.arange(0, grid.mid.size, 5)
+    for x, y in [(10.0, [0.15, 0.97, 0.5, 0.86]), (11.5, [0.98, 0.9, 0.85, 0.1]), (8.5, [0.13])]:
+        exact = post.size_log_likelihood(grid, x, y)
+        np.testing.assert_array_equal(post.size_log_likelihood(grid, x, y, rows), exact[:, rows])
+        lo, hi = post.size_log_likelihood_bounds(grid, x, y, rows)
+        assert np.all(lo <= exact[:, rows] + 1e-9) and np.all(exact[:, rows] <= hi + 1e-9)
+
+
 def test_pruning_changes_no_estimate():
     """Hypotheses pruned after each size (30 nats below the likeliest) carry no mass a summary
     can see: the same medians and intervals as the whole grid, to 1e-9 nats."""

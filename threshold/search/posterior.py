@@ -613,7 +613,7 @@ def size_log_likelihood(grid: Grid, x: float, y, rows=None) -> np.ndarray:
     idx = [kz + i for i in _table_rows(z, slots)]  # per node (H',): its row in the table
     at_below = [i * n_a + a for i in idx]  # per node (H',) into ``below``'s rows
     top_share = [learned_table[i] for i in idx]  # per node (H',) P(top node)
-    total = np.array([np.full(rows.size, w) for _, w in slots])  # (nodes, H')
+    total = np.repeat(np.array([w for _, w in slots])[:, None], rows.size, axis=1)  # (nodes, H')
     # Runs are multiplied in fours before the log (a quarter of the logs): each factor is
     # floored at 1e-75 so that four cannot underflow, and a run that likely under a hypothesis
     # (172 nats below its peak) leaves it dropped whatever the floor.
@@ -666,7 +666,9 @@ def size_log_likelihood_bounds(grid: Grid, x: float, y, rows) -> tuple[np.ndarra
         mix = (1.0 - eps) * (below + top_share * learned[:, None, None, :])  # (R, K, Z, A)
         mix += eps * outlier[:, None, None, :]
         table = np.log(np.maximum(mix, 1e-75)).sum(axis=0).reshape(n_k * n_z * n_a)
-        total = np.array([table.take(i) for i in at])  # (nodes, H')
+        total = np.empty((len(at), rows.size))  # (nodes, H')
+        for n, i in enumerate(at):
+            table.take(i, out=total[n])
         if not out:  # the lower bound: the likeliest node's term, its weight included
             total += np.array([w for _, w in slots])[:, None]
         out.append(np.stack([total[s].max(axis=0) for s in per_sd]))  # (G, H')
