@@ -275,16 +275,60 @@ def test_bad_settings_are_refused():
         PosteriorSettings(plateau_gaps=(0.1, -0.1))
 
 
-def test_decide_is_fast_with_sixty_runs():
+def test_a_decision_at_48_runs_is_fast_and_its_cache_bounded():
+    """The next decision of a 48-run study (its first 47 runs decided before, the last one in
+    the middle of the sizes) and the same decision from an empty cache take well under a
+    second and a few seconds on one core (0.1-0.4 s and under 1 s on a quiet one: the loose
+    bounds are for busy CI); the likelihood cache stays within its 100 MB, however many
+    studies it has seen."""
+    from threshold.search import policy
+
     s = make_settings(budget=100, precision=1.01)
     truth = make_truth(MODEL, 60.0, 3.0)
     sizes = [12, 16, 24, 32, 47, 56, 64, 80, 100, 128, 200, 256]
-    completed = runs_at(s, truth, sizes, 5, np.random.default_rng(13))
-    decide(s, completed, [64, 80])  # warm caches
-    start = time.perf_counter()
+    completed = runs_at(s, truth, sizes, 4, np.random.default_rng(13))  # 48 runs
+    completed.append(completed.pop(27))  # the last run at d = 64
+    decide(s, completed[:-1], [64, 80])  # the decision before: caches warm
+    start = time.process_time()
     decision = decide(s, completed, [64, 80])
-    assert time.perf_counter() - start < 0.5
+    assert time.process_time() - start < 1.0
+    policy._PREFIXES.clear()
+    start = time.process_time()
+    assert decide(s, completed, [64, 80]) == decision
+    assert time.process_time() - start < 4.0
     assert not decision.stop
+    for seed in range(3):  # other studies fill the cache; it drops the oldest
+        decide(s, runs_at(s, truth, sizes[seed::3], 2, np.random.default_rng(seed)), [])
+    assert 0 < policy._PREFIXES.nbytes <= policy._PREFIXES.max_bytes <= 100 * 2**20
+
+
+def test_the_likelihood_bounds_hold_and_a_subset_gets_the_same_terms():
+    """``size_log_likelihood_bounds`` bracket the exact terms on a grid with plateaus (whose
+    split between plateau and top the bounds leave open), and the exact terms of a subset of
+    hypotheses are those of the whole grid."""
+    from threshold.search import posterior as post
+
+    grid = post.make_grid(post.PosteriorSettings(), CHANCE, 0.8, False, 8.0, 12.0)
+    rows = np.arange(0, grid.mid.size, 5)
+    for x, y in [(10.0, [0.15, 0.97, 0.5, 0.86]), (11.5, [0.98, 0.9, 0.85, 0.1]), (8.5, [0.13])]:
+        exact = post.size_log_likelihood(grid, x, y)
+        np.testing.assert_array_equal(post.size_log_likelihood(grid, x, y, rows), exact[:, rows])
+        lo, hi = post.size_log_likelihood_bounds(grid, x, y, rows)
+        assert np.all(lo <= exact[:, rows] + 1e-9) and np.all(exact[:, rows] <= hi + 1e-9)
+
+
+def test_pruning_changes_no_estimate():
+    """Hypotheses pruned after each size (30 nats below the likeliest) carry no mass a summary
+    can see: the same medians and intervals as the whole grid, to 1e-9 nats."""
+    from threshold.search.settings import with_overrides
+
+    s = make_settings()
+    truth = make_truth(MODEL, 40.0, 2.5)
+    runs = runs_at(s, truth, [8, 16, 24, 32, 48, 64, 128], 2, np.random.default_rng(4))
+    pruned, _ = posterior_summary(s, runs)
+    whole, _ = posterior_summary(with_overrides(s, {"prune_nats": 1e9}), runs)
+    for name in ("x80_median", "x80_lo", "x80_hi", "mid_median", "asymptote_mean"):
+        assert getattr(pruned, name) == pytest.approx(getattr(whole, name), abs=1e-9)
 
 
 @hyp_settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])

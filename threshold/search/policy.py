@@ -40,6 +40,7 @@ from threshold.errors import ConfigError
 from threshold.search.posterior import (
     Grid,
     PosteriorSummary,
+    add_size,
     expected_variances,
     fantasy_update,
     make_grid,
@@ -47,8 +48,7 @@ from threshold.search.posterior import (
     offset_sd_posterior,
     pool_offset_sds,
     seed_variance,
-    size_log_likelihood,
-    size_sums,
+    spread_out,
     summarize,
 )
 from threshold.search.settings import SearchSettings
@@ -114,40 +114,63 @@ def search_range(settings: SearchSettings, sizes: Iterable[int]) -> tuple[int, i
     return min([settings.d_lo, *sizes]), max([settings.d_hi, *sizes])
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=4)  # about 15 MB each at the default range: a search and its widenings
 def _grid(posterior, chance: float, level: float, corrected: bool, x_lo: float, x_hi: float):
     """``make_grid``, cached: a search rebuilds the same grid at every decision."""
     return make_grid(posterior, chance, level, corrected, x_lo, x_hi)
 
 
-# Log-likelihood terms of recent (grid, size, accuracies) groups: a study's next decision sees
-# the same runs plus one, so only the term of that run's size is computed afresh. Each term sums
-# its runs in sorted order, and the terms are added in size order, so the total is bitwise the
-# same whether or not it came from the cache.
-_TERMS: OrderedDict = OrderedDict()
-_TERMS_SIZE = 64
+class _Prefixes:
+    """Pruned partial sums of recent searches, least recently used out first, bounded by the
+    bytes of their arrays: (grid key, the runs of a search's first k sizes) -> (the hypotheses
+    left after those sizes, H', and their per-sd sums of log likelihood, (G, H')). A study's
+    next decision sees the same runs plus one, so only the sizes from that run's on are summed
+    afresh, each on the hypotheses its predecessors left. A state is what the loop computes
+    from nothing, so no result depends on what the cache held."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.items: OrderedDict = OrderedDict()
+        self.nbytes = 0
+
+    def get(self, key: tuple):
+        value = self.items.get(key)
+        if value is not None:
+            self.items.move_to_end(key)
+        return value
+
+    def put(self, key: tuple, value: tuple[np.ndarray, np.ndarray]) -> None:
+        size = sum(a.nbytes for a in value)
+        if key in self.items or size > self.max_bytes:
+            return
+        self.items[key] = value
+        self.nbytes += size
+        while self.nbytes > self.max_bytes:
+            _, old = self.items.popitem(last=False)
+            self.nbytes -= sum(a.nbytes for a in old)
+
+    def clear(self) -> None:
+        self.items.clear()
+        self.nbytes = 0
 
 
-def _cached_term(key: tuple):
-    """``size_log_likelihood`` through the cache, for the grid that ``key`` builds."""
-
-    def term(grid: Grid, x: float, y: np.ndarray) -> np.ndarray:
-        ys = tuple(sorted(y.tolist()))
-        term_key = (key, x, ys)
-        if term_key in _TERMS:
-            _TERMS.move_to_end(term_key)
-        else:
-            _TERMS[term_key] = size_log_likelihood(grid, x, np.array(ys))
-            while len(_TERMS) > _TERMS_SIZE:
-                _TERMS.popitem(last=False)
-        return _TERMS[term_key]
-
-    return term
+# 64 MiB: a search needs a state per size it has run, most of them small once pruned.
+_PREFIXES = _Prefixes(64 * 2**20)
+# Log weight of a hypothesis pruning dropped, where a pair's others are kept: finite, so
+# sums and shifts stay free of inf - inf, and far below any weight exp() can tell from 0.
+_DROPPED = -1e300
 
 
 def _size_sums(settings: SearchSettings, completed, cover: Sequence[int] = ()):
-    """Grid, the completed runs' per-sd sums of log likelihood over sizes (G, H), and the range
-    (d_lo, d_hi) they span together with the initial range and the sizes in ``cover``."""
+    """The grid restricted to the (midpoint, slope) pairs pruning keeps, the completed runs'
+    per-sd sums of log likelihood over sizes on it (G, H') (``_DROPPED`` for a dropped
+    hypothesis of a kept pair), and the range (d_lo, d_hi) the runs span together with the
+    initial range and the sizes in ``cover``.
+
+    Sizes are summed from the largest down (each size's runs in sorted order): the largest pin
+    the asymptote and drop most ceilings first. ``add_size`` adds each and drops the hypotheses
+    the posterior so far puts far below the likeliest: the later sizes cost only what is left.
+    """
     ds, ys = _runs(settings, completed)
     d_lo, d_hi = search_range(settings, [*ds.tolist(), *cover])
     key = (
@@ -159,7 +182,25 @@ def _size_sums(settings: SearchSettings, completed, cover: Sequence[int] = ()):
         float(settings.x_of(d_hi)),
     )
     grid = _grid(*key)
-    return grid, size_sums(grid, settings.x_of(ds), ys, _cached_term(key)), (d_lo, d_hi)
+    xs = settings.x_of(ds)
+    groups = tuple((float(xu), tuple(sorted(ys[xs == xu].tolist()))) for xu in np.unique(xs)[::-1])
+    start, state = 0, None
+    for start in range(len(groups), 0, -1):  # the longest prefix already summed
+        state = _PREFIXES.get((key, groups[:start]))
+        if state is not None:
+            break
+    if state is None:
+        start = 0
+        rows = np.arange(grid.mid.size)  # (H,)
+        sums = np.zeros((len(grid.settings.size_logit_sds), grid.mid.size))  # (G, H)
+    else:
+        rows, sums = state
+    for i in range(start, len(groups)):
+        x, y = groups[i]
+        rows, sums = add_size(grid, x, np.array(y), rows, sums)  # (H',), (G, H')
+        _PREFIXES.put((key, groups[: i + 1]), (rows, sums))
+    sub, sums = spread_out(grid, rows, sums, _DROPPED)
+    return sub, sums, (d_lo, d_hi)
 
 
 def posterior_of(
@@ -167,7 +208,9 @@ def posterior_of(
 ) -> tuple[Grid, np.ndarray, tuple[int, int]]:
     """Grid and unnormalised log posterior weights (H,) from completed runs (``grid.log_prior``
     plus their log likelihood), and the range (d_lo, d_hi) they span together with the initial
-    range and the sizes in ``cover`` (pending runs, new edges)."""
+    range and the sizes in ``cover`` (pending runs, new edges). The grid holds only the
+    (midpoint, slope) pairs that pruning kept (``_size_sums``): every later step (summaries,
+    pending runs, the look-ahead) works on those alone."""
     grid, sums, d_range = _size_sums(settings, completed, cover)
     return grid, grid.log_prior + pool_offset_sds(grid.settings, sums), d_range
 

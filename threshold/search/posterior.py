@@ -45,7 +45,7 @@ accuracy bins, Z tabulated logits.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -57,6 +57,7 @@ __all__ = [
     "Grid",
     "PosteriorSettings",
     "PosteriorSummary",
+    "add_size",
     "curve_quantiles",
     "difference_distribution",
     "expected_variance",
@@ -68,9 +69,12 @@ __all__ = [
     "normalize",
     "offset_sd_posterior",
     "pool_offset_sds",
+    "restricted",
     "seed_variance",
     "size_log_likelihood",
+    "size_log_likelihood_bounds",
     "size_sums",
+    "spread_out",
     "summarize",
     "weighted_quantiles",
 ]
@@ -124,6 +128,14 @@ class PosteriorSettings:
     size_nodes: int = 5  # Gauss-Hermite nodes for that offset
     n_nodes: int = 21  # learned-share nodes u = 0, 0.05, ..., 1
     n_bins: int = 20  # accuracy bins of a predicted outcome in the look-ahead (0.05 wide)
+    # Pruning: after each size's runs (sizes in increasing order), a (midpoint, slope) pair is
+    # dropped when its likeliest hypothesis lies this many nats below the likeliest of all.
+    # e^-30 per hypothesis, under 1e-7 of the mass for the whole grid: nothing a summary or a
+    # decision can see, while one run moves a hypothesis by at most about 6.5 nats against
+    # another (the outlier share bounds its likelihood ratio), so a dropped pair would need
+    # five runs in a row against the likeliest to matter again. Most pairs go after a dozen
+    # runs, and the later sizes and the look-ahead cost a fraction of the full grid's.
+    prune_nats: float = 30.0
 
     def __post_init__(self) -> None:
         for name in ("slopes", "asymptotes", "concentrations"):
@@ -167,6 +179,8 @@ class PosteriorSettings:
             raise ConfigError(
                 f"size_logit_weights {weights} must be empty or one positive weight per sd"
             )
+        if not self.prune_nats > 0:
+            raise ConfigError(f"prune_nats {self.prune_nats} is not allowed: use a value > 0")
         if self.n_nodes < 3 or self.n_bins < 2:
             raise ConfigError(
                 f"n_nodes {self.n_nodes} and n_bins {self.n_bins}: use at least 3 and 2"
@@ -417,6 +431,47 @@ def make_grid(
     )
 
 
+def restricted(grid: Grid, pairs: np.ndarray) -> Grid:
+    """The grid with only the (midpoint, slope) pairs ``pairs`` (indices into its pairs, C',
+    increasing): every hypothesis of each, in the same layout, so all the maths here runs on it
+    unchanged and gives, hypothesis by hypothesis, what it gives on the whole grid."""
+    block = grid.kappas.size * grid.asymptotes.size  # hypotheses per pair
+    pairs = np.asarray(pairs, dtype=int)
+    if pairs.size * block == grid.mid.size:
+        return grid
+    rows = (pairs[:, None] * block + np.arange(block)[None, :]).ravel()  # (H',)
+    position = np.full(grid.mid.size, -1)  # (H,) each kept hypothesis's index in the new grid
+    position[rows] = np.arange(rows.size)
+
+    def kept(order: np.ndarray) -> np.ndarray:  # the stable argsort of the kept values
+        new = position[order]
+        return new[new >= 0]
+
+    return replace(
+        grid,
+        mid=grid.mid[rows],
+        slope=grid.slope[rows],
+        kappa_index=grid.kappa_index[rows],
+        asym_index=grid.asym_index[rows],
+        x80=grid.x80[rows],
+        log_prior=grid.log_prior[rows],
+        x80_order=kept(grid.x80_order),
+        mid_order=kept(grid.mid_order),
+    )
+
+
+def spread_out(grid: Grid, rows: np.ndarray, values: np.ndarray, fill: float) -> tuple:
+    """The grid restricted to the pairs of hypotheses ``rows`` (H', increasing), and values
+    (..., H') of those hypotheses laid out on it, ``fill`` for its other hypotheses."""
+    block = grid.kappas.size * grid.asymptotes.size
+    pairs = np.unique(rows // block)  # (C',)
+    sub = restricted(grid, pairs)
+    at = np.searchsorted(pairs, rows // block) * block + rows % block  # (H',) places in sub
+    out = np.full((*values.shape[:-1], sub.mid.size), fill)
+    out[..., at] = values
+    return sub, out
+
+
 def _pairs(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
     """Midpoint and slope of each (midpoint, slope) pair: (C,) each."""
     step = grid.kappas.size * grid.asymptotes.size
@@ -483,9 +538,47 @@ def _run_densities(grid: Grid, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
     return dens, stalled, outlier
 
 
-def size_log_likelihood(grid: Grid, x: float, y) -> np.ndarray:
+def _log_sum_exp(terms: np.ndarray) -> np.ndarray:
+    """log of the sum of exp over the first axis, shifted by its max (finite terms): (...)."""
+    top = terms.max(axis=0)
+    return top + np.log(np.exp(terms - top).sum(axis=0))
+
+
+def _below_top(grid: Grid, dens: np.ndarray) -> np.ndarray:
+    """P(score | share below the top node) of each run (densities dens, (R, L, A)) for each
+    row of the share table: (R, K, Z, A)."""
+    n_k, n_z, n_l = grid.share_table.shape
+    table = grid.share_table[:, :, :-1].reshape(n_k * n_z, n_l - 1)  # (K * Z, L - 1)
+    return np.matmul(table, dens[:, :-1]).reshape(dens.shape[0], n_k, n_z, -1)
+
+
+def _offset_nodes(cfg: PosteriorSettings) -> tuple[list, list]:
+    """The size offset's quadrature nodes: each distinct (offset, log weight) once (every sd's
+    middle node is offset 0), and for each of ``size_logit_sds`` the indices of its nodes."""
+    gh_nodes, gh_weights = np.polynomial.hermite_e.hermegauss(cfg.size_nodes)
+    gh_log_w = np.log(gh_weights / gh_weights.sum())
+    slots: dict[tuple[float, float], int] = {}
+    per_sd = []
+    for sd in cfg.size_logit_sds:
+        nodes, log_wq = (gh_nodes, gh_log_w) if sd > 0 else (np.zeros(1), np.zeros(1))
+        pairs = zip(nodes, log_wq, strict=True)
+        per_sd.append([slots.setdefault((float(sd * n), float(w)), len(slots)) for n, w in pairs])
+    return list(slots), per_sd
+
+
+def _table_rows(z: np.ndarray, slots: list) -> list:
+    """Per node, the tabulated logit each hypothesis's logit z (H',) moves to, as
+    ``_share_probs`` rounds it: (H',) ints."""
+    return [
+        np.rint((np.clip(z + offset, -_Z_MAX, _Z_MAX) + _Z_MAX) / _Z_STEP).astype(int)
+        for offset, _ in slots
+    ]
+
+
+def size_log_likelihood(grid: Grid, x: float, y, rows=None) -> np.ndarray:
     """log p(accuracies y of every run at one size x | hypothesis, offset sd): (G, H), one row
-    per value of ``size_logit_sds``.
+    per value of ``size_logit_sds``; with ``rows`` (H',) (indices of hypotheses), for those
+    only: (G, H'), each the same number as on the whole grid.
 
     Runs at one size share that size's departure from the smooth curve: a logit offset
     ``N(0, sd^2)`` on p(x), integrated out by Gauss-Hermite quadrature. Many seeds at one size
@@ -493,36 +586,123 @@ def size_log_likelihood(grid: Grid, x: float, y) -> np.ndarray:
     curve shape than the sizes it has seen allow. The sd is not integrated out here: one study
     shares it across its sizes (``pool_offset_sds``). The runs are summed in sorted order: the
     result does not depend on the order they came in.
+
+    A hypothesis's share probabilities are a row of the tabulated ``share_table`` (its kappa,
+    the logit p the offset moves it to), so each run's density given the share is worked out
+    once per table row and ceiling, and each hypothesis reads its own off the table: what the
+    offset nodes and the hypotheses share is computed once.
     """
     y = np.sort(np.atleast_1d(np.asarray(y, dtype=float)))  # (R,)
     cfg = grid.settings
     eps = cfg.outlier_weight
+    block = grid.kappas.size * grid.asymptotes.size  # hypotheses per (midpoint, slope) pair
+    rows = np.arange(grid.mid.size) if rows is None else np.asarray(rows, dtype=int)  # (H',)
+    a = grid.asym_index[rows]  # (H',)
+    n_z = grid.share_table.shape[1]
+    n_a = grid.asymptotes.size
+    pair = rows // block  # (H',)
+    mid, slope = _pairs(grid)  # (C,) each
+    z = (slope * (x - mid))[pair]  # (H',) logit p of each hypothesis at x
     dens, stalled, outlier = _run_densities(grid, y)  # (R, L, A), (R, A), (R, A)
-    passed = _passed_share(grid, [x])[..., 0]  # (C, A)
-    gh_nodes, gh_weights = np.polynomial.hermite_e.hermegauss(cfg.size_nodes)
-    gh_log_w = np.log(gh_weights / gh_weights.sum())
-    done: dict[tuple[float, float], np.ndarray] = {}  # every sd's middle node: offset 0
+    # P(score | share below the top node): (R, K * Z * A), each (kappa, logit) row of the table
+    below = _below_top(grid, dens).reshape(y.size, -1)
+    learned_table = grid.share_table[:, :, -1].ravel()  # (K * Z,) P(top node)
+    passed = _passed_share(grid, [x])[..., 0][pair, a]  # (H',) r of each hypothesis
+    slots, per_sd = _offset_nodes(cfg)
+    kz = grid.kappa_index[rows] * n_z  # (H',)
+    idx = [kz + i for i in _table_rows(z, slots)]  # per node (H',): its row in the table
+    at_below = [i * n_a + a for i in idx]  # per node (H',) into ``below``'s rows
+    top_share = [learned_table[i] for i in idx]  # per node (H',) P(top node)
+    total = np.repeat(np.array([w for _, w in slots])[:, None], rows.size, axis=1)  # (nodes, H')
+    # Runs are multiplied in fours before the log (a quarter of the logs): each factor is
+    # floored at 1e-75 so that four cannot underflow, and a run that likely under a hypothesis
+    # (172 nats below its peak) leaves it dropped whatever the floor.
+    product = np.ones_like(total)  # (nodes, H')
+    mix = np.empty(rows.size)  # (H',)
+    for r in range(y.size):  # run by run
+        st = stalled[r, a]  # (H',)
+        learned = st + (dens[r, -1, a] - st) * passed  # (H',) learned: r top + (1 - r) stalled
+        out = eps * outlier[r, a]  # (H',)
+        for n in range(len(slots)):
+            np.multiply(top_share[n], learned, out=mix)
+            mix += below[r].take(at_below[n])
+            mix *= 1.0 - eps
+            mix += out
+            product[n] *= np.maximum(mix, 1e-75, out=mix)
+        if r % 4 == 3 or r == y.size - 1:
+            total += np.log(product)
+            product.fill(1.0)
+    return np.stack([_log_sum_exp(total[s]) for s in per_sd])  # (G, H')
 
-    def at_node(offset: float, log_w: float) -> np.ndarray:
-        """log weight + log p(runs | hypothesis, this offset): (Q, A)."""
-        if (offset, log_w) in done:
-            return done[offset, log_w]
-        shares = _share_probs(grid, [x], offset)[:, 0, :]  # (Q, L)
-        total = np.full((shares.shape[0], grid.asymptotes.size), log_w)  # (Q, A)
-        for r in range(y.size):  # run by run: (Q, A) arrays stay in cache
-            learned = _learned_split(shares[:, -1], passed, dens[r, -1], stalled[r])
-            run = shares[:, :-1] @ dens[r, :-1] + learned  # (Q, A)
-            mix = (1.0 - eps) * run + eps * outlier[r][None, :]  # (Q, A)
-            total += np.log(np.maximum(mix, 1e-300))
-        done[offset, log_w] = total
-        return total
 
-    rows = []
-    for sd in cfg.size_logit_sds:
-        nodes, log_wq = (gh_nodes, gh_log_w) if sd > 0 else (np.zeros(1), np.zeros(1))
-        terms = [at_node(float(sd * n), float(w)) for n, w in zip(nodes, log_wq, strict=True)]
-        rows.append(np.logaddexp.reduce(np.stack(terms), axis=0).ravel())  # (H,)
-    return np.stack(rows)  # (G, H)
+def size_log_likelihood_bounds(grid: Grid, x: float, y, rows) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds (G, H') each on ``size_log_likelihood(grid, x, y, rows)``, cheap for many runs.
+
+    A learned run's density ``r top + (1 - r) stalled`` lies between the smaller and the larger
+    of the two, whatever r; with either in place of it a run's likelihood depends on the
+    hypothesis only through its kappa, tabulated logit and ceiling, so each run is worked out
+    once per table entry (K * Z * A) and every hypothesis and offset node reads its sum off the
+    table. The offset nodes' weights sum to 1, so the likeliest node's weighted term bounds
+    their log-sum-exp from below and its unweighted term from above: no exp is needed.
+    """
+    y = np.sort(np.atleast_1d(np.asarray(y, dtype=float)))  # (R,)
+    cfg = grid.settings
+    eps = cfg.outlier_weight
+    block = grid.kappas.size * grid.asymptotes.size
+    rows = np.asarray(rows, dtype=int)  # (H',)
+    a = grid.asym_index[rows]  # (H',)
+    n_k, n_z = grid.share_table.shape[:2]
+    n_a = grid.asymptotes.size
+    mid, slope = _pairs(grid)  # (C,) each
+    z = (slope * (x - mid))[rows // block]  # (H',)
+    dens, stalled, outlier = _run_densities(grid, y)  # (R, L, A), (R, A), (R, A)
+    below = _below_top(grid, dens)  # (R, K, Z, A)
+    top_share = grid.share_table[None, :, :, -1, None]  # (1, K, Z, 1)
+    slots, per_sd = _offset_nodes(cfg)
+    kz = grid.kappa_index[rows] * n_z  # (H',)
+    at = [(kz + i) * n_a + a for i in _table_rows(z, slots)]  # per node (H',)
+    out = []
+    for learned in (np.minimum(stalled, dens[:, -1]), np.maximum(stalled, dens[:, -1])):
+        mix = (1.0 - eps) * (below + top_share * learned[:, None, None, :])  # (R, K, Z, A)
+        mix += eps * outlier[:, None, None, :]
+        table = np.log(np.maximum(mix, 1e-75)).sum(axis=0).reshape(n_k * n_z * n_a)
+        total = np.empty((len(at), rows.size))  # (nodes, H')
+        for n, i in enumerate(at):
+            table.take(i, out=total[n])
+        if not out:  # the lower bound: the likeliest node's term, its weight included
+            total += np.array([w for _, w in slots])[:, None]
+        out.append(np.stack([total[s].max(axis=0) for s in per_sd]))  # (G, H')
+    return out[0], out[1]
+
+
+_BOUND_FROM = 60_000  # hypotheses x runs: below it, the bounds cost more than they save
+
+
+def add_size(
+    grid: Grid, x: float, y, rows: np.ndarray, sums: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The hypotheses ``rows`` (H', increasing) with per-sd sums of log likelihood ``sums``
+    (G, H') over some sizes: the runs y at one more size x added, and the hypotheses that
+    pruning drops (``prune_nats`` below the likeliest, log prior included) dropped: (H'',),
+    (G, H'').
+
+    ``size_log_likelihood_bounds`` first drops those whose upper bound lies below the best
+    lower bound by more than ``prune_nats`` (their exact sum would too), and the exact terms
+    are worked out for the rest only: the same hypotheses and sums, at a fraction of the cost.
+    """
+    cfg = grid.settings
+    if rows.size * np.size(y) > _BOUND_FROM:  # where the bounds cost less than they save
+        # the pooled sum over sds lies between the likeliest sd's, weighted, and unweighted
+        prior = grid.log_prior[rows]  # (H',)
+        lo, hi = size_log_likelihood_bounds(grid, x, y, rows)  # (G, H') each
+        sd_prior = _offset_sd_log_prior(cfg)[:, None]  # (G, 1)
+        floor = (prior + (sums + lo + sd_prior).max(axis=0)).max() - cfg.prune_nats - 1e-6
+        maybe = prior + (sums + hi).max(axis=0) >= floor  # (H',)
+        rows, sums = rows[maybe], sums[:, maybe]
+    sums = sums + size_log_likelihood(grid, x, y, rows)  # (G, H'')
+    log_w = grid.log_prior[rows] + pool_offset_sds(cfg, sums)
+    keep = log_w >= log_w.max() - cfg.prune_nats
+    return rows[keep], sums[:, keep]
 
 
 def _offset_sd_log_prior(settings: PosteriorSettings) -> np.ndarray:
@@ -536,7 +716,7 @@ def pool_offset_sds(settings: PosteriorSettings, terms: np.ndarray) -> np.ndarra
     of ``size_logit_sds`` with prior ``size_logit_weights``, integrated out: (H,)."""
     if terms.shape[0] == 1:
         return terms[0]
-    return np.logaddexp.reduce(terms + _offset_sd_log_prior(settings)[:, None], axis=0)
+    return _log_sum_exp(terms + _offset_sd_log_prior(settings)[:, None])
 
 
 def offset_sd_posterior(settings: PosteriorSettings, log_w: np.ndarray) -> np.ndarray:
