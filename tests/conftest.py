@@ -270,3 +270,83 @@ def built_report(report_studies):
                           text=True, cwd=s["cwd"])  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     return out, json.loads((out / "results.json").read_text()), json.loads(proc.stdout)
+
+
+SLURM_DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/sbatch")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A one-node SLURM cluster (Debian's slurmctld, slurmd, slurm-client and munge; `.ci/run`
+    installs them): its own munge key and socket, slurm.conf and state in a temporary folder, the
+    two cores as the node's CPUs. Yields the environment whose SLURM_CONF points the commands at
+    it; skipped without SLURM or root (slurmd runs jobs as root here), except in CI."""
+    missing = [path for path in SLURM_DAEMONS if not os.path.exists(path)]
+    reason = None
+    if missing:
+        reason = f"no {', '.join(missing)}: apt-get install -y slurmctld slurmd slurm-client munge"
+    elif os.geteuid() != 0:
+        reason = "slurmd of a test cluster runs as root"
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason} (.ci/run should have installed SLURM and runs as root)")
+        pytest.skip(reason)
+    root = tmp_path_factory.mktemp("slurm")
+    key = root / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o600)
+    host = socket.gethostname().split(".")[0]
+    cores = os.cpu_count() or 1
+    conf = root / "slurm.conf"
+    conf.write_text(
+        f"""ClusterName=threshold-test
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={_free_port()}
+SlurmdPort={_free_port()}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={root}/munge.socket
+CredType=cred/munge
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd.pid
+SlurmctldLogFile={root}/slurmctld.log
+SlurmdLogFile={root}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MailProg=/bin/true
+NodeName={host} NodeAddr=127.0.0.1 CPUs={cores} RealMemory=2000 State=UNKNOWN
+PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+    )
+    env = dict(os.environ, SLURM_CONF=str(conf))
+    munge = [
+        "/usr/sbin/munged", "--force", f"--socket={root}/munge.socket", f"--key-file={key}",
+        f"--pid-file={root}/munged.pid", f"--log-file={root}/munged.log",
+        f"--seed-file={root}/munged.seed",
+    ]  # fmt: skip
+    try:
+        for command in (munge, ["/usr/sbin/slurmctld"], ["/usr/sbin/slurmd"]):
+            subprocess.run(command, check=True, capture_output=True, env=env)
+        for _ in range(100):
+            state = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True,
+                                   env=env)  # fmt: skip
+            if state.stdout.strip() == "idle":
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"the test cluster's node did not come up: see {root}/slurmctld.log")
+        yield env
+    finally:
+        subprocess.run(["scontrol", "shutdown"], capture_output=True, env=env)
+        pid = root / "munged.pid"
+        if pid.exists():
+            os.kill(int(pid.read_text()), signal.SIGTERM)

@@ -29,7 +29,7 @@ def test_find_threshold_runs_a_tiny_search_and_resumes_it(tmp_path, monkeypatch)
     [
         ({"modulus": 5}, "no option 'modulus'"),
         ({"tasks": "max,sum"}, "'sum'"),
-        ({"workers": 0}, "--workers 0"),
+        ({"workers": -1}, "--workers -1"),
         ({"batch": 0}, "--batch 0"),
         ({"arity": "2-x"}, "arity '2-x'"),
         ({"recipe": "paper", "weight_decay": 2.0}, "weight_decay 2.0"),

@@ -131,7 +131,7 @@ def test_ctrl_c_then_resume_keeps_completed_trials(tmp_path):
         (["find", "--storage", "not-a-url"], "'not-a-url' is not a database URL"),
         (["find", "--storage", "postgresql+psycopg://x@127.0.0.1:1/db"], "cannot be opened"),
         (["find", "--budget", "2"], "budget 2 is below the initial bracket"),
-        (["find", "--workers", "0"], "--workers 0 is not allowed"),
+        (["find", "--workers", "-1"], "--workers -1 is not allowed"),
         (["find", "--precision", "0.5"], "precision 0.5"),
         (["status", "--storage", "sqlite:///missing.db"], "does not exist"),
     ],

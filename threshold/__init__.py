@@ -42,7 +42,8 @@ def find_threshold(
     ``chance_corrected``, ``seed``, ``pretrain`` ("max,med"), ``weights`` ("add=2"),
     ``match_exposure``, ``recipe`` ("fast" or "paper") and any recipe field (``weight_decay``,
     ``init_std``, ``checkpoints``, ...: threshold.config). ``workers`` processes train (``batch``
-    trials each at once, on ``device``).
+    trials each at once, on ``device``); ``workers=0`` only creates the study, for workers
+    started elsewhere (``threshold worker``, docs/cluster.md).
 
     Returns the estimate stored on the study: ``params_p80`` (the 80% point in parameters),
     ``interval_params`` (its 90% interval), ``d_p80``, ``midpoint_params``, ``asymptote``,

@@ -97,7 +97,13 @@ def find(
         str | None,
         typer.Option(help="Pretrain every run on these ops first, e.g. max,med (transfer)."),
     ] = None,
-    workers: Annotated[int, typer.Option(help="Worker processes (one torch thread each).")] = 1,
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="Worker processes (one torch thread each); 0 creates the study only, for workers"
+            " started elsewhere (threshold worker, threshold cluster slurm)."
+        ),
+    ] = 1,
     batch: Batch = 1,
     device: Device = "auto",
     oversubscribe: Annotated[

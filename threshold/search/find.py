@@ -84,15 +84,26 @@ def run_search(
 
     ``on_update(snapshot)`` sees the study every ``poll_s`` seconds and once at the end. Bad
     settings are refused before anything is written; an interrupt stops the workers (their
-    running trials are marked failed) and raises :class:`Interrupted`.
+    running trials are marked failed) and raises :class:`Interrupted`. ``workers=0`` only
+    creates (or checks) the study: workers started elsewhere (``threshold worker``, a cluster's
+    job array) run its trials.
     """
     if batch < 1:
         raise ConfigError(f"--batch {batch} is not allowed: use 1 or more trials at once")
     if heartbeat_s < 1:
         raise ConfigError(f"--heartbeat {heartbeat_s} is not allowed: use 1 or more seconds")
-    worker_devices(workers, device, oversubscribe)  # refused here, before the study is written
+    if workers < 0:
+        raise ConfigError(
+            f"--workers {workers} is not allowed: use 1 or more, or 0 to create the study only"
+        )
+    if workers > 0:
+        worker_devices(workers, device, oversubscribe)  # refused before the study is written
     t0 = time.perf_counter()
     name, url = prepare_study(settings, storage, name, heartbeat_s)
+    if workers == 0:
+        final = snapshot(open_storage(url, create=False), name)
+        wall = round(time.perf_counter() - t0, 1)
+        return SearchOutcome(name, url, final["estimate"], final["n_trials"], wall)
     procs: list[subprocess.Popen] = []
     try:
         procs = start_workers(
