@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -14,6 +15,49 @@ import tempfile
 import time
 
 import pytest
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--cpu-durations", type=int, default=None, metavar="N",
+        help="List the N tests (0: all) that took the most CPU time, this process's and that of the"
+        " subprocesses it waited for, and each file's total: a profile that holds on a busy"
+        " machine, where --durations' wall-clock times mostly measure the other load.",
+    )  # fmt: skip
+
+
+_CPU_S: dict[str, float] = {}
+
+
+def _cpu_s() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    start = _cpu_s()
+    yield
+    _CPU_S[item.nodeid] = _cpu_s() - start  # a session fixture counts for its first test
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    n = config.getoption("--cpu-durations")
+    if n is None or not _CPU_S:
+        return
+    write = terminalreporter.write_line
+    ranked = sorted(_CPU_S.items(), key=lambda kv: -kv[1])
+    total = sum(_CPU_S.values())
+    terminalreporter.write_sep("=", f"CPU time: {total:.0f} s in {len(ranked)} tests")
+    for nodeid, s in ranked[: n or None]:
+        write(f"{s:8.1f} s  {nodeid}")
+    files: dict[str, float] = {}
+    for nodeid, s in ranked:
+        files[nodeid.split("::")[0]] = files.get(nodeid.split("::")[0], 0.0) + s
+    terminalreporter.write_sep("-", "CPU time by file")
+    for name, s in sorted(files.items(), key=lambda kv: -kv[1]):
+        write(f"{s:8.1f} s  {name}")
 
 
 @pytest.fixture
