@@ -122,20 +122,22 @@ def test_survey_scores_every_run_above_the_accuracy_and_stores_nothing(studies):
         (["transfer", "--tasks", "add", "--seeds", "0"], "--seeds 0"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(studies, args, message):
+def test_bad_input_is_one_line_and_exit_2(studies, cli, args, message):
+    """In this process (the ``cli`` fixture); the test after it refuses a study through a real
+    process."""
     cwd, url, names = studies
     args = [a.format(**names) for a in args]
-    proc = threshold([*args, "--storage", url] if args[0] != "transfer" else args, cwd)
-    assert proc.returncode == 2, proc.stderr
-    assert message in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    result = cli([*args, "--storage", url] if args[0] != "transfer" else args, cwd)
+    assert result.exit_code == 2, (result.stderr, result.exception)
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_study_without_checkpoints_is_refused(studies):
     cwd, url, _ = studies
     optuna.create_study(study_name="empty", storage=url)
     proc = threshold(["analyze", "empty", "--storage", url], cwd)
-    assert proc.returncode == 2
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "not a threshold study" in proc.stderr or "no completed run" in proc.stderr
 
 

@@ -44,13 +44,15 @@ TINY = ["--mod", "5", "--n-train", "2000", "--n-test", "100"]
         (["bench", "search", "--set", "size_sd"], "NAME=VALUE"),
     ],
 )
-def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, args, named):
+def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, cli, args, named):
+    """In this process (the ``cli`` fixture); the test after it checks the same contract through
+    a real process."""
     out = tmp_path / "out.ckpt"
     extra = ["--out", str(out)] if args[0] == "train" else []
-    proc = run([*args, *extra], tmp_path / "cache")
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    result = cli([*args, *extra], COLUMNS="120")
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert named in lines[0]
     assert not out.exists()
     assert not (tmp_path / "cache").exists()
@@ -59,6 +61,8 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, args, named):
 def test_bad_checkpoint_path_is_refused(tmp_path):
     proc = run(["train", *TINY, "--out", str(tmp_path)], tmp_path / "cache")
     assert proc.returncode == 2 and "is a directory" in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()  # one line from a real process, too
+    assert line.startswith("error: ")
     assert not (tmp_path / "cache").exists()
 
 

@@ -13,17 +13,16 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 from typer.main import get_command
-from typer.testing import CliRunner
 
 from threshold.cli import app
 
 PG = "postgresql+psycopg://me@db.example.org:5432/threshold"
 
 
-def script(*args: str) -> str:
-    result = CliRunner().invoke(app, ["cluster", "slurm", *args])
+def script(cli, *args: str) -> str:
+    result = cli(["cluster", "slurm", *args])
     assert result.exit_code == 0, result.output
-    return result.output
+    return result.stdout
 
 
 def directives(text: str) -> dict[str, str]:
@@ -32,8 +31,8 @@ def directives(text: str) -> dict[str, str]:
     return dict(pairs)
 
 
-def test_the_script_is_a_job_array_of_one_gpu_worker_each():
-    text = script("--study", "s 1", "--storage", PG, "--workers", "8", "--batch", "16",
+def test_the_script_is_a_job_array_of_one_gpu_worker_each(cli):
+    text = script(cli, "--study", "s 1", "--storage", PG, "--workers", "8", "--batch", "16",
                   "--partition", "gpu", "--setup", "module load python",
                   "--setup", "source ~/venv/bin/activate")  # fmt: skip
     assert text.startswith("#!/bin/bash\n")
@@ -53,8 +52,8 @@ def test_the_script_is_a_job_array_of_one_gpu_worker_each():
     get_command(app).commands["worker"].make_context("worker", worker[2:])
 
 
-def test_a_cpu_array_asks_no_gpu_and_storage_may_come_from_the_environment():
-    text = script("--study", "s", "--device", "cpu", "--workers", "1", "--max-trials", "3")
+def test_a_cpu_array_asks_no_gpu_and_storage_may_come_from_the_environment(cli):
+    text = script(cli, "--study", "s", "--device", "cpu", "--workers", "1", "--max-trials", "3")
     got = directives(text)
     assert got["array"] == "0-0" and "gres" not in got
     worker = shlex.split(text.splitlines()[-1])
@@ -72,43 +71,36 @@ def test_a_cpu_array_asks_no_gpu_and_storage_may_come_from_the_environment():
         (["--study", " "], "study name ' ' is empty"),
     ],
 )
-def test_bad_settings_are_one_line(tmp_path, args, named):
+def test_bad_settings_are_one_line(tmp_path, cli, args, named):
     base = {"--study": "s", "--storage": PG}
     for flag, value in zip(args[::2], args[1::2], strict=True):
         base[flag] = value
     out = tmp_path / "job.sh"
-    result = CliRunner().invoke(
-        app, ["cluster", "slurm", *[x for kv in base.items() for x in kv], "-o", str(out)]
-    )
+    result = cli(["cluster", "slurm", *[x for kv in base.items() for x in kv], "-o", out])
     assert result.exit_code == 2
-    (line,) = result.output.strip().splitlines()
+    (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: ") and named in line
     assert not out.exists()
 
 
-def test_a_slurm_array_runs_a_postgres_study(slurm_cluster, postgres_url, tmp_path):
+def test_a_slurm_array_runs_a_postgres_study(slurm_cluster, postgres_url, tmp_path, cli):
     """The recipe end to end: the study made with `find --workers 0` (nothing trains), the script
     written, `sbatch --wait`: two array tasks, one worker each, finish the budget."""
     env = dict(slurm_cluster, THRESHOLD_CACHE=str(tmp_path / "cache"),
                THRESHOLD_ARTIFACTS=str(tmp_path / "art"))  # fmt: skip
-    threshold = [sys.executable, "-m", "threshold"]
     name, budget = "slurm-array", 4
-    made = subprocess.run(
-        [*threshold, "find", "--tasks", "max", "--mod", "5", "--n-train", "2000", "--n-test",
-         "100", "--d-lo", "4", "--d-hi", "16", "--steps", "40", "--budget", str(budget),
-         "--heartbeat", "2", "--storage", postgres_url, "--study", name, "--workers", "0",
-         "--json"], capture_output=True, text=True, env=env, cwd=tmp_path,
-    )  # fmt: skip
-    assert made.returncode == 0, made.stderr
+    made = cli(["find", "--tasks", "max", "--mod", "5", "--n-train", "2000", "--n-test", "100",
+                "--d-lo", "4", "--d-hi", "16", "--steps", "40", "--budget", budget,
+                "--heartbeat", "2", "--storage", postgres_url, "--study", name, "--workers", "0",
+                "--json"])  # fmt: skip
+    assert made.exit_code == 0, made.stderr
     assert json.loads(made.stdout)["n_trials"] == 0
     job = tmp_path / "job.sh"
-    written = subprocess.run(
-        [*threshold, "cluster", "slurm", "--study", name, "--storage", postgres_url,
-         "--workers", "2", "--device", "cpu", "--cpus", "1", "--mem", "500M", "--time", "10",
-         "--heartbeat", "2", "--command", shlex.join(threshold), "-o", str(job)],
-        capture_output=True, text=True, env=env, cwd=tmp_path,
-    )  # fmt: skip
-    assert written.returncode == 0, written.stderr
+    written = cli(["cluster", "slurm", "--study", name, "--storage", postgres_url, "--workers", "2",
+                   "--device", "cpu", "--cpus", "1", "--mem", "500M", "--time", "10",
+                   "--heartbeat", "2", "--command", f"{shlex.quote(sys.executable)} -m threshold",
+                   "-o", job])  # fmt: skip
+    assert written.exit_code == 0, written.stderr
     run = subprocess.run(["sbatch", "--wait", str(job)], capture_output=True, text=True,
                          env=env, cwd=tmp_path, timeout=300)  # fmt: skip
     logs = sorted(tmp_path.glob(f"threshold-{name}-*_*.out"))
