@@ -86,7 +86,19 @@ def cli(tmp_path, monkeypatch, restore_signals):
         env = {"THRESHOLD_CACHE": str(cwd / "cache"), "THRESHOLD_STORAGE": None, **env}
         return CliRunner().invoke(app, [str(a) for a in args], env=env)
 
-    return invoke
+    threads = torch_threads()
+    yield invoke
+    torch_threads(threads)  # commands set their own (analyze: 1)
+
+
+def torch_threads(n: int | None = None) -> int | None:
+    """Torch's thread count, set to ``n`` when given; None while torch is not imported."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    if n is not None:
+        torch.set_num_threads(n)
+    return torch.get_num_threads()
 
 
 @pytest.fixture
