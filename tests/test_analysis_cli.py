@@ -134,7 +134,8 @@ def test_survey_scores_every_run_above_the_accuracy_and_stores_nothing(studies, 
             "op 'max' does not exist for testbed 'perm'",
         ),
         (["transfer", "--tasks", "add", "--pretrain", "", "--mod", "5"], "pretraining mixture"),
-        (["transfer", "--tasks", "add", "--seeds", "0"], "--seeds 0"),
+        (["transfer", "--tasks", "add", "--n-seeds", "0"], "--n-seeds 0"),
+        (["transfer", "--tasks", "add", "--seeds", "3"], "is now --n-seeds"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(studies, cli, args, message):

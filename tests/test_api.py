@@ -12,7 +12,9 @@ def test_find_threshold_runs_a_tiny_search_and_resumes_it(tmp_path, monkeypatch)
     monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))
     url = f"sqlite:///{tmp_path}/s.db"
     options = dict(mod=5, n_train=2000, n_test=100, steps=60, budget=3, d_lo=4, d_hi=16)
-    estimate = threshold.find_threshold("max", storage=url, device="cpu", batch=3, **options)
+    estimate = threshold.find_threshold(
+        "max", storage=url, device="cpu", trials_at_once=3, **options
+    )
     assert estimate["n_runs"] == 3
     lo, hi = estimate["interval_params"]
     assert lo <= estimate["params_p80"] <= hi
@@ -24,16 +26,37 @@ def test_find_threshold_runs_a_tiny_search_and_resumes_it(tmp_path, monkeypatch)
     assert again == estimate  # resumed: its budget was used, nothing more to run
 
 
+def test_a_diverging_study_records_its_runs_and_says_each_as_it_ends(tmp_path, monkeypatch):
+    """A learning rate of 1e4 makes every run's loss NaN: each run is a complete trial at the
+    accuracy it measured, stopped as diverged, and the study goes on to its budget."""
+    monkeypatch.setenv("THRESHOLD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))
+    url = f"sqlite:///{tmp_path}/s.db"
+    options = dict(mod=5, n_train=2000, n_test=100, steps=30, budget=3, d_lo=4, d_hi=16, lr=1e4)
+    ended = []
+    threshold.find_threshold(
+        "max", storage=url, device="cpu", trials_at_once=3, on_run=lambda run, _: ended.append(run),
+        **options,
+    )  # fmt: skip
+    assert [r["state"] for r in ended] == ["COMPLETE"] * 3
+    assert {r["stop_reason"] for r in ended} == {"diverged"}
+    assert all(0 <= r["accuracy"] <= 1 for r in ended)
+    (summary,) = optuna.get_all_study_summaries(url)
+    assert summary.n_trials == 3
+
+
 @pytest.mark.parametrize(
     ("kwargs", "named"),
     [
         ({"modulus": 5}, "no option 'modulus'"),
         ({"tasks": "max,sum"}, "'sum'"),
-        ({"workers": -1}, "--workers -1"),
-        ({"batch": 0}, "--batch 0"),
+        ({"workers": 0}, "--workers 0"),
+        ({"trials_at_once": 0}, "--trials-at-once 0"),
         ({"arity": "2-x"}, "arity '2-x'"),
         ({"recipe": "paper", "weight_decay": 2.0}, "weight_decay 2.0"),
         ({"recipe": "slow"}, "recipe 'slow'"),
+        ({"mod": "x"}, "mod 'x' is not allowed: give an integer"),
+        ({"chance_corrected": 1}, "chance_corrected 1"),
     ],
 )
 def test_find_threshold_refuses_bad_settings_before_writing(tmp_path, kwargs, named):

@@ -66,6 +66,23 @@ def test_bad_checkpoint_path_is_refused(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+def test_out_onto_earlier_checkpoints_is_refused_before_training_unless_forced(tmp_path):
+    out = tmp_path / "models"
+    out.mkdir()
+    (out / "d8-seed0.ckpt").write_bytes(b"an earlier, longer run")
+    args = ["train", *TINY, "--d-model", "8,12", "--steps", "4", "--eval-every", "2"]
+    proc = run([*args, "--out", str(out)], tmp_path / "cache")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"error: --out folder {str(out)!r} exists and is not empty: choose another --out, or pass"
+        " --force to write over it"
+    ]
+    assert (out / "d8-seed0.ckpt").read_bytes() == b"an earlier, longer run"
+    assert not (tmp_path / "cache").exists()  # refused before the data was made
+    run([*args, "--out", str(out), "--force"], tmp_path / "cache", check=True)
+    assert load_checkpoint(out / "d8-seed0.ckpt").model_config.d_model == 8
+
+
 def test_train_json_and_checkpoint(tmp_path):
     out = tmp_path / "m.ckpt"
     proc = run(
@@ -174,6 +191,23 @@ def test_bench_train_batched_json(cli):
         assert r["model_steps_per_s"] > 0 and r["speedup"] > 0 and len(r["ratios"]) == 3
         assert r["memory_estimate"] > 0
     assert "grouped_step_s" in result["batched"][-1]
+
+
+@pytest.mark.parametrize("command", ["train", "find"])
+def test_every_recipe_field_is_an_option_that_says_its_default(command):
+    """The README's promise: every recipe field can be set where runs are made; an option whose
+    default is the recipe's says so in --help (none shows no value)."""
+    import typer.main
+
+    from threshold.cli import app
+    from threshold.config import MODEL_FIELDS, TRAIN_FIELDS
+
+    cmd = typer.main.get_command(app).commands[command]
+    params = {p.name: p for p in cmd.params}
+    fields = {"steps" if f == "max_steps" else f for f in (*TRAIN_FIELDS, *MODEL_FIELDS)}
+    assert fields <= set(params), sorted(fields - set(params))
+    for name in fields:
+        assert "default" in params[name].help or params[name].show_default, name
 
 
 def test_help_is_fast_and_does_not_import_torch():

@@ -32,8 +32,8 @@ def directives(text: str) -> dict[str, str]:
 
 
 def test_the_script_is_a_job_array_of_one_gpu_worker_each(cli):
-    text = script(cli, "--study", "s 1", "--storage", PG, "--workers", "8", "--batch", "16",
-                  "--partition", "gpu", "--setup", "module load python",
+    text = script(cli, "--study", "s 1", "--storage", PG, "--workers", "8",
+                  "--trials-at-once", "16", "--partition", "gpu", "--setup", "module load python",
                   "--setup", "source ~/venv/bin/activate")  # fmt: skip
     assert text.startswith("#!/bin/bash\n")
     got = directives(text)
@@ -47,7 +47,7 @@ def test_the_script_is_a_job_array_of_one_gpu_worker_each(cli):
     assert worker[:4] == ["threshold", "worker", "--study", "s 1"]
     options = dict(zip(worker[2::2], worker[3::2], strict=True))
     assert options["--storage"] == PG and options["--device"] == "cuda"
-    assert options["--batch"] == "16"
+    assert options["--trials-at-once"] == "16"
     # Every option the script passes is one `threshold worker` has (a renamed option fails here).
     get_command(app).commands["worker"].make_context("worker", worker[2:])
 
@@ -67,7 +67,7 @@ def test_a_cpu_array_asks_no_gpu_and_storage_may_come_from_the_environment(cli):
     [
         (["--storage", "sqlite:///studies/threshold.db"], "SQLite cannot be shared"),
         (["--workers", "0"], "--workers 0"),
-        (["--batch", "0"], "--batch 0"),
+        (["--trials-at-once", "0"], "--trials-at-once 0"),
         (["--study", " "], "study name ' ' is empty"),
     ],
 )

@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = """
 import os, signal, sys
 from threshold.interrupt import install, raise_if_interrupted
@@ -31,3 +33,22 @@ def test_an_interrupt_dropped_in_a_finalizer_is_raised_at_the_next_check():
     assert "Exception ignored" in proc.stderr  # the signal did land inside the finalizer
     assert proc.returncode == 130, proc.stderr
     assert proc.stdout.strip() == "stopped after 1 step(s)"
+
+
+STATUS = """
+import os, signal, sys
+from threshold.interrupt import exit_status, install
+install()
+try:
+    os.kill(os.getpid(), signal.SIG{name})
+    signal.pause()
+except KeyboardInterrupt:
+    sys.exit(exit_status())
+"""
+
+
+@pytest.mark.parametrize(("name", "status"), [("INT", 130), ("TERM", 143)])
+def test_the_exit_status_says_which_signal_stopped_the_process(name, status):
+    """128 + the signal's number, as a shell reports a process killed by it (SIGTERM: 143)."""
+    proc = subprocess.run([sys.executable, "-c", STATUS.format(name=name)], capture_output=True)
+    assert proc.returncode == status, proc.stderr

@@ -64,6 +64,8 @@ def test_numbers_are_the_stored_estimates(report_studies, built_report):
     assert set(results["files"]) == {p.name for p in out.iterdir()}
     html = (out / "index.html").read_text()
     assert 'id="transitions"' in html and "https://" not in html.split("<body>")[0]
+    for field in ("schedule cosine", "init_std none", "early_stop learned_or_stuck"):
+        assert field in html, field  # the settings table lists every recipe field
     summary = (out / "summary.md").read_text()
     a = by_name[report_studies["a"]]
     assert f"{a['estimate']['params_p80']:,.0f}" in summary
@@ -75,7 +77,13 @@ def test_reduction_factor_and_its_interval(report_studies, built_report):
     base, b = by_name[report_studies["a"]], by_name[report_studies["b"]]
     assert results["baselines"] == [report_studies["a"]] and base["reduction"] is None
     assert b["baseline"] == base["name"]
-    r = dict(b["reduction"])  # a copy: the session's results are shared
+    # These tiny studies learn at none of their sizes (threshold.report.bounds): the factor is
+    # kept as the posteriors' ratio, marked as saying nothing, and the page says why instead.
+    assert (base["transition"]["kind"], b["transition"]["kind"]) == ("lower bound",) * 2
+    assert b["reduction"]["form"] == "none" and b["reduction"]["bound"] is None
+    assert "neither transition is located" in b["reduction"]["note"]
+    bounds = ("form", "bound", "note")
+    r = {k: v for k, v in b["reduction"].items() if k not in bounds}  # a copy: shared results
     lo, hi = r["interval"]
     assert lo <= r["factor"] <= hi and lo <= r["median"] <= hi
     expected = base["estimate"]["params_p80"] / b["estimate"]["params_p80"]
@@ -95,9 +103,10 @@ def test_reduction_factor_and_its_interval(report_studies, built_report):
     # lands the lattice point on it: they differ by at most half a 0.01-nat point's mass.
     assert r.pop("p_above_1") == pytest.approx(full.pop("p_above_1"), abs=0.01)
     assert {k: v for k, v in r.items() if k != "interval"} == pytest.approx(full, rel=1e-6)
-    # The sentence the page leads with says it.
+    # The sentence the page leads with says there is none, and why.
     finding = next(f for f in results["findings"] if f.startswith(b["label"] + ":"))
-    assert f"{lo:.2f} - {hi:.2f}x" in finding
+    assert "no factor" in finding and "neither transition is located" in finding
+    assert f"{lo:.2f} - {hi:.2f}x" not in finding
 
 
 def test_each_study_is_compared_with_the_baseline_of_its_testbed(report_studies):
@@ -218,6 +227,8 @@ def test_an_older_results_file_is_checked_against_the_maths(built_report, tmp_pa
         if data["reduction"]:
             got = dict(loaded[data["name"]].reduction)
             want = dict(data["reduction"])
+            for key in ("form", "bound", "note"):  # what the runs say, not the maths
+                assert got.pop(key, None) == want.pop(key, None)
             assert got.pop("interval") == pytest.approx(want.pop("interval"), rel=1e-6)
             assert got == pytest.approx(want, rel=1e-6)
     first = old["studies"][0]["data"]

@@ -25,8 +25,8 @@ def studies(tmp_path_factory):
     url = f"sqlite:///{tmp}/s.db"
     names = []
     for tasks, extra in (("med", {}), ("max,med", {}), ("med", {"weight_decay": 0.01})):
-        threshold.find_threshold(tasks, "med", storage=url, batch=4, device="cpu", **OPTIONS,
-                                 **extra)  # fmt: skip
+        threshold.find_threshold(tasks, "med", storage=url, trials_at_once=4, device="cpu",
+                                 **OPTIONS, **extra)  # fmt: skip
         settings = StudySettings.from_options(tasks, measure="med", **OPTIONS, **extra)
         names.append(settings.default_name())
     yield url, names, tmp

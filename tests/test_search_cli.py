@@ -21,6 +21,7 @@ TINY = ["--tasks", "max", "--mod", "5", "--n-train", "2000", "--n-test", "100",
 
 def threshold(args, tmp_path, **kw):
     env = dict(os.environ, THRESHOLD_CACHE=str(tmp_path / "cache"))
+    env.pop("COLUMNS", None)  # piped: rich's 80 columns, as a user's pipe or log file has
     return subprocess.run(
         [sys.executable, "-m", "threshold", *args], capture_output=True, text=True, env=env,
         cwd=tmp_path, **kw,
@@ -61,6 +62,36 @@ def test_find_json_and_status(tmp_path):
     trials = [t for t in json.loads(body)["trials"] if t["state"] == "Complete"]
     assert len(trials) == 4
     assert all(any(a["key"] == "checkpoint_artifact" for a in t["user_attrs"]) for t in trials)
+
+
+def test_find_without_a_terminal_says_each_run_as_it_ends(tmp_path):
+    """Under nohup, CI or a log file: one plain line per run on stderr while the study runs, and
+    a rerun of the finished study says that nothing ran."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    args = ["find", *TINY, "--steps", "30", "--budget", "3", "--trials-at-once", "3"]
+    proc = threshold([*args, "--storage", url], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("trial ")]
+    assert len(lines) == 3, proc.stderr
+    assert all(" params) accuracy " in line and "; " in line for line in lines), lines
+    assert "3 runs in" in proc.stdout
+    again = threshold([*args, "--storage", url], tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "3 runs, all from before (nothing left to run)" in again.stdout
+    assert not [line for line in again.stderr.splitlines() if line.startswith("trial ")]
+
+
+def test_status_keeps_a_long_study_name_on_one_line_when_piped(tmp_path):
+    """The name users copy is never wrapped, though piped output is 80 columns wide."""
+    from threshold.search.spec import StudySettings
+    from threshold.search.study import create_or_load_study, open_storage
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    name = "listops10-max-med-add-add-small-" + "0123456789abcdef" * 4
+    create_or_load_study(StudySettings.from_options("max"), open_storage(url), name)
+    proc = threshold(["status", "--storage", url], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert any(name in line for line in proc.stdout.splitlines()), proc.stdout
 
 
 def dashboard_get(url: str, path: str) -> tuple[str, bytes]:
@@ -190,7 +221,7 @@ def test_interrupted_while_starting_workers_leaves_none_behind(tmp_path):
     assert _workers_of("orphans"), "no worker started"
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=120)
-    assert proc.returncode == 130
+    assert proc.returncode == 143  # 128 + SIGTERM, as a shell reports it
     time.sleep(1)
     assert _workers_of("orphans") == []
 
@@ -240,3 +271,16 @@ def test_the_live_table_says_when_sizes_stray():
 
     assert "its sizes stray from any smooth curve" in caption([0.07, 0.12, 0.81])
     assert "stray" not in caption([0.5, 0.3, 0.2])
+
+
+def test_the_live_table_says_how_long_a_dead_workers_trial_shows_running():
+    from rich.console import Console
+
+    from threshold.cli.search_cmds import _trials_table
+
+    row = {"number": 0, "state": "RUNNING", "d_model": 8, "params_total": 100, "seed": 1,
+           "accuracy": None, "val_accuracy": None, "step": None, "seconds": 5.0,
+           "stop_reason": None}  # fmt: skip
+    console = Console(width=300, record=True)
+    console.print(_trials_table({"study": "s", "estimate": None, "trials": [row]}))
+    assert "retried after 3 missed heartbeats" in console.export_text()

@@ -547,8 +547,8 @@ def test_overrides_change_the_named_settings_and_are_checked():
 
 
 def test_a_batched_search_spreads_its_rounds_and_keeps_its_budget():
-    """Batch rounds (find --batch K, simulated): every round holds at most K runs, there are
-    fewer rounds than runs, and the budget holds."""
+    """Batch rounds (find --trials-at-once K, simulated): every round holds at most K runs,
+    there are fewer rounds than runs, and the budget holds."""
     from threshold.search.settings import SearchSettings
     from threshold.search.simulate import (
         ResponseModel,

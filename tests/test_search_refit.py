@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import optuna
+import pytest
 
 from threshold.search.fit import transition_estimate
 from threshold.search.refit import refit_results, refit_storage
@@ -81,6 +82,30 @@ def test_refit_command_prints_json(tmp_path, cli):
     assert "stray_mass" not in row["old"]  # stored before the offset sd was learned
     bad = cli(["refit", "--results", tmp_path / "none.json"])
     assert bad.exit_code != 0 and "cannot be read" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("[1, 2]", "format None"),
+        ("{}", "format None"),
+        ('{"format": 99}', "format 99"),
+        ('{"format": "threshold-report/2", "studies": [1]}', "does not hold a report's studies"),
+        ("not json", "is not JSON"),
+    ],
+)
+def test_refit_of_a_file_that_is_no_report_is_one_line_exit_2(tmp_path, text, named):
+    """As `report --from` refuses it: one line naming the file, exit 2, no traceback."""
+    from typer.testing import CliRunner
+
+    from threshold.cli import app
+
+    path = tmp_path / "results.json"
+    path.write_text(text)
+    result = CliRunner().invoke(app, ["refit", "--results", str(path)])
+    assert result.exit_code == 2, (result.output, result.exception)
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: results file {str(path)!r}") and named in line, line
 
 
 def test_the_showcase_joint_mul_study_is_no_longer_flagged(tmp_path):

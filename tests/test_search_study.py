@@ -37,6 +37,21 @@ def test_study_name_and_settings_round_trip(tmp_path):
     assert create_or_load_study(settings(budget=7), storage).study_name != study.study_name
 
 
+def test_the_value_is_named_for_the_dashboard_also_on_an_older_study(tmp_path):
+    """optuna-dashboard titles its plots by the study's metric name ("Objective 0" without)."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = create_or_load_study(settings(), open_storage(url))
+    assert study.metric_names == ["add test accuracy (greedy)"]
+    older = optuna.create_study(study_name="older", storage=url, direction="maximize")
+    for key, value in settings(budget=9).to_attrs().items():
+        older.set_user_attr(key, value)
+    assert older.metric_names is None
+    create_or_load_study(settings(budget=9), open_storage(url), "older")
+    assert optuna.load_study(study_name="older", storage=url).metric_names == [
+        "add test accuracy (greedy)"
+    ]
+
+
 def test_reusing_a_name_with_other_settings_is_refused(tmp_path):
     storage = open_storage(f"sqlite:///{tmp_path}/s.db")
     create_or_load_study(settings(), storage, name="mine")

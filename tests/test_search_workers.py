@@ -37,7 +37,7 @@ def start_worker(url: str, name: str, cache, env_extra=None, batch=1) -> subproc
     env = dict(os.environ, THRESHOLD_CACHE=str(cache), THRESHOLD_ARTIFACTS=str(cache / "art"))
     return subprocess.Popen(
         [sys.executable, "-m", "threshold", "worker", "--study", name, "--storage", url,
-         "--heartbeat", "1", "--batch", str(batch), "--device", "cpu"],
+         "--heartbeat", "1", "--trials-at-once", str(batch), "--device", "cpu"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
 
@@ -134,6 +134,11 @@ def test_a_batch_worker_trains_its_trials_together(tmp_path):
     first = sorted(done, key=lambda t: t.number)[:4]
     assert max(t.datetime_start for t in first) < min(t.datetime_complete for t in first)
     assert all(t.user_attrs["steps"] == 40 and t.intermediate_values for t in done)
+    # Its output (a pipe, not a terminal) says each run as it ends, one line each.
+    ended = [line for line in out.splitlines() if ": d = " in line and " accuracy " in line]
+    assert sorted(int(line.split("trial ")[1].split(":")[0]) for line in ended) == sorted(
+        t.number for t in done
+    ), out
 
 
 def test_a_killed_batch_worker_has_its_unfinished_trials_retried(tmp_path):
@@ -170,9 +175,7 @@ def test_find_refuses_negative_workers(tmp_path):
         capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 2
-    assert proc.stderr.strip() == (
-        "error: --workers -1 is not allowed: use 1 or more, or 0 to create the study only"
-    )
+    assert proc.stderr.strip() == "error: --workers -1 is not allowed: use 1 or more"
     assert not (tmp_path / "s.db").exists()
 
 

@@ -143,7 +143,7 @@ def test_every_non_default_value_in_the_real_suites_says_why(path):
         )
         explained |= table == "" and key in (
             "workers",
-            "batch",
+            "trials_at_once",
             "storage",
             "heartbeat",
             "baseline",
@@ -242,8 +242,8 @@ tasks = ["max", "min"]
 
 # name: (suite text, line the message names, words it must contain)
 BAD = {
-    "batch of 0": (GOOD.replace('name = "s"', 'name = "s"\nbatch = 0'), 2,
-                   ["'batch' = 0", "1 or more"]),
+    "trials at once 0": (GOOD.replace('name = "s"', 'name = "s"\ntrials_at_once = 0'), 2,
+                         ["'trials_at_once' = 0", "1 or more"]),
     "unknown key at top level": (GOOD.replace('name = "s"', 'name = "s"\nworkerz = 2'), 2,
                                  ["'workerz'", "did you mean 'workers'"]),
     "unknown key in a study": (GOOD.replace('label = "b"', 'label = "b"\nbudgett = 3'), 13,
@@ -281,6 +281,11 @@ BAD = {
                             ["'d_hi'", "d range 8..4"]),
     "unknown pretraining op": (GOOD.replace('tasks = ["max"]', 'tasks = ["max"]\npretrain = '
                                             '["nope"]'), 10, ["'pretrain'", "'nope'"]),
+    "workers in a study": (GOOD.replace('label = "b"', 'label = "b"\nworkers = 0'), 13,
+                           ["'workers'", "[[study]] 'b'", "suite-level setting"]),
+    "infinite learning rate": (GOOD.replace("mod = 5", "lr = inf"), 5, ["'lr'", "finite"]),
+    "infinite precision": (GOOD.replace('label = "b"', 'label = "b"\nprecision = inf'), 13,
+                           ["'precision'", "finite"]),
     "arity not MIN-MAX": (GOOD.replace("mod = 5", 'arity = "2/3"'), 5, ["'arity'", "MIN-MAX"]),
     "missing tasks": (GOOD.replace('tasks = ["max"]\n', ""), 7, ["'tasks' is missing"]),
     "the same settings twice": (GOOD.replace('tasks = ["max", "min"]', 'tasks = ["max"]'), 11,
@@ -331,7 +336,8 @@ def test_bad_suite_is_one_line_with_file_line_and_key_exit_2_nothing_written(
         (["run", "{tmp}"], "is a directory"),
         (["run", "{tmp}/good.toml", "--only", "a,zz"], "--only zz"),
         (["run", "{tmp}/good.toml", "--workers", "0"], "--workers 0"),
-        (["run", "{tmp}/good.toml", "--batch", "0"], "--batch 0"),
+        (["run", "{tmp}/good.toml", "--trials-at-once", "0"], "--trials-at-once 0"),
+        (["run", "{tmp}/good.toml", "--batch", "2"], "now --trials-at-once 2"),
         (["run", "{tmp}/good.toml", "--workers", "100000"], "--workers 100000 is more than"),
     ],
 )
@@ -520,7 +526,7 @@ def running_trials(path: Path) -> int:
 
 
 def test_sigterm_stops_workers_and_the_next_run_continues(tmp_path):
-    """SIGTERM mid-study: exit 130 and the workers stop; run again and the study finishes its
+    """SIGTERM mid-study: exit 143 and the workers stop; run again and the study finishes its
     budget, nothing left running."""
     text = TINY.replace("steps = 60", "steps = 300").replace("d_hi = 16", "d_hi = 8")
     text = text.split('[[study]]\nlabel = "b"')[0].split("[[transfer]]")[0]
@@ -548,7 +554,7 @@ def test_sigterm_stops_workers_and_the_next_run_continues(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, err
+    assert proc.returncode == 143, err  # 128 + SIGTERM
     assert "run `threshold run one.toml` again to resume" in err
     (counts,) = trial_counts(url).values()
     # The interrupted trial is marked failed; only when SIGTERM lands while its worker is still
@@ -564,10 +570,10 @@ def test_sigterm_stops_workers_and_the_next_run_continues(tmp_path):
     assert TrialState.RUNNING not in states and TrialState.WAITING not in states
 
 
-def test_batch_key_sets_the_trials_a_worker_trains_at_once(tmp_path):
+def test_trials_at_once_key_sets_the_trials_a_worker_trains_at_once(tmp_path):
     path = tmp_path / "s.toml"
-    assert parse_suite(GOOD, path).batch == 1
-    batched = parse_suite(GOOD.replace('name = "s"', 'name = "s"\nbatch = 8'), path)
-    assert batched.batch == 8
+    assert parse_suite(GOOD, path).execution.trials_at_once == 1
+    batched = parse_suite(GOOD.replace('name = "s"', 'name = "s"\ntrials_at_once = 8'), path)
+    assert batched.execution.trials_at_once == 8
     plain = parse_suite(GOOD, path)
     assert [s.name for s in batched.studies] == [s.name for s in plain.studies]  # not a setting

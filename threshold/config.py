@@ -28,8 +28,10 @@ sets, and :func:`make_recipe` splits a user's overrides between the two.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from functools import cached_property
+from pathlib import Path
 
 from threshold.errors import ConfigError
 from threshold.tasks import TaskConfig
@@ -39,9 +41,11 @@ __all__ = [
     "MODEL_FIELDS",
     "RECIPES",
     "TRAIN_FIELDS",
+    "Execution",
     "ModelConfig",
     "Recipe",
     "TrainConfig",
+    "check_finite",
     "checked_field",
     "make_recipe",
     "model_config_for",
@@ -54,6 +58,54 @@ __all__ = [
 
 
 MAX_D_MODEL = 4096
+
+
+def check_finite(settings) -> None:
+    """Refuse an infinite or NaN number in any field of the dataclass ``settings`` (alone or in a
+    tuple): ``inf`` passes every range check that only has a lower bound (``lr > 0``)."""
+    for f in fields(settings):
+        value = getattr(settings, f.name)
+        values = value if isinstance(value, tuple) else (value,)
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            raise ConfigError(f"{f.name} {value} is not allowed: give a finite number")
+
+
+@dataclass(frozen=True)
+class Execution:
+    """Where and how a study's runs execute: ``find``, ``worker``, ``run`` and
+    :func:`threshold.find_threshold` build one and pass it down. None of it changes a run's
+    result (a run trains the same alone or beside others, in one worker or many), so none of it
+    is stored on the study."""
+
+    storage: str | None = None  # None: $THRESHOLD_STORAGE, else sqlite:///studies/threshold.db
+    workers: int = 1  # worker processes, one torch thread each: one a core, or one a GPU
+    trials_at_once: int = 1  # trials a worker trains together as one batched run (fills a GPU)
+    device: str = "auto"  # auto: the GPU when there is one, else the CPU
+    heartbeat_s: int = 30  # a running trial's beat; one silent for several beats is retried
+    cache_dir: Path | None = None  # task data (None: $THRESHOLD_CACHE, else ~/.cache/threshold)
+    oversubscribe: bool = False  # start more workers than cores (CPU) or GPUs (CUDA)
+
+    def __post_init__(self) -> None:
+        for name, option in (
+            ("workers", "--workers"),
+            ("trials_at_once", "--trials-at-once"),
+            ("heartbeat_s", "--heartbeat"),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{option} {value!r} is not allowed: use a whole number")
+            if value < 1:
+                raise ConfigError(f"{option} {value} is not allowed: use 1 or more")
+        if self.cache_dir is not None and not isinstance(self.cache_dir, Path):
+            object.__setattr__(self, "cache_dir", Path(self.cache_dir))
+
+    def but(self, **changes) -> Execution:
+        """A copy with ``changes`` applied, skipping ``None`` values (an option left unset)."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def to_json(self) -> dict:
+        """The settings as JSON values: how a worker process receives them."""
+        return asdict(self) | {"cache_dir": None if self.cache_dir is None else str(self.cache_dir)}
 
 
 @dataclass(frozen=True)
@@ -73,6 +125,7 @@ class ModelConfig:
     qkv_bias: bool = True  # the group's code has none (3 d parameters fewer)
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if not 1 <= self.d_model <= MAX_D_MODEL:
             raise ConfigError(
                 f"d_model {self.d_model} is not allowed: use 1 to {MAX_D_MODEL} (this tool looks"
@@ -170,6 +223,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", tuple(self.betas))
         object.__setattr__(self, "checkpoints", tuple(float(c) for c in self.checkpoints))
+        check_finite(self)
         if not 0 <= self.seed < 2**63:
             raise ConfigError(f"seed {self.seed} is not allowed: use 0 to 2**63 - 1")
         names = ("max_steps", "batch_size", "eval_every", "eval_batch_size", "threads")
@@ -231,6 +285,11 @@ class TrainConfig:
             raise ConfigError(
                 f"checkpoints {list(self.checkpoints)} are not allowed: use shares of the budget"
                 " in (0, 1], e.g. 0.125,0.25,0.5,1"
+            )
+        if list(self.checkpoints) != sorted(set(self.checkpoints)):
+            raise ConfigError(
+                f"checkpoints {list(self.checkpoints)} repeat a share or are out of order: name"
+                " each once, increasing, e.g. 0.125,0.25,0.5,1"
             )
 
     @property
@@ -413,6 +472,12 @@ def make_recipe(name: str = "fast", **overrides) -> Recipe:
         if value is not None:
             cls = ModelConfig if key in MODEL_FIELDS else TrainConfig
             values[key] = checked_field(cls, key, value)
+    if overrides.get("window") is not None and values.get("batches", "sequences") != "windows":
+        raise ConfigError(
+            f"window {overrides['window']} is set but batches are whole sequences (recipe "
+            f"{name!r}), so it would do nothing: add batches windows (and loss_on all), or leave"
+            " out window"
+        )
     model = tuple((k, values[k]) for k in MODEL_FIELDS if k in values)
     ModelConfig(vocab_size=1, n_ctx=1, d_model=8, **dict(model))  # checks the model side
     train = TrainConfig(recipe=name, **{k: v for k, v in values.items() if k in TRAIN_FIELDS})

@@ -13,14 +13,22 @@ from __future__ import annotations
 import signal
 import threading
 
-__all__ = ["install", "raise_if_interrupted"]
+__all__ = ["exit_status", "install", "raise_if_interrupted"]
 
 _requested = threading.Event()
+_received: list[int] = []  # the signals that asked this process to stop, in order
 
 
 def _interrupt(signum, frame):
     _requested.set()
+    _received.append(signum)
     raise KeyboardInterrupt
+
+
+def exit_status() -> int:
+    """The exit status of a process stopped by the first signal it got, as a shell reports one
+    killed by it: 128 + the signal's number (130 for SIGINT or Ctrl-C, 143 for SIGTERM)."""
+    return 128 + (_received[0] if _received else signal.SIGINT)
 
 
 def install() -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pytest
 from support import SETTINGS, outcome, reader
 
+from threshold.config import Execution
 from threshold.search.study import create_or_load_study, open_storage
 from threshold.search.worker import run_worker
 from threshold.tasks import load_task_data
@@ -37,6 +38,6 @@ def reference(tmp_path_factory, shared_cache) -> Reference:
     url = f"sqlite:///{root}/ref.db"
     name = create_or_load_study(SETTINGS, open_storage(url, heartbeat_s=1)).study_name
     t0 = time.perf_counter()
-    run_worker(name, url, heartbeat_s=1, cache_dir=shared_cache)
+    run_worker(name, Execution(url, heartbeat_s=1, cache_dir=shared_cache))
     runs, estimate = outcome(reader(url), name)
     return Reference(url, name, runs, estimate, time.perf_counter() - t0)

@@ -9,6 +9,7 @@ what it held (every row compared), and no data cache, artifact or checkpoint was
 from __future__ import annotations
 
 import hashlib
+import random
 import sqlite3
 
 import optuna
@@ -46,6 +47,30 @@ CASES = {
     "search: d_hi beyond d_max": (["find", "--d-hi", "1024"], "1024"),
     "search: level above 1": (["find", "--level", "1.5"], "level 1.5"),
     "search: heartbeat 0": (["find", "--heartbeat", "0"], "--heartbeat 0"),
+    "find: --batch, renamed": (["find", "--batch", "32"], "--batch-size 32"),
+    "worker: --batch, renamed": (
+        ["worker", "--study", "existing", "--batch", "2"],
+        "now --trials-at-once 2",
+    ),
+    "find: no trials at once": (["find", "--trials-at-once", "0"], "--trials-at-once 0"),
+    "find: empty batches": (["find", "--batch-size", "0"], "batch_size 0"),
+    "find: betas not a pair": (["find", "--betas", "0.9"], "betas (0.9,)"),
+    "train: betas not numbers": (["train", "--betas", "a,b"], "--betas 'a,b'"),
+    "train: no recurrence": (["train", "--n-recur", "0"], "n_recur 0"),
+    "train: a checkpoint repeated": (
+        ["train", "--checkpoints", "0.5,0.5,1", "--schedule", "constant"],
+        "repeat a share or are out of order",
+    ),
+    "train: checkpoints out of order": (
+        ["find", "--checkpoints", "1,0.5", "--schedule", "constant"],
+        "repeat a share or are out of order",
+    ),
+    "train: empty checkpoint": (
+        ["train", "--checkpoints", "0.5,,1", "--schedule", "constant"],
+        "'0.5,,1'",
+    ),
+    "train: empty size in a list": (["train", "--d-model", "8,,16"], "'8,,16'"),
+    "train: window without windows": (["train", "--window", "5"], "window 5 is set"),
     "train: no steps": (["find", "--steps", "0"], "max_steps 0"),
     "train: learning rate 0": (["train", "--lr", "0"], "lr 0.0"),
     "train: negative time limit": (["train", "--time-limit", "-1"], "time_limit_s -1.0"),
@@ -65,12 +90,24 @@ CASES = {
         "d_model 64 at batch size 64 needs about",
     ),
     "train: unknown device": (["train", "--device", "tpu"], "device 'tpu'"),
+    "train: infinite learning rate": (["train", "--lr", "inf"], "lr inf is not allowed"),
+    "train: infinite init": (["train", "--init-std", "inf"], "init_std inf is not allowed"),
+    "train: infinite weight": (
+        ["train", "--tasks", "max,add", "--weights", "add=inf"],
+        "positive finite weight",
+    ),
+    "find: infinite learning rate": (["find", "--lr", "inf"], "lr inf is not allowed"),
+    "search: infinite precision": (["find", "--precision", "inf"], "precision inf"),
     "storage: empty sqlite path": (["status", "--storage", "sqlite:///"], "'sqlite:///'"),
     "storage: in memory": (["find", "--storage", "sqlite://"], "'sqlite://' is not a file"),
     "storage: :memory:": (["find", "--storage", "sqlite:///:memory:"], "is not a file"),
     "storage: a directory": (["find", "--storage", "sqlite:///{tmp}/adir"], "is a directory"),
     "storage: not a database": (["find", "--storage", "sqlite:///{tmp}/notes.txt"], "notes.txt"),
     "storage: file as parent": (["find", "--storage", "sqlite:///{tmp}/notes.txt/s.db"], "notes"),
+    "storage: folder missing": (
+        ["find", "--storage", "sqlite:///{tmp}/no/such/dir/x.db"],
+        "folder '{tmp}/no/such/dir' does not exist",
+    ),
     "storage: driver missing": (["find", "--storage", "mysql://u@localhost/db"], "'mysql://"),
     "storage: unknown scheme": (["status", "--storage", "nosuch://x"], "'nosuch://x'"),
     "study: empty name": (["find", "--study", ""], "study name ''"),
@@ -85,6 +122,14 @@ CASES = {
     "checkpoint: --out under a file": (
         ["train", "--out", "{tmp}/notes.txt/model.ckpt"],
         "notes.txt/model.ckpt",
+    ),
+    "checkpoint: --out where nothing can be made": (
+        ["train", "--out", "/proc/nope/model.ckpt"],
+        "'/proc/nope/model.ckpt' cannot be written",
+    ),
+    "checkpoint: --out onto an existing file": (
+        ["train", "--out", "{tmp}/notes.txt"],
+        "'{tmp}/notes.txt' exists: choose another --out, or pass --force",
     ),
     "checkpoint: analyze a text file": (
         ["analyze", "--checkpoint", "{tmp}/notes.txt"],
@@ -156,7 +201,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(
     assert result.exit_code == 2, (result.output, result.exception)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert named in lines[0], lines[0]
+    assert named.format(tmp=tmp_path) in lines[0], lines[0]
     assert rows(tmp_path / "s.db") == before
     assert (tmp_path / "notes.txt").read_text() == "not a database\n"
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("s.db")) == [
@@ -198,6 +243,27 @@ def test_bad_checkpoint_is_refused_in_one_line_naming_the_file(case, tmp_path):
         load_checkpoint(path)
     message = str(info.value)
     assert "\n" not in message and str(path) in message and named in message
+
+
+@pytest.mark.parametrize("command", ["status", "report", "find"])
+def test_a_corrupt_inner_page_is_one_line_exit_2(command, template, tmp_path, restore_signals):
+    """Damage past the header: SQLite opens the file, and only a read meets the bad page."""
+    body = bytearray(template)
+    page = 4096
+    assert len(body) >= 4 * page, len(body)
+    rng = random.Random(0)
+    body[2 * page : 3 * page] = bytes(rng.randrange(256) for _ in range(page))
+    (tmp_path / "s.db").write_bytes(bytes(body))
+    args = [command, "--storage", f"sqlite:///{tmp_path}/s.db"]
+    if command == "find":
+        args[1:1] = FIND_ARGS
+    if command == "report":
+        args += ["-o", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, args, env={"THRESHOLD_CACHE": str(tmp_path / "cache")})
+    assert result.exit_code == 2, (result.output, result.exception)
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: storage 'sqlite:///{tmp_path}/s.db' is damaged"), line
+    assert (tmp_path / "s.db").read_bytes() == bytes(body)
 
 
 def test_trial_checkpoint_missing_from_the_artifact_store(tmp_path, monkeypatch):

@@ -18,6 +18,7 @@ import torch
 from optuna.trial import TrialState
 from support import SETTINGS, outcome, reader
 
+from threshold.config import Execution
 from threshold.search.spec import StudySettings
 from threshold.search.study import create_or_load_study, open_storage
 from threshold.search.worker import run_worker
@@ -61,7 +62,7 @@ def test_other_base_seed_gives_other_runs(tmp_path, shared_cache, reference):
     settings = StudySettings(SETTINGS.task, SETTINGS.train, search)
     url = f"sqlite:///{tmp_path}/s.db"
     name = create_or_load_study(settings, open_storage(url, heartbeat_s=1)).study_name
-    run_worker(name, url, heartbeat_s=1, cache_dir=shared_cache)
+    run_worker(name, Execution(url, heartbeat_s=1, cache_dir=shared_cache))
     runs, _ = outcome(reader(url), name)
     first = optuna.load_study(study_name=reference.name, storage=reader(reference.url))
     bracket = sorted(

@@ -46,8 +46,11 @@ def transfer(
     measure: Measure = None,
     split_seed: SplitSeed = 0,
     d_model: Annotated[int, typer.Option(help="Embedding size d of every model.")] = 48,
-    seeds: Annotated[int, typer.Option(help="Seeds to run: seed, seed+1, ...")] = 3,
+    n_seeds: Annotated[
+        int, typer.Option("--n-seeds", help="How many seeds to run: --seed, --seed + 1, ...")
+    ] = 3,
     seed: Annotated[int, typer.Option(help="First seed.")] = 0,
+    seeds: Annotated[str | None, typer.Option("--seeds", hidden=True)] = None,  # renamed
     steps: Annotated[int, typer.Option(help="Most training steps on the target.")] = 20_000,
     pretrain_steps: Annotated[int, typer.Option(help="Most pretraining steps.")] = 20_000,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -64,8 +67,13 @@ def transfer(
         from threshold.train import TrainConfig
         from threshold.train.device import resolve_device
 
-        if seeds < 1:
-            raise ConfigError(f"--seeds {seeds} is not allowed: use 1 or more")
+        if seeds is not None:  # a count here, a list in train: one name, two meanings
+            raise ConfigError(
+                f"--seeds {seeds}: transfer's count of seeds is now --n-seeds (seeds --seed,"
+                " --seed + 1, ...); a list of seeds is train's --seeds"
+            )
+        if n_seeds < 1:
+            raise ConfigError(f"--n-seeds {n_seeds} is not allowed: use 1 or more")
         if seed < 0:
             raise ConfigError(f"--seed {seed} is not allowed: use 0 or more")
         dev = resolve_device(device)
@@ -84,7 +92,7 @@ def transfer(
 
         with TrainingBars(enabled=not as_json, first_column="{task.description:<18}") as bars:
             runs = transfer_experiment(
-                source_ops, target, d_model, list(range(seed, seed + seeds)), cfg, pretrain_cfg,
+                source_ops, target, d_model, list(range(seed, seed + n_seeds)), cfg, pretrain_cfg,
                 cache_dir, on_event=show, device=dev,
             )  # fmt: skip
         report = {

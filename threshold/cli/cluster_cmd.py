@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from threshold.cli.common import Batch, CacheDir, Heartbeat, Storage, app, run_guarded
+from threshold.cli.common import CacheDir, Heartbeat, Storage, TrialsAtOnce, app, run_guarded
 from threshold.errors import ConfigError
 
 cluster_app = typer.Typer(
@@ -28,9 +28,9 @@ def slurm_script(
     study: str,
     storage: str | None,
     workers: int,
-    batch: int,
+    trials_at_once: int,
     device: str,
-    heartbeat: int,
+    heartbeat: int | None,
     max_trials: int | None,
     cache_dir: Path | None,
     time: str,
@@ -47,8 +47,10 @@ def slurm_script(
     check_study_name(study)
     if workers < 1:
         raise ConfigError(f"--workers {workers} is not allowed: use 1 or more array tasks")
-    if batch < 1:
-        raise ConfigError(f"--batch {batch} is not allowed: use 1 or more trials at once")
+    if trials_at_once < 1:
+        raise ConfigError(
+            f"--trials-at-once {trials_at_once} is not allowed: use 1 or more trials at once"
+        )
     if storage is not None and storage.startswith("sqlite"):
         raise ConfigError(
             f"--storage {storage}: SQLite cannot be shared by workers on many machines (its "
@@ -60,8 +62,8 @@ def slurm_script(
     worker = [
         *shlex.split(command), "worker", "--study", study,
         *(["--storage", storage] if storage else []),
-        "--batch", str(batch), "--device", "cuda" if gpu else device,
-        "--heartbeat", str(heartbeat),
+        "--trials-at-once", str(trials_at_once), "--device", "cuda" if gpu else device,
+        *(["--heartbeat", str(heartbeat)] if heartbeat is not None else []),
         *(["--max-trials", str(max_trials)] if max_trials is not None else []),
         *(["--cache-dir", str(cache_dir)] if cache_dir is not None else []),
     ]  # fmt: skip
@@ -81,9 +83,9 @@ def slurm_script(
     lines = [
         "#!/bin/bash",
         f"# threshold: {workers} identical workers on study {study!r}, one array task {where},",
-        f"# {batch} trial(s) at once each. They share the study through its storage alone; a task",
-        "# that ends or dies loses no finished trial (a running one is retried after 3 silent",
-        "# heartbeats). Submit: sbatch THIS_FILE. Follow: threshold status. See docs/cluster.md.",
+        f"# {trials_at_once} trial(s) at once each. They share the study through its storage",
+        "# alone; a task that ends or dies loses no finished trial (a running one is retried",
+        "# after 3 silent heartbeats). Submit: sbatch THIS_FILE. Follow: threshold status.",
         *(f"#SBATCH {line}" for line in sbatch),
         "set -e",
         *(
@@ -104,11 +106,11 @@ def slurm(
     workers: Annotated[
         int, typer.Option(help="Array tasks: one worker each, on one GPU of its own.")
     ] = 4,
-    batch: Batch = 1,
+    trials_at_once: TrialsAtOnce = 1,
     device: Annotated[
         str, typer.Option(help="cuda (one GPU per array task, --gres=gpu:1) or cpu.")
     ] = "cuda",
-    heartbeat: Heartbeat = 30,
+    heartbeat: Heartbeat = None,
     max_trials: Annotated[
         int | None, typer.Option(help="Each worker stops after this many trials.")
     ] = None,
@@ -135,7 +137,7 @@ def slurm(
 
     def body():
         text = slurm_script(
-            study, storage, workers, batch, device, heartbeat, max_trials, cache_dir, time,
+            study, storage, workers, trials_at_once, device, heartbeat, max_trials, cache_dir, time,
             cpus, mem, partition, account, setup or [], command,
         )  # fmt: skip
         if output is None:

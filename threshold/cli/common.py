@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from threshold.errors import ThresholdError
+from threshold.interrupt import exit_status
 
 app = typer.Typer(
     help="Find the smallest recurrent transformer that learns a task mixture.",
@@ -57,11 +58,12 @@ Storage = Annotated[
     ),
 ]
 Heartbeat = Annotated[
-    int, typer.Option(help="Seconds between heartbeats; a trial silent for 3 of them is retried.")
-]
-Batch = Annotated[
-    int,
-    typer.Option(help="Trials a worker takes at once and trains as one batch (the sampler's K)."),
+    int | None,
+    typer.Option(
+        help="Seconds between heartbeats; a trial silent for 3 of them is retried "
+        "\\[default: 30, threshold.config.Execution].",
+        show_default=False,
+    ),
 ]
 Device = Annotated[
     str,
@@ -81,12 +83,20 @@ Steps = Annotated[
     int | None, typer.Option(help="Most training steps per run \\[default: the recipe's].")
 ]
 Lr = Annotated[float | None, typer.Option(help="Peak learning rate \\[default: the recipe's].")]
-WeightDecay = Annotated[float | None, typer.Option(help="AdamW weight decay.")]
+WeightDecay = Annotated[
+    float | None, typer.Option(help="AdamW weight decay \\[default: the recipe's].")
+]
 InitStd = Annotated[
-    float | None, typer.Option(help="Init every weight N(0, std) instead of fan-in scaled.")
+    float | None,
+    typer.Option(
+        help="Init every weight N(0, std) instead of fan-in scaled \\[default: the recipe's]."
+    ),
 ]
 Schedule = Annotated[
-    str | None, typer.Option(help="Learning-rate schedule: cosine, exponential or constant.")
+    str | None,
+    typer.Option(
+        help="Learning-rate schedule: cosine, exponential or constant \\[default: the recipe's]."
+    ),
 ]
 DecaySteps = Annotated[
     int | None,
@@ -94,31 +104,107 @@ DecaySteps = Annotated[
         help="Steps the decay spans (fixed: needed for --checkpoints) \\[default: budget]."
     ),
 ]
-LossOn = Annotated[str | None, typer.Option(help="Loss on the completion or on all tokens.")]
+LossOn = Annotated[
+    str | None,
+    typer.Option(help="Loss on the completion or on all tokens \\[default: the recipe's]."),
+]
 Batches = Annotated[
     str | None,
     typer.Option(
-        help="Batches of whole sequences, or windows of the concatenated stream (--loss-on all)."
+        help="Batches of whole sequences, or windows of the concatenated stream (--loss-on all)"
+        " \\[default: the recipe's]."
     ),
 ]
 Window = Annotated[
     int | None,
     typer.Option(help="Tokens a stream window (--batches windows) \\[default: the recipe's]."),
 ]
-Block = Annotated[str | None, typer.Option(help="Block: sequential or parallel.")]
+Block = Annotated[
+    str | None, typer.Option(help="Block: sequential or parallel \\[default: the recipe's].")
+]
 EarlyStop = Annotated[
-    str | None, typer.Option(help="learned_or_stuck, or learned (no stuck rule).")
+    str | None,
+    typer.Option(help="learned_or_stuck, or learned (no stuck rule) \\[default: the recipe's]."),
 ]
 Decoding = Annotated[
-    str | None, typer.Option(help="Accuracy the transition uses: greedy or sampled (T = 1).")
+    str | None,
+    typer.Option(
+        help="Accuracy the transition uses: greedy or sampled (T = 1) \\[default: the recipe's]."
+    ),
 ]
 Checkpoints = Annotated[
     str | None,
-    typer.Option(help="Shares of the budget where accuracy is kept, e.g. 0.125,0.25,0.5,1."),
+    typer.Option(
+        help="Shares of the budget where accuracy is kept, e.g. 0.125,0.25,0.5,1 \\[default: none]."
+    ),
 ]
 Weights = Annotated[
     str | None, typer.Option(help="Mixture weights per op, e.g. add=2 (others weigh 1).")
 ]
+BatchSize = Annotated[
+    int | None,
+    typer.Option(help="Sequences (or stream windows) per step \\[default: the recipe's]."),
+]
+WarmupSteps = Annotated[
+    int | None, typer.Option(help="Steps of linear warm-up \\[default: the recipe's].")
+]
+MinLrRatio = Annotated[
+    float | None,
+    typer.Option(help="Fraction of --lr the decay ends at \\[default: the recipe's]."),
+]
+GradClip = Annotated[
+    float | None, typer.Option(help="Largest gradient norm \\[default: the recipe's].")
+]
+Betas = Annotated[
+    str | None, typer.Option(help="AdamW betas, e.g. 0.9,0.98 \\[default: the recipe's].")
+]
+DecayAll = Annotated[
+    bool | None,
+    typer.Option(
+        "--decay-all/--decay-matrices",
+        help="Weight decay on every parameter, or on matrices and embeddings only"
+        " \\[default: the recipe's].",
+        show_default=False,
+    ),
+]
+Activation = Annotated[
+    str | None, typer.Option(help="MLP activation: gelu or relu \\[default: the recipe's].")
+]
+NRecur = Annotated[
+    int | None,
+    typer.Option(help="Times the one block is applied \\[default: the recipe's]."),
+]
+QkvBias = Annotated[
+    bool | None,
+    typer.Option(
+        "--qkv-bias/--no-qkv-bias",
+        help="Biases on queries, keys and values \\[default: the recipe's].",
+        show_default=False,
+    ),
+]
+TrialsAtOnce = Annotated[
+    int,
+    typer.Option(
+        "--trials-at-once",
+        help="Trials a worker takes at once and trains together as one batched run (the"
+        " sampler's K; --batch-size is sequences a step).",
+    ),
+]
+# The option's old name, refused: "--batch 32" read as a batch size trained 32 trials at once.
+OldBatch = Annotated[int | None, typer.Option("--batch", hidden=True)]
+
+
+def refuse_old_batch(value: int | None) -> None:
+    """``--batch`` (renamed): refused with the two options it could have meant."""
+    from threshold.errors import ConfigError
+
+    if value is not None:
+        raise ConfigError(
+            f"--batch {value}: the option is now --trials-at-once {value} (trials trained"
+            f" together); for sequences a step use --batch-size {value}"
+        )
+
+
 MatchExposure = Annotated[
     bool,
     typer.Option(help="Grow the training set until the measured op has its single-op node count."),
@@ -139,6 +225,14 @@ RECIPE_OPTIONS = (
     "early_stop",
     "decoding",
     "checkpoints",
+    "warmup_steps",
+    "min_lr_ratio",
+    "grad_clip",
+    "betas",
+    "decay_all",
+    "activation",
+    "n_recur",
+    "qkv_bias",
 )
 
 
@@ -150,11 +244,16 @@ def recipe_overrides(options: dict) -> dict:
     out = {k: options[k] for k in RECIPE_OPTIONS if options.get(k) is not None}
     if "checkpoints" in out:
         try:
-            out["checkpoints"] = tuple(float(x) for x in out["checkpoints"].split(",") if x)
+            out["checkpoints"] = tuple(float(x) for x in out["checkpoints"].split(","))
         except ValueError:
             raise ConfigError(
                 f"--checkpoints {options['checkpoints']!r} is not a list like 0.25,0.5,1"
             ) from None
+    if "betas" in out:
+        try:
+            out["betas"] = tuple(float(x) for x in out["betas"].split(","))
+        except ValueError:
+            raise ConfigError(f"--betas {options['betas']!r} is not a pair like 0.9,0.98") from None
     return out
 
 
@@ -200,6 +299,39 @@ def val_accuracy_words(p) -> str:
     return " ".join(f"{op} {a:.2f}" for op, a in p.val_accuracy.items()) or "-"
 
 
+def wide_console(*texts: str, rest: int = 60):
+    """A rich Console for a table whose first column holds ``texts`` whole (study names, which
+    users copy): as wide as the terminal, or wider where a name and ``rest`` columns need it
+    (piped output is 80 columns otherwise, and a name would wrap)."""
+    from rich.console import Console
+
+    console = Console()
+    need = max((len(t) for t in texts), default=0) + rest
+    return console if console.width >= need else Console(width=need)
+
+
+def run_words(row: dict) -> str:
+    """``d = 16 (4,816 params) accuracy 0.912 (learned, 21 s)``: one finished run of a study
+    (a row of :func:`threshold.search.find.snapshot`), as each command following a study says it."""
+    if row["state"] == "COMPLETE":
+        return (
+            f"d = {row['d_model']} ({row['params_total'] or 0:,} params) accuracy "
+            f"{row['accuracy']:.3f} ({row['stop_reason']}, {row['seconds'] or 0:.0f} s)"
+        )
+    return f"d = {row['d_model']} failed (retried if its worker died)"
+
+
+def estimate_words(est: dict | None) -> str:
+    """``80% point 9,120 params (d 24.0), 90% interval 4,031 - 17,960``, or no estimate yet."""
+    if not est or not est.get("params_p80"):
+        return "no estimate yet"
+    lo, hi = est["interval_params"]
+    return (
+        f"80% point {est['params_p80']:,.0f} params (d {est['d_p80']:.1f}), "
+        f"90% interval {lo:,.0f} - {hi:,.0f}"
+    )
+
+
 def task_config(tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed):
     from threshold.tasks import TaskConfig
 
@@ -230,4 +362,4 @@ def run_guarded(body):
         raise _fail(str(e)) from None
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
-        raise typer.Exit(130) from None
+        raise typer.Exit(exit_status()) from None

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from threshold.cli.common import Storage, app, run_guarded
+from threshold.cli.common import Storage, app, run_guarded, wide_console
 
 
 @app.command()
@@ -32,10 +32,12 @@ def refit(
     and how far its sizes stray from a smooth curve."""
 
     def body():
+        from threshold.report.results import read_results
         from threshold.search.refit import refit_results, refit_storage
 
         if results:
-            rows = [row for path in results for row in refit_results(path, chance_corrected)]
+            read = [(path, read_results(path)) for path in results]  # each checked, one line
+            rows = [row for path, r in read for row in refit_results(path, chance_corrected, r)]
         else:
             rows = refit_storage(storage, chance_corrected)
         if as_json:
@@ -47,11 +49,10 @@ def refit(
 
 
 def _print_rows(rows: list[dict]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title="refit: stored estimate -> current posterior (no retraining)")
-    table.add_column("study", overflow="fold")
+    table.add_column("study", no_wrap=True)
     cols = (
         "runs",
         "best run",
@@ -78,7 +79,7 @@ def _print_rows(rows: list[dict]) -> None:
             _pair(old, new, "asymptote", ".3f") + flag,
             "-" if stray is None else f"{stray:.2f}" + (" (strays)" if new["strays"] else ""),
         )
-    Console().print(table)
+    wide_console(*(r["label"] or r["study"] for r in rows), rest=150).print(table)
 
 
 def _pair(old: dict, new: dict, key: str, fmt: str) -> str:

@@ -8,27 +8,35 @@ from typing import Annotated
 import typer
 
 from threshold.cli.common import (
+    Activation,
     Arity,
-    Batch,
     Batches,
+    BatchSize,
+    Betas,
     Block,
     CacheDir,
     Checkpoints,
+    DecayAll,
     DecaySteps,
     Decoding,
     Depth,
     Device,
     EarlyStop,
+    GradClip,
     Heartbeat,
     InitStd,
     LossOn,
     Lr,
     MatchExposure,
     Measure,
+    MinLrRatio,
     Mod,
+    NRecur,
     NTest,
     NTrain,
+    OldBatch,
     PNest,
+    QkvBias,
     Recipe,
     Schedule,
     SplitSeed,
@@ -36,14 +44,21 @@ from threshold.cli.common import (
     Storage,
     Tasks,
     Testbed,
+    TrialsAtOnce,
+    WarmupSteps,
     WeightDecay,
     Weights,
     Window,
     app,
     bench_app,
+    estimate_words,
     recipe_overrides,
+    refuse_old_batch,
     run_guarded,
+    run_words,
+    wide_console,
 )
+from threshold.interrupt import exit_status
 
 
 @app.command()
@@ -78,6 +93,7 @@ def find(
     ] = False,
     recipe: Recipe = "fast",
     steps: Steps = None,
+    batch_size: BatchSize = None,
     lr: Lr = None,
     weight_decay: WeightDecay = None,
     init_std: InitStd = None,
@@ -90,6 +106,14 @@ def find(
     early_stop: EarlyStop = None,
     decoding: Decoding = None,
     checkpoints: Checkpoints = None,
+    warmup_steps: WarmupSteps = None,
+    min_lr_ratio: MinLrRatio = None,
+    grad_clip: GradClip = None,
+    betas: Betas = None,
+    decay_all: DecayAll = None,
+    activation: Activation = None,
+    n_recur: NRecur = None,
+    qkv_bias: QkvBias = None,
     weights: Weights = None,
     match_exposure: MatchExposure = False,
     seed: Annotated[int, typer.Option(help="Base seed; run seeds derive from it.")] = 0,
@@ -104,14 +128,15 @@ def find(
             " started elsewhere (threshold worker, threshold cluster slurm)."
         ),
     ] = 1,
-    batch: Batch = 1,
+    trials_at_once: TrialsAtOnce = 1,
+    batch: OldBatch = None,
     device: Device = "auto",
     oversubscribe: Annotated[
         bool, typer.Option(help="Start more workers than cores (CPU) or GPUs (CUDA).")
     ] = False,
     storage: Storage = None,
     study: Annotated[str | None, typer.Option(help="Study name \\[default: derived].")] = None,
-    heartbeat: Heartbeat = 30,
+    heartbeat: Heartbeat = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     cache_dir: CacheDir = None,
 ) -> None:
@@ -119,8 +144,19 @@ def find(
     options = dict(locals())  # the recipe options among them: recipe_overrides
 
     def body():
+        from threshold.config import Execution
         from threshold.search.find import Interrupted, run_search
         from threshold.search.spec import StudySettings
+
+        refuse_old_batch(batch)
+        execution = Execution(  # checked before the study's settings are built
+            storage,
+            1 if workers == 0 else workers,  # 0: the study only (run_search's create_only)
+            trials_at_once,
+            device,
+            cache_dir=cache_dir,
+            oversubscribe=oversubscribe,
+        ).but(heartbeat_s=heartbeat)
 
         settings = StudySettings.from_options(
             tasks,
@@ -145,25 +181,18 @@ def find(
             weights,
             match_exposure,
             recipe,
+            batch_size=batch_size,
             **recipe_overrides(options),
         )
         try:
             with _LiveView(enabled=not as_json) as view:
                 outcome = run_search(
-                    settings,
-                    storage,
-                    study,
-                    workers,
-                    batch,
-                    device,
-                    heartbeat,
-                    cache_dir,
-                    oversubscribe,
-                    on_update=view.update,
-                )
+                    settings, execution, study, on_update=view.update, on_run=view.run_ended,
+                    create_only=workers == 0,
+                )  # fmt: skip
         except Interrupted as e:
             typer.echo(f"interrupted: run the same command to resume study {e.study!r}", err=True)
-            raise typer.Exit(130) from None
+            raise typer.Exit(exit_status()) from None
         report = outcome.to_json()
         if as_json:
             typer.echo(json.dumps(report))
@@ -177,10 +206,11 @@ def find(
 def worker(
     study: Annotated[str, typer.Option(help="Name of the study to join.")],
     storage: Storage = None,
-    heartbeat: Heartbeat = 30,
+    heartbeat: Heartbeat = None,
     max_trials: Annotated[int | None, typer.Option(help="Stop after this many trials.")] = None,
     quiet: Annotated[bool, typer.Option(help="Log warnings only.")] = False,
-    batch: Batch = 1,
+    trials_at_once: TrialsAtOnce = 1,
+    batch: OldBatch = None,
     device: Device = "auto",
     cache_dir: CacheDir = None,
 ) -> None:
@@ -189,18 +219,20 @@ def worker(
     def body():
         import logging
 
+        from threshold.config import Execution
         from threshold.report.notes import NOTE_RENDER
         from threshold.search.find import die_with_parent
         from threshold.search.record import storage_log_level
         from threshold.search.worker import run_worker
 
+        refuse_old_batch(batch)
         die_with_parent()
         level = logging.WARNING if quiet else logging.INFO
         logging.basicConfig(level=level, format="%(asctime)s worker %(process)d %(message)s")
         storage_log_level(level)
-        run_worker(
-            study, storage, heartbeat, max_trials, cache_dir, device, batch, notes=NOTE_RENDER
-        )
+        execution = Execution(storage, 1, trials_at_once, device, cache_dir=cache_dir)
+        execution = execution.but(heartbeat_s=heartbeat)
+        run_worker(study, execution, max_trials, notes=NOTE_RENDER)
 
     run_guarded(body)
 
@@ -226,11 +258,10 @@ def status(
         if not rows:
             typer.echo(f"no studies yet in {storage_url(storage)}: start one with `threshold find`")
             return
-        from rich.console import Console
         from rich.table import Table
 
         table = Table(title="studies")
-        table.add_column("study", overflow="fold")
+        table.add_column("study", no_wrap=True)
         for col in ("runs", "running", "80% point (params)", "90% interval", "d"):
             table.add_column(col, justify="right")
         for r in rows:
@@ -244,7 +275,7 @@ def status(
                 f"{interval[0]:,.0f} - {interval[1]:,.0f}" if interval else "-",
                 f"{est['d_p80']:.1f}" if est.get("d_p80") else "-",
             )
-        Console().print(table)
+        wide_console(*(r["study"] for r in rows), rest=75).print(table)
 
     run_guarded(body)
 
@@ -374,14 +405,24 @@ def _overrides_note(result: dict) -> str:
 
 
 class _LiveView:
-    """A live table of the study's trials and its current estimate."""
+    """A live table of the study's trials and its current estimate on stderr; where stderr is
+    not a terminal (a log file, nohup, CI), one plain line per run as it ends instead."""
 
     def __init__(self, enabled: bool) -> None:
         from rich.console import Console
         from rich.live import Live
 
-        self.live = Live(console=Console(stderr=True), refresh_per_second=2, transient=False)
-        self.enabled = enabled
+        console = Console(stderr=True)
+        self.live = Live(console=console, refresh_per_second=2, transient=False)
+        self.plain = enabled and not console.is_terminal
+        self.enabled = enabled and not self.plain
+
+    def run_ended(self, row: dict, snap: dict) -> None:
+        if self.plain:
+            typer.echo(
+                f"trial {row['number']}: {run_words(row)}; {estimate_words(snap['estimate'])}",
+                err=True,
+            )
 
     def __enter__(self):
         if self.enabled:
@@ -411,6 +452,11 @@ def _trials_table(snap: dict):
             f"80% point: {est['params_p80']:,.0f} params (d {est['d_p80']:.1f}), "
             f"90% interval {lo:,.0f} - {hi:,.0f}"
         ) + ("; its sizes stray from any smooth curve" if strays(est) else "")
+    if any(r["state"] == "RUNNING" for r in snap["trials"]):
+        caption += (
+            "; a running trial whose worker died is retried after 3 missed heartbeats"
+            " (90 s at the default --heartbeat 30)"
+        )
     table = Table(title=f"study {snap['study']}", caption=caption)
     for col in ("trial", "d", "params", "seed", "accuracy", "time", "state"):
         table.add_column(col, justify="right")
@@ -439,14 +485,24 @@ def _print_summary(report: dict) -> None:
     console = Console()
     est = report["transition"]
     if not est or not est.get("params_p80"):
-        console.print(f"study {report['study']}: {report['n_trials']} runs, no estimate yet")
+        console.print(
+            f"study {report['study']}: {report['n_trials']} runs, no estimate yet", soft_wrap=True
+        )
         return
     lo, hi = est["interval_params"]
+    n, new = report["n_trials"], report["n_new"]
+    if new == n:
+        runs = f"{n} runs in {report['wall_s']:.0f} s"
+    elif new == 0:
+        runs = f"{n} runs, all from before (nothing left to run)"
+    else:
+        runs = f"{n} runs, {new} of them new, in {report['wall_s']:.0f} s"
     console.print(
-        f"study {report['study']}: {report['n_trials']} runs in {report['wall_s']:.0f} s\n"
+        f"study {report['study']}: {runs}\n"
         f"80% point: {est['params_p80']:,.0f} parameters (d = {est['d_p80']:.1f}), "
         f"90% interval {lo:,.0f} - {hi:,.0f}\n"
-        f"midpoint: {est['midpoint_params']:,.0f} parameters"
+        f"midpoint: {est['midpoint_params']:,.0f} parameters",
+        soft_wrap=True,  # the study's name is copied from here: never broken
     )
 
 

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from threshold.cli.common import CacheDir, Device, app, run_guarded
+from threshold.cli.common import (
+    CacheDir,
+    Device,
+    OldBatch,
+    app,
+    estimate_words,
+    refuse_old_batch,
+    run_guarded,
+    run_words,
+)
+from threshold.interrupt import exit_status
 
 
 @app.command("run")
@@ -34,38 +45,47 @@ def run_suite_cmd(
         bool, typer.Option("--dry-run", help="Check the suite and print the plan; run nothing.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    batch: Annotated[
+    trials_at_once: Annotated[
         int | None,
-        typer.Option(help="Trials a worker trains at once as one batch (default: the suite's)."),
+        typer.Option(
+            "--trials-at-once",
+            help="Trials a worker trains at once as one batched run \\[default: the suite's"
+            " batch].",
+        ),
     ] = None,
+    batch: OldBatch = None,
     device: Device = "auto",
     cache_dir: CacheDir = None,
 ) -> None:
     """Run a suite: every study (resuming where it stopped), then analyses and reports."""
 
     def body():
-        from threshold.errors import ConfigError
         from threshold.suite import load_suite
 
         suite = load_suite(suite_file)
         labels = None if only is None else [x.strip() for x in only.split(",") if x.strip()]
         suite.select(labels)  # an unknown label fails here, before anything is opened
-        if workers is not None and workers < 1:
-            raise ConfigError(f"--workers {workers} is not allowed: use 1 or more")
         from threshold.search.find import worker_devices
 
+        execution = suite.execution.but(
+            storage=storage,
+            workers=workers,
+            trials_at_once=trials_at_once,
+            device=device,
+            cache_dir=cache_dir,
+        )
+        suite = replace(suite, execution=execution)
         # refused before anything is opened: no device, more workers than the machine runs
-        worker_devices(suite.workers if workers is None else workers, device)
-        if batch is not None and batch < 1:
-            raise ConfigError(f"--batch {batch} is not allowed: use 1 or more trials at once")
+        worker_devices(execution)
+        refuse_old_batch(batch)
         if dry_run:
             from threshold.suite.run import plan
 
-            planned = plan(suite, storage, labels)
+            planned = plan(suite, labels)
             if as_json:
                 typer.echo(json.dumps(planned))
             else:
-                _print_plan(planned, suite, workers)
+                _print_plan(planned, suite)
             return
         import logging
 
@@ -77,36 +97,16 @@ def run_suite_cmd(
         torch.set_num_threads(1)  # analyses run here; several threads spin on a busy machine
         storage_log_level(logging.WARNING)  # progress is the lines below
         try:
-            record = run_suite(
-                suite,
-                storage,
-                workers,
-                labels,
-                True,
-                _Printer(enabled=not as_json),
-                cache_dir,
-                device=device,
-                batch=batch,
-            )
+            record = run_suite(suite, labels, True, _Printer(enabled=not as_json))
         except KeyboardInterrupt:
             typer.echo(f"interrupted: run `threshold run {suite_file}` again to resume", err=True)
-            raise typer.Exit(130) from None
+            raise typer.Exit(exit_status()) from None
         if as_json:
             typer.echo(json.dumps(record))
         else:
             _print_record(record)
 
     run_guarded(body)
-
-
-def _estimate_text(est: dict | None) -> str:
-    if not est or not est.get("params_p80"):
-        return "no estimate yet"
-    lo, hi = est["interval_params"]
-    return (
-        f"80% point {est['params_p80']:,.0f} params (d {est['d_p80']:.1f}), "
-        f"90% interval {lo:,.0f} - {hi:,.0f}"
-    )
 
 
 class _Printer:
@@ -129,27 +129,23 @@ class _Printer:
             if kind == "study_skip":
                 self.say(
                     f"{head}: done ({info['reason']}) after {info['n_runs']} runs: "
-                    f"{_estimate_text(info['estimate'])}"
+                    f"{estimate_words(info['estimate'])}"
                 )
             else:
                 self.say(f"{head}: {info['n_runs']} runs so far; {info['workers']} worker(s)")
         elif kind == "trial":
             row = info["trial"]
-            if row["state"] == "COMPLETE":
-                what = (
-                    f"d = {row['d_model']} ({row['params_total'] or 0:,} params) accuracy "
-                    f"{row['accuracy']:.3f} ({row['stop_reason']}, {row['seconds'] or 0:.0f} s)"
-                )
-            else:
-                what = f"d = {row['d_model']} failed (retried if its worker died)"
-            self.say(f"  {label} trial {row['number']}: {what}; {_estimate_text(info['estimate'])}")
+            self.say(
+                f"  {label} trial {row['number']}: {run_words(row)}; "
+                f"{estimate_words(info['estimate'])}"
+            )
         elif kind == "study_end":
             from threshold.report.text import duration
 
             self.say(
                 f"  {label}: {'done (' + info['reason'] + ')' if info['reason'] else 'stopped'}"
                 f" after {info['n_runs']} runs in {duration(info['wall_s'])}: "
-                f"{_estimate_text(info['estimate'])}"
+                f"{estimate_words(info['estimate'])}"
             )
         elif kind == "transfer_skip":
             self.say(f"transfer {label}: done ({info['file']})")
@@ -177,7 +173,7 @@ class _Printer:
             self.say(f"report {label}: {info['folder']}/index.html")
 
 
-def _print_plan(planned: dict, suite, workers: int | None) -> None:
+def _print_plan(planned: dict, suite) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -185,7 +181,7 @@ def _print_plan(planned: dict, suite, workers: int | None) -> None:
     where = "" if planned["storage_exists"] else " (does not exist yet)"
     console.print(
         f"suite {planned['name']} ({planned['suite']}): storage {planned['storage']}{where}, "
-        f"{workers or suite.workers} worker(s) per study",
+        f"{suite.execution.workers} worker(s) per study",
         markup=False,
     )
     table = Table(title="studies, in the order they run")

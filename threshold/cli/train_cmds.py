@@ -9,25 +9,33 @@ from typing import Annotated
 import typer
 
 from threshold.cli.common import (
+    Activation,
     Arity,
     Batches,
+    BatchSize,
+    Betas,
     Block,
     CacheDir,
     Checkpoints,
+    DecayAll,
     DecaySteps,
     Decoding,
     Depth,
     Device,
     EarlyStop,
+    GradClip,
     InitStd,
     LossOn,
     Lr,
     MatchExposure,
     Measure,
+    MinLrRatio,
     Mod,
+    NRecur,
     NTest,
     NTrain,
     PNest,
+    QkvBias,
     Recipe,
     Schedule,
     SplitSeed,
@@ -35,6 +43,7 @@ from threshold.cli.common import (
     Tasks,
     Testbed,
     TrainingBars,
+    WarmupSteps,
     WeightDecay,
     Weights,
     Window,
@@ -70,10 +79,7 @@ def train(
     ] = "0",
     recipe: Recipe = "fast",
     steps: Steps = None,
-    batch_size: Annotated[
-        int | None,
-        typer.Option(help="Sequences (or stream windows) per step \\[default: the recipe's]."),
-    ] = None,
+    batch_size: BatchSize = None,
     lr: Lr = None,
     weight_decay: WeightDecay = None,
     init_std: InitStd = None,
@@ -86,6 +92,14 @@ def train(
     early_stop: EarlyStop = None,
     decoding: Decoding = None,
     checkpoints: Checkpoints = None,
+    warmup_steps: WarmupSteps = None,
+    min_lr_ratio: MinLrRatio = None,
+    grad_clip: GradClip = None,
+    betas: Betas = None,
+    decay_all: DecayAll = None,
+    activation: Activation = None,
+    n_recur: NRecur = None,
+    qkv_bias: QkvBias = None,
     weights: Weights = None,
     match_exposure: MatchExposure = False,
     eval_every: Annotated[int, typer.Option(help="Steps between validation checks.")] = 250,
@@ -100,6 +114,9 @@ def train(
         Path | None,
         typer.Option(help="Save the checkpoint here (a folder when several models train)."),
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write over an existing --out file or folder.")
+    ] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object (one line per model).")
     ] = False,
@@ -140,7 +157,7 @@ def train(
             raise ConfigError(f"--memory-gb {memory_gb} is not allowed: use a positive number")
         memory = None if memory_gb is None else int(memory_gb * 2**30)
         plan_packs(runs, dev, memory)  # a model too large for memory is refused here
-        paths = _checkpoint_paths(out, runs)
+        paths = _checkpoint_paths(out, runs, force)  # before training
         data = load_task_data(task_cfg, cache_dir)
 
         def show(i: int, p) -> None:
@@ -178,32 +195,42 @@ def int_list(text: str, option: str) -> list[int]:
     """``16,24,32`` as integers; a repeat or a non-integer is refused, naming the option."""
     from threshold.errors import ConfigError
 
+    if not text.strip():
+        raise ConfigError(f"{option} is empty: give an integer or a list like 16,24,32")
     try:
-        values = [int(x) for x in text.split(",") if x.strip()]
+        values = [int(x) for x in text.split(",")]  # an empty item ("8,,16") is refused too
     except ValueError:
         raise ConfigError(f"{option} {text!r} is not an integer or a list like 16,24,32") from None
-    if not values:
-        raise ConfigError(f"{option} is empty: give an integer or a list like 16,24,32")
     if len(set(values)) != len(values):
         raise ConfigError(f"{option} {text!r} repeats a value: name each once")
     return values
 
 
-def _checkpoint_paths(out: Path | None, runs) -> list[Path | None]:
-    """Each run's checkpoint path: ``out`` itself for one run, else files in folder ``out``."""
+def _checkpoint_paths(out: Path | None, runs, force: bool = False) -> list[Path | None]:
+    """Each run's checkpoint path: ``out`` itself for one run, else files in folder ``out``.
+    Refused before training: a path that cannot be written, or (unless ``force``) an existing
+    file or a folder that is not empty, whose earlier checkpoints would be replaced."""
     from threshold.errors import ConfigError
+    from threshold.train.checkpoint import check_writable
 
     if out is None:
         return [None] * len(runs)
     existing = next(p for p in (out, *out.parents) if p.exists())
+    again = "choose another --out, or pass --force to write over it"
     if len(runs) == 1:
         if out.is_dir():
             raise ConfigError(f"--out {str(out)!r} is a directory: give a file path")
         if existing != out and not existing.is_dir():
             raise ConfigError(f"--out {str(out)!r} cannot be written: a parent is a file")
+        if out.exists() and not force:
+            raise ConfigError(f"--out {str(out)!r} exists: {again}")
+        check_writable(out.parent, out)
         return [out]
     if not existing.is_dir():
         raise ConfigError(f"--out {str(out)!r} is a file: give a folder for several checkpoints")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ConfigError(f"--out folder {str(out)!r} exists and is not empty: {again}")
+    check_writable(out)
     return [out / f"d{m.d_model}-seed{c.seed}.ckpt" for m, c in runs]
 
 

@@ -1,8 +1,8 @@
 """The entry of a worker process that :func:`threshold.search.find.start_workers` starts.
 
-``python -m threshold.cli.worker_process '{"study_name": ..., "storage_url": ..., ...}'``:
-the keyword arguments of :func:`threshold.search.worker.run_worker` as one JSON object, so the
-search layer starts its workers without going through the command line's parsing. It lives at
+``python -m threshold.cli.worker_process '{"study_name": ..., "execution": {...}}'``: the study
+and its :class:`threshold.config.Execution` as one JSON object, so the search layer starts its
+workers without going through the command line's parsing. It lives at
 the top of the house because it wires the layers together: the worker writes its dashboard
 notes with the report layer's templates. SIGTERM and
 SIGINT become KeyboardInterrupt (a running trial is marked failed; :mod:`threshold.interrupt`),
@@ -22,10 +22,11 @@ log = logging.getLogger("threshold.worker")
 
 
 def main(argv: list[str]) -> int:
-    from threshold.interrupt import install
+    from threshold.interrupt import exit_status, install
 
     install()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s worker %(process)d %(message)s")
+    from threshold.config import Execution
     from threshold.errors import ThresholdError
     from threshold.report.notes import NOTE_RENDER
     from threshold.search.find import die_with_parent
@@ -34,12 +35,13 @@ def main(argv: list[str]) -> int:
     die_with_parent()
     quiet_storage_log()
     try:
-        run_worker(**json.loads(argv[0]), notes=NOTE_RENDER)
+        job = json.loads(argv[0])
+        run_worker(job["study_name"], Execution(**job["execution"]), notes=NOTE_RENDER)
     except ThresholdError as e:
         log.error("error: %s", e)
         return 2
     except KeyboardInterrupt:
-        return 130
+        return exit_status()
     return 0
 
 

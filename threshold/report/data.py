@@ -32,6 +32,7 @@ from scipy.optimize import nnls
 from threshold.config import recipe_words
 from threshold.errors import ConfigError, ThresholdError
 from threshold.meta import git_commit, version
+from threshold.report.bounds import LOCATING_RUNS, NONE, POINT, factor_bound, locate, sizes_only
 from threshold.search.fit import (
     PLATEAU_GAP,
     reduction_factor,
@@ -70,6 +71,7 @@ __all__ = [
     "factor",
     "judge",
     "label",
+    "locate_transitions",
     "read_transfer",
     "step_cost",
     "study_title",
@@ -126,6 +128,9 @@ class StudyData:
     # at the same steps (step, tokens, and factor's keys).
     budget: list[dict] = field(default_factory=list)
     budget_reduction: list[dict] = field(default_factory=list)
+    # Whether the runs locate the 80% point or only bound it (threshold.report.bounds.locate);
+    # None without an estimate. Each budget entry carries its own under "transition".
+    transition: dict | None = None
 
     @property
     def ok(self) -> bool:
@@ -157,6 +162,7 @@ class StudyData:
             "n_failed": self.n_failed,
             "estimate": self.estimate,
             "estimate_source": self.estimate_source,
+            "transition": self.transition,
             "band": self.band,
             "x80": self.x80,
             "baseline": self.baseline,
@@ -417,6 +423,7 @@ def _budget(view: StudyView, policy: SearchSettings) -> list[dict]:
                 "interval_params": estimate["interval_params"],
                 "asymptote": estimate["asymptote"],
                 "x80": x80_marginal(transition_posterior(policy, pairs)),
+                "runs": [[int(d), round(float(a), 4)] for d, a in pairs],  # (d, accuracy) there
             }
         )
     return out
@@ -626,6 +633,8 @@ def compare(studies: list[StudyData], baselines: Sequence[str]) -> None:
     by_name = {s.name: s for s in studies}
     bases = [by_name[name] for name in baselines]
     for s in studies:
+        locate_transitions(s)
+    for s in studies:
         s.baseline, s.reduction, s.size_ratio, s.reduction_note = None, None, None, ""
         if s.name in baselines:
             s.baseline = s.name
@@ -648,17 +657,86 @@ def compare(studies: list[StudyData], baselines: Sequence[str]) -> None:
             s.settings.search.chance_corrected != base.settings.search.chance_corrected
         ):
             s.reduction_note = "none: the two studies define the transition differently"
-        elif _measured(s) != _measured(base):
-            s.size_ratio = factor(base.x80, s.x80)
         else:
-            s.reduction = factor(base.x80, s.x80)
-            theirs = {b["step"]: b for b in base.budget}
-            s.budget_reduction = [
-                {"step": b["step"], "tokens": b["tokens"]}
-                | factor(theirs[b["step"]]["x80"], b["x80"])
-                for b in s.budget
-                if b["step"] in theirs
-            ]
+            # A factor neither side of which is located ("form" "none") is kept, as the record
+            # of the posteriors' ratio, with a note; the pages give the note instead.
+            ratio = factor(base.x80, s.x80) | _bounded(base, s)
+            if _measured(s) != _measured(base):
+                s.size_ratio = ratio
+            else:
+                s.reduction = ratio
+                theirs = {b["step"]: b for b in base.budget}
+                s.budget_reduction = [
+                    {"step": b["step"], "tokens": b["tokens"]}
+                    | factor(theirs[b["step"]]["x80"], b["x80"])
+                    | _bounded(base, s, theirs[b["step"]], b)
+                    for b in s.budget
+                    if b["step"] in theirs
+                ]
+
+
+def _fitted(s: StudyData, budget: dict | None = None) -> dict:
+    """The study's estimate, or its estimate at a budget checkpoint (that entry's point,
+    interval and asymptote with the study's level and chance)."""
+    if budget is None:
+        return s.estimate
+    keys = ("params_p80", "interval_params", "asymptote")
+    return s.estimate | {k: budget[k] for k in keys}
+
+
+def _bounded(base: StudyData, s: StudyData, base_at=None, s_at=None) -> dict:
+    """``form`` and ``bound`` of a factor, from the two transitions (at a checkpoint when given):
+    ``bound`` None for a point (:func:`threshold.report.bounds.factor_bound`)."""
+    theirs = base.transition if base_at is None else base_at["transition"]
+    mine = s.transition if s_at is None else s_at["transition"]
+    out = factor_bound(theirs, _fitted(base, base_at), mine, _fitted(s, s_at))
+    bound = out if out["form"] not in (POINT, NONE) else None
+    note = unbounded_words(theirs, mine) if out["form"] == NONE else None
+    return {"form": out["form"], "bound": bound} | ({"note": note} if note else {})
+
+
+def unbounded_words(theirs: dict, mine: dict) -> str:
+    """Why two transitions (the baseline's, a study's) give no factor, not even a bound."""
+    kinds = {theirs["kind"], mine["kind"]}
+    if kinds == {"lower bound"}:
+        return "neither transition is located: both lie above the sizes run"
+    if kinds == {"upper bound"}:
+        return "neither transition is located: both lie below the sizes run"
+    sides = (("the baseline's", theirs), ("this study's", mine))
+    names = [w for w, t in sides if t["kind"] == NONE]
+    who = " and ".join(names)
+    if not all(t["checked"] for t in (theirs, mine) if t["kind"] == NONE):
+        points = "80% points lie" if len(names) > 1 else "80% point lies"
+        return (
+            f"{who} {points} where fewer than {LOCATING_RUNS} runs are on a side, and this "
+            "results.json keeps no accuracies at checkpoints to bound them"
+        )
+    return f"{who} runs neither locate nor bound the 80% point"
+
+
+def locate_transitions(s: StudyData) -> None:
+    """Set ``s.transition`` and each budget entry's ``transition`` (:func:`locate`): from the
+    runs' accuracies, or at a checkpoint an older results.json kept none for, from the final
+    runs when it is the budget's end, else from the sizes alone (:func:`sizes_only`)."""
+    if not s.ok:
+        s.transition = None
+        return
+    runs = [
+        (r["d"], r["params"], r["accuracy"])
+        for r in s.runs
+        if r["params"] is not None and r["accuracy"] is not None
+    ]
+    s.transition = locate(runs, s.estimate)
+    params_of = {r[0]: r[1] for r in runs}
+    for b in s.budget:
+        est = _fitted(s, b)
+        if "runs" in b:
+            at = [(d, params_of[d], a) for d, a in b["runs"] if d in params_of]
+            b["transition"] = locate(at, est)
+        elif b["step"] == s.settings.train.max_steps:
+            b["transition"] = locate(runs, est)
+        else:
+            b["transition"] = sizes_only([p for _, p, _ in runs], est)
 
 
 def _measured(s: StudyData) -> str:

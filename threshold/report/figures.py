@@ -173,16 +173,25 @@ def study_figure(s: StudyData, path: Path) -> Path:
         lo, hi = est["interval_params"]
         p80 = est["params_p80"]
         point = f"{s.settings.search.level:.0%} point"
+        label = f"{point} {p80:,.0f} (90%: {lo:,.0f} - {hi:,.0f})"
+        if not _located(s):  # the fit's point stays, hollow, and the runs' bound is drawn
+            label = f"fitted {label}: not located by the runs"
+            if s.transition["params"] is not None:
+                sign = ">" if s.transition["kind"] == "lower bound" else "<="
+                bound = s.transition["params"]
+                ax.axvline(bound, color=COLORS[1], linestyle=":", linewidth=1.5,
+                           label=f"{point} {sign} {bound:,.0f} (the runs' bound)")  # fmt: skip
         ax.errorbar(
             [p80],
             [level_accuracy(s)],
             xerr=[[p80 - lo], [hi - p80]],
             fmt="D",
             color=COLORS[1],
+            mfc=COLORS[1] if _located(s) else "white",
             markersize=8,
             capsize=4,
             zorder=5,
-            label=f"{point} {p80:,.0f} (90%: {lo:,.0f} - {hi:,.0f})",
+            label=label,
         )
         mid = est.get("midpoint_params")
         if mid:
@@ -259,6 +268,7 @@ def curves_figure(studies: list[StudyData], styles: dict, path: Path) -> Path:
             xerr=[[p80 - lo], [hi - p80]],
             fmt="D",
             color=color,
+            mfc=color if _located(s) else "white",  # hollow: not located by the runs
             capsize=3,
             markersize=6,
         )
@@ -276,27 +286,60 @@ def curves_figure(studies: list[StudyData], styles: dict, path: Path) -> Path:
     return _save(fig, path)
 
 
+def _located(s: StudyData) -> bool:
+    """The study's runs locate its 80% point (threshold.report.bounds): drawn filled."""
+    return _kind(s.transition) == "point"
+
+
+def _kind(transition: dict | None) -> str:
+    return "point" if transition is None else transition["kind"]
+
+
 def budget_figure(studies: list[StudyData], styles: dict, path: Path) -> Path:
     """The budget axis: each study's 80% point against the tokens its runs had trained by each
     checkpoint (left), and its factor against its baseline at the same checkpoints (right), both
-    with 90% intervals."""
+    with 90% intervals; a bound (the runs there do not locate the point) as a hollow triangle
+    pointing the way the value lies, and nothing where there is neither."""
     shown = [s for s in studies if s.budget]
     fig = Figure(figsize=(11.0, 4.0 + 0.2 * len(shown)), layout="constrained")
     left, right = fig.subplots(1, 2)
     nudge = {s.name: 1 + 0.03 * (i - (len(shown) - 1) / 2) for i, s in enumerate(shown)}
     for s in shown:
         color, (dash, _) = styles[s.name]
-        tokens = np.array([b["tokens"] for b in s.budget], dtype=float) * nudge[s.name]
-        p80 = np.array([b["params_p80"] for b in s.budget], dtype=float)
-        lo, hi = np.array([b["interval_params"] for b in s.budget], dtype=float).T
+        located = [b for b in s.budget if _kind(b.get("transition")) == "point"]
+        tokens = np.array([b["tokens"] for b in located], dtype=float) * nudge[s.name]
+        p80 = np.array([b["params_p80"] for b in located], dtype=float)
+        lo, hi = np.array([b["interval_params"] for b in located], dtype=float).reshape(-1, 2).T
         left.errorbar(tokens, p80, yerr=[p80 - lo, hi - p80], fmt="o", linestyle=dash,
                       color=color, capsize=3, label=s.label)  # fmt: skip
-        if s.budget_reduction:
-            t = np.array([b["tokens"] for b in s.budget_reduction], dtype=float) * nudge[s.name]
-            f = np.array([b["factor"] for b in s.budget_reduction])
-            flo, fhi = np.array([b["interval"] for b in s.budget_reduction], dtype=float).T
+        for b in s.budget:  # a bound: an arrowhead pointing the way the point lies
+            kind = _kind(b.get("transition"))
+            if kind in ("lower bound", "upper bound") and b["transition"]["params"] is not None:
+                left.plot(
+                    [b["tokens"] * nudge[s.name]],
+                    [b["transition"]["params"]],
+                    marker="^" if kind == "lower bound" else "v",
+                    mfc="white",
+                    color=color,
+                    linestyle="none",
+                )
+        points = [b for b in s.budget_reduction if b.get("form", "point") == "point"]
+        if points:
+            t = np.array([b["tokens"] for b in points], dtype=float) * nudge[s.name]
+            f = np.array([b["factor"] for b in points])
+            flo, fhi = np.array([b["interval"] for b in points], dtype=float).T
             right.errorbar(t, f, yerr=[f - flo, fhi - f], fmt="o", linestyle=dash, color=color,
                            capsize=3, label=s.label)  # fmt: skip
+        for b in s.budget_reduction:
+            if b.get("form") in ("lower bound", "upper bound"):
+                right.plot(
+                    [b["tokens"] * nudge[s.name]],
+                    [b["bound"]["value"]],
+                    marker="^" if b["form"] == "lower bound" else "v",
+                    mfc="white",
+                    color=color,
+                    linestyle="none",
+                )
     for ax in (left, right):
         ax.set_xscale("log")
         _log_ticks(ax.xaxis, _thousands)
@@ -309,7 +352,9 @@ def budget_figure(studies: list[StudyData], styles: dict, path: Path) -> Path:
     right.axhline(1.0, color="#555", linewidth=0.8)
     _log_ticks(right.yaxis, lambda v, _p=None: f"{v:g}")
     right.set_ylabel("factor: baseline's 80% point / study's")
-    right.set_title("reduction factor against tokens (above 1: smaller)", fontsize=10)
+    right.set_title(
+        "reduction factor against tokens (above 1: smaller; triangles: bounds)", fontsize=10
+    )
     handles, labels = left.get_legend_handles_labels()  # one legend below both panels
     fig.legend(handles, labels, loc="outside lower center", fontsize=8, frameon=False)
     return _save(fig, path)
@@ -350,6 +395,28 @@ def comparison_figure(groups, styles: dict, path: Path) -> Path:
                 color="0.4",
             )
             continue
+        if not row.located:
+            t = row.transition
+            if t["params"] is not None:  # one-sided: an arrowhead at the bound
+                left.plot(
+                    [t["params"]],
+                    [yi],
+                    marker="4" if t["kind"] == "lower bound" else "3",
+                    markersize=12,
+                    markeredgewidth=2,
+                    color=color,
+                    linestyle="none",
+                )
+            left.text(
+                0.02,
+                yi,
+                "not located",
+                transform=left.get_yaxis_transform(),
+                va="center",
+                fontsize=8,
+                color="0.4",
+            )
+            continue
         lo, hi = row.interval_params
         p80 = row.params_p80
         left.errorbar(
@@ -380,6 +447,28 @@ def comparison_figure(groups, styles: dict, path: Path) -> Path:
                 continue
             r = row.ratio
             other = r.kind == "size ratio"
+            if r.form != "point":
+                value, least = r.bound["value"], r.form == "lower bound"
+                right.plot(
+                    [value],
+                    [yi],
+                    marker="4" if least else "3",
+                    markersize=12,
+                    markeredgewidth=2,
+                    color=styles[row.name][0],
+                    linestyle="none",
+                )
+                right.annotate(
+                    f"{'>=' if least else '<='} {value:.2g}x",
+                    (value, yi),
+                    textcoords="offset points",
+                    xytext=(0, 6),
+                    ha="center",
+                    va="bottom",
+                    fontsize=7.5,
+                    color="0.25",
+                )
+                continue
             right.errorbar(
                 [r.factor],
                 [yi],
@@ -401,6 +490,7 @@ def comparison_figure(groups, styles: dict, path: Path) -> Path:
                 color="0.25",
             )
         right.set_xscale("log")
+        right.margins(x=0.15)  # room for a bound's arrowhead and its label at the edge
         _log_ticks(right.xaxis, lambda v, _p: f"{v:g}x")
         right.grid(True, alpha=0.3)
         right.set_xlabel("baseline's 80% point / study's (> 1: smaller)")
@@ -497,7 +587,8 @@ def comparison_plotly(studies: list[StudyData], styles: dict):
                     "color": color,
                 },
                 name=f"{s.label}: 80% point",
-                hovertemplate=f"80% point {p80:,.0f} params (90%: {lo:,.0f} - {hi:,.0f}), "
+                hovertemplate=("" if _located(s) else "not located by the runs; fitted ")
+                + f"80% point {p80:,.0f} params (90%: {lo:,.0f} - {hi:,.0f}), "
                 f"d = {est['d_p80']:.1f}<extra>{s.label}</extra>",
                 **common,
             )

@@ -14,6 +14,7 @@ from pathlib import Path
 import jinja2
 
 from threshold.report import text
+from threshold.report.bounds import LOCATING_RUNS
 
 __all__ = ["markdown_table", "render"]
 
@@ -47,12 +48,14 @@ def _environment(html: bool) -> jinja2.Environment:
         interval=text.interval,
         duration=text.duration,
         factor=text.factor,
+        point=text.point,
+        point_d=text.point_d,
         share=text.share,
         cyclic=text.cyclic_words,
         spread=text.spread_words,
         md=_cell,
     )
-    env.globals.update(table=markdown_table, grid_words=text.GRID_WORDS)
+    env.globals.update(table=markdown_table, grid_words=text.GRID_WORDS, locating=LOCATING_RUNS)
     return env
 
 

@@ -23,7 +23,7 @@ from threshold.search.fit import transition_posterior
 from threshold.search.sampler import policy_settings
 from threshold.search.spec import StudySettings
 
-__all__ = ["FORMAT", "FORMATS", "RESULTS", "load_results"]
+__all__ = ["FORMAT", "FORMATS", "RESULTS", "load_results", "read_results"]
 
 RESULTS = "results.json"
 FORMAT = "threshold-report/2"
@@ -98,10 +98,9 @@ def _rebuilt_x80(data: StudyData, commit: str) -> dict:
     return x80
 
 
-def load_results(path: Path, baselines: Sequence[str] = ()) -> Collected:
-    """The studies and transfer results of a report's ``results.json``, compared with its own
-    baselines and ``baselines`` (study names in the file). ConfigError when the file is not a
-    report's results or names no such study."""
+def read_results(path: Path) -> dict:
+    """The JSON of a report's ``results.json``, in a format this version reads; ConfigError in
+    one line for a file that cannot be read, is not JSON, or is not such a file."""
     path = Path(path)
     try:
         results = json.loads(path.read_text(encoding="utf-8"))
@@ -120,6 +119,15 @@ def load_results(path: Path, baselines: Sequence[str] = ()) -> Collected:
             f"{results.get('format') if isinstance(results, dict) else None!r}, readable: "
             f"{', '.join(FORMATS)}): give the {RESULTS} that `threshold report` wrote"
         )
+    return results
+
+
+def load_results(path: Path, baselines: Sequence[str] = ()) -> Collected:
+    """The studies and transfer results of a report's ``results.json``, compared with its own
+    baselines and ``baselines`` (study names in the file). ConfigError when the file is not a
+    report's results or names no such study."""
+    path = Path(path)
+    results = read_results(path)
     try:
         # Format 2 keeps each study's data beside what the page showed of it.
         commit = str(results.get("git_commit"))

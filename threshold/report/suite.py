@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from threshold.report.render import render
-from threshold.report.text import factor, interval, number, spread_words
+from threshold.report.text import factor, interval, point, point_d, spread_words
 
 __all__ = ["ReportLine", "SuiteReadme", "SurveyRow", "TransitionLine", "suite_readme"]
 
@@ -65,6 +65,7 @@ class SuiteReadme:
 
 def _line(row: dict, labels: dict[str, str]) -> TransitionLine:
     ok = row["status"] == "ok"
+    located = ok and (row.get("transition") or {}).get("kind", "point") == "point"
     ratio = row["ratio"]
     if row["is_baseline"]:
         against = "baseline"
@@ -73,7 +74,9 @@ def _line(row: dict, labels: dict[str, str]) -> TransitionLine:
     cell = factor(ratio) if ratio else (row["no_ratio"] if row.get("baseline") else "")
     if ratio and ratio["kind"] == "size ratio":
         cell += ", another op"
-    if ok:
+    if ok and not located:
+        width = "not located"
+    elif ok:
         width = f"{row['interval_ratio']:.2f}x" + (
             f" > {row['precision']:g}x" if row["interval_ratio"] > row["precision"] else ""
         )
@@ -84,9 +87,9 @@ def _line(row: dict, labels: dict[str, str]) -> TransitionLine:
         study=row.get("suite_label") or row["label"],
         measured_op=row["measured_op"],
         runs=row["n_runs"],
-        p80=number(row["params_p80"]) if ok else "-",
-        interval=interval(row["interval_params"]) if ok else "-",
-        d=number(row["d_p80"], 1) if ok else "-",
+        p80=point(row) if ok else "-",
+        interval=interval(row["interval_params"]) if located else "not located" if ok else "-",
+        d=point_d(row) if ok else "-",
         against="" if row["is_baseline"] else against,
         factor="baseline" if row["is_baseline"] else cell,
         width=width,

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 __all__ = [
     "GRID_WORDS",
+    "bound",
     "cyclic_words",
     "duration",
     "factor",
     "interval",
     "number",
+    "point",
+    "point_d",
     "share",
     "spread_words",
     "terminal_cells",
@@ -57,8 +60,42 @@ def factor(ratio) -> str:
     ``ratio``: a :class:`threshold.report.view.Ratio` or its JSON."""
     if ratio is None:
         return "-"
-    get = ratio.get if isinstance(ratio, dict) else lambda key: getattr(ratio, key)
+    get = ratio.get if isinstance(ratio, dict) else lambda key: getattr(ratio, key, None)
+    form = get("form") or "point"
+    if form != "point":
+        return bound(form, get("bound")["value"])
     return f"{get('factor'):.2f}x ({get('lo'):.2f} - {get('hi'):.2f})"
+
+
+def bound(form: str, value: float) -> str:
+    """A factor bound as a cell: ``>= 8.09x (bound)``, ``<= 0.50x (bound)``."""
+    sign = ">=" if form == "lower bound" else "<="
+    return f"{sign} {value:.2f}x (bound)"
+
+
+def point_d(row) -> str:
+    """The d cell beside :func:`point`: ``43.5``, ``> 190``, ``<= 16`` or ``-``."""
+    get = row.get if isinstance(row, dict) else lambda key: getattr(row, key, None)
+    t = get("transition")
+    if t is None or t["kind"] == "point":
+        return number(get("d_p80"), 1)
+    if t["d"] is None:
+        return "-"
+    return f"{'>' if t['kind'] == 'lower bound' else '<='} {t['d']}"
+
+
+def point(row) -> str:
+    """A study's 80% point cell (a Row or its JSON): ``27,890``, or a bound the runs give
+    instead (``> 455,810``, ``<= 4,976``, ``not located``)."""
+    get = row.get if isinstance(row, dict) else lambda key: getattr(row, key, None)
+    t = get("transition")
+    if t is None or t["kind"] == "point":
+        return number(get("params_p80"))
+    if t["kind"] == "lower bound":
+        return f"> {number(t['params'])}"
+    if t["kind"] == "upper bound":
+        return f"<= {number(t['params'])}"
+    return "not located"
 
 
 def cyclic_words(summary: dict) -> str:
@@ -79,7 +116,9 @@ def spread_words(spread: dict | None) -> str:
 def terminal_cells(row: dict, with_factor) -> list[str]:
     """A study's cells in the terminal summary (a ``comparison`` row of ``results.json``): 80%
     point, interval, d and, when ``with_factor``, its factor against its own baseline."""
-    if row["status"] == "ok":
+    if row["status"] == "ok" and (row.get("transition") or {}).get("kind", "point") != "point":
+        cells = [point(row), "not located", point_d(row)]
+    elif row["status"] == "ok":
         cells = [number(row["params_p80"]), interval(row["interval_params"])]
         cells.append(number(row["d_p80"], 1))
     else:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from threshold.config import recipe_fields
 from threshold.report.data import Collected, StudyData, study_title, where
 from threshold.report.notes import near_transition_words
 from threshold.report.results import FORMAT
@@ -46,10 +47,19 @@ class Ratio:
     lo: float
     hi: float
     p_smaller: float  # posterior probability that the study's 80% point is the smaller
+    # "point": both transitions located, the factor and interval above stand; "lower bound" or
+    # "upper bound": a side is only bounded by its runs, and ``bound`` (threshold.report.bounds.
+    # factor_bound: value, at_median, the sizes divided) is what the report says instead.
+    form: str = "point"
+    bound: dict | None = None
 
     @property
     def clear(self) -> bool:
-        """The 90% interval lies on one side of 1."""
+        """The 90% interval (a bound: the bound) lies on one side of 1."""
+        if self.form == "lower bound":
+            return self.bound["value"] > 1
+        if self.form == "upper bound":
+            return self.bound["value"] < 1
         return self.lo > 1 or self.hi < 1
 
 
@@ -74,10 +84,17 @@ class Row:
     no_ratio: str  # why a study with a baseline has no factor, else ""
     warning: str  # what makes the estimate doubtful, or why there is none, else ""
     status_text: str
+    # Whether the runs locate the 80% point (kind "point") or only bound it ("lower bound":
+    # above params; "upper bound": at or below it; "none"): threshold.report.bounds.locate.
+    transition: dict | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def located(self) -> bool:
+        return self.ok and (self.transition is None or self.transition["kind"] == "point")
 
     @property
     def wide(self) -> bool:
@@ -141,6 +158,9 @@ class StudyView:
     other_ops: tuple[str, ...]
     runs: tuple[RunRow, ...]
     data: dict  # the study as collected (what a re-render reads); its estimate as fit.py wrote it
+    # Sentences where the runs only bound a number: the 80% point, and the factor.
+    transition_text: str | None = None
+    ratio_text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -211,6 +231,12 @@ class BudgetRow:
     interval_params: tuple[float, float]
     asymptote: float | None
     ratio: Ratio | None  # against the baseline at the same checkpoint
+    transition: dict | None = None  # the runs there locate the 80% point, or bound it
+    no_ratio: str = ""  # why the factor there is not given, when the study has one elsewhere
+
+    @property
+    def located(self) -> bool:
+        return self.transition is None or self.transition["kind"] == "point"
 
 
 @dataclass(frozen=True)
@@ -272,9 +298,24 @@ def _ratio(s: StudyData) -> Ratio | None:
     r = s.reduction or s.size_ratio
     if r is None:
         return None
-    lo, hi = r["interval"]
+    if r.get("form") == "none":  # no factor, not even a bound: Row.no_ratio says why
+        return None
     kind = "reduction" if s.reduction is not None else "size ratio"
-    return Ratio(kind, r["factor"], lo, hi, r["p_above_1"])
+    return _ratio_of(r, kind)
+
+
+def _no_ratio(s: StudyData) -> str:
+    """Why a study with a baseline shows no factor ("" when it shows one)."""
+    r = s.reduction or s.size_ratio
+    if r is not None and r.get("form") == "none":
+        return r["note"]
+    return s.reduction_note.removeprefix("none: ")
+
+
+def _ratio_of(r: dict, kind: str) -> Ratio:
+    """A factor as data.compare stores it (factor, interval, p_above_1, form, bound)."""
+    lo, hi = r["interval"]
+    return Ratio(kind, r["factor"], lo, hi, r["p_above_1"], r.get("form", "point"), r.get("bound"))
 
 
 def _pair(value) -> tuple[float, float] | None:
@@ -303,9 +344,10 @@ def _row(s: StudyData) -> Row:
         precision=s.settings.search.precision,
         is_baseline=s.baseline == s.name,
         ratio=_ratio(s),
-        no_ratio=s.reduction_note.removeprefix("none: "),
+        no_ratio=_no_ratio(s),
         warning=s.warning,
         status_text=s.status_text,
+        transition=s.transition,
     )
 
 
@@ -330,6 +372,8 @@ def _finding(row: Row, base: Row) -> str:
     care = "; read with care: its 80% point may mark a plateau" if row.warning else ""
     if r is None:
         return f"{row.label}: no factor against {base.label} ({row.no_ratio})."
+    if r.form != "point":
+        return _bound_finding(row, base, r, care)
     span = f"90%: {r.lo:.2f} - {r.hi:.2f}x, P(smaller) = {r.p_smaller:.2f}"
     if not r.clear:
         change = "size difference" if r.kind == "size ratio" else "change"
@@ -342,6 +386,63 @@ def _finding(row: Row, base: Row) -> str:
         what = f"{row.measured_op} needs a {times:.2g}x {how} model than {base.measured_op}"
         return f"{row.label}: {what} ({span}){care}."
     return f"{row.label}: {times:.2g}x {how} than {base.label} ({span}){care}."
+
+
+def transition_words(t: dict, label: str) -> str:
+    """What the runs say of a transition they only bound: ``ADD ... reached its 80% level at no
+    size up to 455,810 parameters (d = 190; 6 runs)``."""
+    n = f"{t['n_runs']} run{'s' if t['n_runs'] != 1 else ''}"
+    if t["kind"] == "lower bound":
+        return (
+            f"{label} reached its 80% level at no size up to {t['params']:,.0f} parameters "
+            f"(d = {t['d']}; {n})"
+        )
+    if t["kind"] == "upper bound":
+        return (
+            f"{label} reached its 80% level at every size from {t['params']:,.0f} parameters "
+            f"(d = {t['d']}) up ({n})"
+        )
+    return f"{label}'s runs neither locate nor bound its 80% point ({n})"
+
+
+def bound_words(r: Ratio, base_label: str, base_t: dict, t: dict) -> str:
+    """Why a factor is a bound and how it was made: each side's reason, and the division."""
+    b = r.bound
+    words = []
+    for side, params, who, trans in (
+        (b["base_side"], b["base_params"], base_label, base_t),
+        (b["study_side"], b["study_params"], "this study", t),
+    ):
+        if side == "bound":
+            words.append(transition_words(trans, who))
+        else:
+            most = "most" if side == "upper end" else "least"
+            words.append(
+                f"{who}'s 80% point is at {most} {params:,.0f}, the {side} of its 90% interval"
+            )
+    how = f"{b['value']:.3g}x = {b['base_params']:,.0f} / {b['study_params']:,.0f}"
+    if b["at_median"] != b["value"]:
+        how += f"; {b['at_median']:.3g}x with its median 80% point instead"
+    return f"{'; '.join(words)}: {how}"
+
+
+def bound_phrase(r: Ratio) -> str:
+    """``at least 8.09x smaller``, ``at most 2.3x larger``: a factor bound in words."""
+    v = r.bound["value"]
+    least = (r.form == "lower bound") == (v >= 1)  # at least a reduction, or at least a growth
+    times, how = (v, "smaller") if v >= 1 else (1 / v, "larger")
+    return f"{'at least' if least else 'at most'} {times:.3g}x {how}"
+
+
+def _bound_finding(row: Row, base: Row, r: Ratio, care: str) -> str:
+    why = bound_words(r, "the baseline", base.transition, row.transition)
+    if r.kind == "size ratio":
+        what = f"{row.measured_op} needs a model {bound_phrase(r)} than {base.measured_op}"
+        return f"{row.label}: {what}, for the sizes and seeds run ({why}){care}."
+    return (
+        f"{row.label}: {bound_phrase(r)} than {base.label}, for the sizes and seeds run "
+        f"({why}){care}."
+    )
 
 
 def _findings(groups: tuple[Group, ...]) -> tuple[str, ...]:
@@ -360,6 +461,15 @@ def _findings(groups: tuple[Group, ...]) -> tuple[str, ...]:
             continue
         out.extend(_finding(row, base) for row in g.rows[1:])
     return tuple(out)
+
+
+def recipe_table_words(train, model: dict) -> str:
+    """``fast: lr 0.003, weight_decay 0.1, init_std none, schedule cosine, ...``: the recipe's
+    name and every field's value (the training row shows only the budget and the optimizer)."""
+    fields = recipe_fields(train, model)
+    words = [f"{k} {'none' if v is None else f'{v:g}' if isinstance(v, float) else v}"
+             for k, v in fields.items()]  # fmt: skip
+    return f"{train.recipe}: " + ", ".join(words)
 
 
 def settings_rows(s: StudyData, chance: float | None) -> tuple[tuple[str, str], ...]:
@@ -392,6 +502,7 @@ def settings_rows(s: StudyData, chance: float | None) -> tuple[tuple[str, str], 
             f"at most {train.max_steps:,} steps a run, batch {train.batch_size}, lr {train.lr:g}, "
             f"weight decay {train.weight_decay:g}",
         ),
+        ("recipe", recipe_table_words(train, dict(s.settings.model))),
         (
             "search",
             f"precision {search.precision:g}x, budget {search.budget} runs, first bracket d "
@@ -425,7 +536,38 @@ def _runs(s: StudyData, others: tuple[str, ...]) -> tuple[RunRow, ...]:
     )
 
 
-def _study(s: StudyData, row: Row, labels: dict[str, str], figure: str | None, data: dict):
+def _transition_text(row: Row) -> str | None:
+    """A study section's sentence on an 80% point its runs do not locate."""
+    t = row.transition
+    if not row.ok or row.located:
+        return None
+    fitted = (
+        f"the fit's median {row.params_p80:,.0f} (90%: {row.interval_params[0]:,.0f} - "
+        f"{row.interval_params[1]:,.0f}) rests on the posterior's prior where the runs do not reach"
+    )
+    if t["kind"] == "none":
+        return f"not located: {transition_words(t, 'this study')}; {fitted}"
+    where = "above that" if t["kind"] == "lower bound" else "at or below that"
+    return (
+        f"not located: {transition_words(t, 'this study')} (the 80% level: accuracy "
+        f"{t['target']:.3f}), so its 80% point lies {where}, for the sizes and seeds run; {fitted}"
+    )
+
+
+def _study(
+    s: StudyData, row: Row, rows: dict[str, Row], figure: str | None, data: dict
+) -> StudyView:
+    labels = {name: r.label for name, r in rows.items()}
+    base = rows.get(s.baseline) if s.baseline not in (None, s.name) else None
+    ratio_text = None
+    if base is not None and row.ratio is not None and row.ratio.form != "point":
+        what = bound_phrase(row.ratio)
+        ratio_text = (
+            f"{what}, for the sizes and seeds run ("
+            f"{bound_words(row.ratio, 'the baseline', base.transition, row.transition)}); the "
+            f"posteriors' ratio ({row.ratio.factor:.2f}x, 90%: {row.ratio.lo:.2f} - "
+            f"{row.ratio.hi:.2f}) is no result: on its bounded side it is the prior's range"
+        )
     typed = _estimate(s)
     est = typed.to_dict()  # the keys the record does not type: midpoint, fit, seed spread
     fit = est.get("fit") or {}
@@ -456,6 +598,8 @@ def _study(s: StudyData, row: Row, labels: dict[str, str], figure: str | None, d
         other_ops=others,
         runs=_runs(s, others),
         data=data,
+        transition_text=_transition_text(row),
+        ratio_text=ratio_text,
     )
 
 
@@ -546,13 +690,11 @@ def build(
     (figure names included); ``rendered``: (when, from what, commit) of this rendering."""
     studies = collected.studies
     rows = {s.name: _row(s) for s in studies}
-    labels = {s.name: s.label for s in studies}
     groups = _groups(studies, rows)
     order = [r.name for g in groups for r in g.rows]  # the page lists studies as the table does
     by_name = {s.name: (s, e) for s, e in zip(studies, entries, strict=True)}
     views = [
-        _study(by_name[n][0], rows[n], labels, by_name[n][1]["figure"], by_name[n][1])
-        for n in order
+        _study(by_name[n][0], rows[n], rows, by_name[n][1]["figure"], by_name[n][1]) for n in order
     ]
     warnings = tuple(
         Warning(v.row.label, v.row.anchor, v.row.warning) for v in views if v.row.warning
@@ -595,9 +737,11 @@ def _budget_rows(s: StudyData) -> list[BudgetRow]:
     rows = []
     for b in s.budget:
         f = factors.get(b["step"])
-        ratio = None
-        if f is not None:
-            ratio = Ratio("reduction", f["factor"], *f["interval"], f["p_above_1"])
+        ratio, no_ratio = None, ""
+        if f is not None and f.get("form") == "none":
+            no_ratio = f"none: {f['note']}"
+        elif f is not None:
+            ratio = _ratio_of(f, "reduction")
         rows.append(
             BudgetRow(
                 s.label,
@@ -609,6 +753,8 @@ def _budget_rows(s: StudyData) -> list[BudgetRow]:
                 tuple(b["interval_params"]),
                 b["asymptote"],
                 ratio,
+                b.get("transition"),
+                no_ratio,
             )
         )
     return rows

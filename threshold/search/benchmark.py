@@ -38,7 +38,11 @@ __all__ = ["METHODS", "bench_families", "bench_search"]
 
 logger = logging.getLogger(__name__)
 
-BATCHED = {"policy_b4": 4, "policy_b8": 8, "policy_b16": 16}  # batch workers (find --batch K)
+BATCHED = {
+    "policy_b4": 4,
+    "policy_b8": 8,
+    "policy_b16": 16,
+}  # find --trials-at-once K
 METHODS = ("policy", "policy_2w", "grid", "optuna_tpe", "optuna_qmc", *BATCHED)
 # QMC is left out by default: no better than TPE here and three times slower to fit.
 DEFAULT_METHODS = ("policy", "policy_2w", "grid", "optuna_tpe")

@@ -15,11 +15,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
 
 from optuna.storages import BaseStorage
 
+from threshold.config import Execution
 from threshold.errors import ConfigError, ThresholdError
 from threshold.interrupt import raise_if_interrupted
 from threshold.search.record import read_study
@@ -56,6 +56,7 @@ class SearchOutcome:
     estimate: dict | None  # the transition estimate stored on the study (None: no run yet)
     n_trials: int  # completed runs
     wall_s: float
+    n_new: int = 0  # of them, the runs completed by this search (0: it was done before)
 
     def to_json(self) -> dict:
         return {
@@ -63,61 +64,49 @@ class SearchOutcome:
             "storage": self.storage,
             "transition": self.estimate,
             "n_trials": self.n_trials,
+            "n_new": self.n_new,
             "wall_s": self.wall_s,
         }
 
 
 def run_search(
     settings: StudySettings,
-    storage: str | None = None,
+    execution: Execution | None = None,
     name: str | None = None,
-    workers: int = 1,
-    batch: int = 1,
-    device: str = "auto",
-    heartbeat_s: int = 30,
-    cache_dir: Path | None = None,
-    oversubscribe: bool = False,
     on_update: Callable[[dict], None] | None = None,
     poll_s: float = 2.0,
+    on_run: Callable[[dict, dict], None] | None = None,
+    create_only: bool = False,
 ) -> SearchOutcome:
     """Run (or resume) the study of ``settings`` with worker processes until its policy stops.
 
-    ``on_update(snapshot)`` sees the study every ``poll_s`` seconds and once at the end. Bad
-    settings are refused before anything is written; an interrupt stops the workers (their
-    running trials are marked failed) and raises :class:`Interrupted`. ``workers=0`` only
-    creates (or checks) the study: workers started elsewhere (``threshold worker``, a cluster's
-    job array) run its trials.
+    ``on_update(snapshot)`` sees the study every ``poll_s`` seconds and once at the end;
+    ``on_run(row, snapshot)`` sees each run that ends (complete or failed) while the search
+    runs, once, with the study as it was then (see :func:`snapshot`). Bad settings are refused
+    before anything is written; an interrupt stops the workers (their running trials are marked
+    failed) and raises :class:`Interrupted`. ``execution`` None: the defaults of
+    :class:`Execution`. ``create_only``: create (or check) the study and start no worker; workers
+    started elsewhere (``threshold worker``, a cluster's job array) run its trials.
     """
-    if batch < 1:
-        raise ConfigError(f"--batch {batch} is not allowed: use 1 or more trials at once")
-    if heartbeat_s < 1:
-        raise ConfigError(f"--heartbeat {heartbeat_s} is not allowed: use 1 or more seconds")
-    if workers < 0:
-        raise ConfigError(
-            f"--workers {workers} is not allowed: use 1 or more, or 0 to create the study only"
-        )
-    if workers > 0:
-        worker_devices(workers, device, oversubscribe)  # refused before the study is written
+    execution = execution or Execution()
+    if not create_only:
+        worker_devices(execution)  # refused here, before the study is written
     t0 = time.perf_counter()
-    name, url = prepare_study(settings, storage, name, heartbeat_s)
-    if workers == 0:
+    name, url = prepare_study(settings, execution, name)
+    if create_only:
         final = snapshot(open_storage(url, create=False), name)
         wall = round(time.perf_counter() - t0, 1)
         return SearchOutcome(name, url, final["estimate"], final["n_trials"], wall)
     procs: list[subprocess.Popen] = []
     try:
-        procs = start_workers(
-            name, url, workers, heartbeat_s, cache_dir, device, batch, oversubscribe
-        )
+        procs = start_workers(name, replace(execution, storage=url))
         db = open_storage(url, create=False)  # one connection pool for the whole run
+        follow = _Follower(db, name, on_update, on_run)
         while any(p.poll() is None for p in procs):
             raise_if_interrupted()
-            if on_update is not None:
-                on_update(snapshot(db, name))
+            follow.poll()
             time.sleep(poll_s)
-        final = snapshot(db, name)
-        if on_update is not None:
-            on_update(final)
+        final = follow.poll(last=True)
     except KeyboardInterrupt:
         stop_workers(procs)
         raise Interrupted(name) from None
@@ -128,42 +117,70 @@ def run_search(
             "output above, then run the search again to resume it"
         )
     wall = round(time.perf_counter() - t0, 1)
-    return SearchOutcome(name, url, final["estimate"], final["n_trials"], wall)
+    return SearchOutcome(
+        name, url, final["estimate"], final["n_trials"], wall, n_new=follow.completed
+    )
+
+
+class _Follower:
+    """What the search's callbacks see: the study every poll, and each run once as it ends."""
+
+    def __init__(self, db, name: str, on_update, on_run) -> None:
+        self.db, self.name, self.on_update, self.on_run = db, name, on_update, on_run
+        self.seen = {r["number"] for r in snapshot(db, name)["trials"] if _ended(r)}
+        self.completed = 0  # runs completed during this search
+
+    def poll(self, last: bool = False) -> dict | None:
+        if not (last or self.on_update or self.on_run):
+            return None
+        snap = snapshot(self.db, self.name)
+        for row in snap["trials"]:
+            if _ended(row) and row["number"] not in self.seen:
+                self.seen.add(row["number"])
+                self.completed += row["state"] == "COMPLETE"
+                if self.on_run is not None:
+                    self.on_run(row, snap)
+        if self.on_update is not None:
+            self.on_update(snap)
+        return snap
+
+
+def _ended(row: dict) -> bool:
+    return row["state"] in ("COMPLETE", "FAIL")
 
 
 def prepare_study(
-    settings: StudySettings, url: str | None, name: str | None, heartbeat_s: int
+    settings: StudySettings, execution: Execution, name: str | None
 ) -> tuple[str, str]:
     """Create (or check and reuse) the study; returns its name and the storage URL."""
     if name is not None:
         check_study_name(name)  # before the storage is created
-    url = storage_url(url)
-    storage = open_storage(url, heartbeat_s)
+    url = storage_url(execution.storage)
+    storage = open_storage(url, execution.heartbeat_s)
     study = create_or_load_study(settings, storage, name)
     return study.study_name, url
 
 
-def worker_devices(workers: int, device: str = "auto", oversubscribe: bool = False) -> list[str]:
-    """The device of each of ``workers`` worker processes; more workers than the machine runs at
-    once (one a core on the CPU, one a GPU on CUDA) are refused unless ``oversubscribe``."""
-    if workers < 1:
-        raise ConfigError(f"--workers {workers} is not allowed: use 1 or more")
+def worker_devices(execution: Execution) -> list[str]:
+    """The device of each worker process; more workers than the machine runs at once (one a
+    core on the CPU, one a GPU on CUDA) are refused unless ``execution.oversubscribe``."""
     from threshold.train.device import resolve_device  # torch: loaded only when workers start
 
+    workers, device = execution.workers, execution.device
     resolved = None if device == "cpu" else resolve_device(device)
     if resolved is not None and resolved.type == "cuda":
         count = 1 if resolved.index is not None else torch_cuda_count()
-        if workers > count and not oversubscribe:
+        if workers > count and not execution.oversubscribe:
             raise ConfigError(
                 f"--workers {workers} on {device}: one worker a GPU (processes that share one slow "
-                f"each other 3-4x), and there are {count}; use --workers {count} and --batch to "
-                "fill a GPU, or --oversubscribe to start them anyway"
+                f"each other 3-4x), and there are {count}; use --workers {count} and "
+                "--trials-at-once to fill a GPU, or --oversubscribe to start them anyway"
             )
         if resolved.index is not None:
             return [str(resolved)] * workers
         return [f"cuda:{i % count}" for i in range(workers)]
     cores = os.cpu_count() or 1
-    if workers > cores and not oversubscribe:
+    if workers > cores and not execution.oversubscribe:
         raise ConfigError(
             f"--workers {workers} is more than this machine runs at once ({cores} cores, one "
             f"worker each): use --workers {cores} or fewer, or --oversubscribe to start them anyway"
@@ -177,34 +194,18 @@ def torch_cuda_count() -> int:
     return torch.cuda.device_count()
 
 
-def start_workers(
-    name: str,
-    url: str,
-    workers: int,
-    heartbeat_s: int,
-    cache_dir: Path | None,
-    device: str = "auto",
-    batch: int = 1,
-    oversubscribe: bool = False,
-) -> list[subprocess.Popen]:
-    """``workers`` processes of ``threshold worker``, each with one torch thread (and on CUDA a
-    GPU of its own). Interrupted while starting them, it stops the ones it started; each worker
-    also ends with this process (Linux), so none is left behind whatever stops this one."""
-    devices = worker_devices(workers, device, oversubscribe)
+def start_workers(name: str, execution: Execution) -> list[subprocess.Popen]:
+    """``execution.workers`` processes of ``threshold worker``, each with one torch thread (and on
+    CUDA a GPU of its own). Interrupted while starting them, it stops the ones it started; each
+    worker also ends with this process (Linux), so none is left behind whatever stops this one."""
+    devices = worker_devices(execution)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env[PARENT_ENV] = str(os.getpid())
-    if cache_dir is not None:
-        env["THRESHOLD_CACHE"] = str(cache_dir)
     procs: list[subprocess.Popen] = []
     try:
         for dev in devices:
-            job = {
-                "study_name": name,
-                "storage_url": url,
-                "heartbeat_s": heartbeat_s,
-                "device": dev,
-                "batch": batch,
-            }
+            own = replace(execution, workers=1, device=dev)
+            job = {"study_name": name, "execution": own.to_json()}
             command = [sys.executable, "-m", "threshold.cli.worker_process", json.dumps(job)]
             procs.append(subprocess.Popen(command, env=env))
     except BaseException:

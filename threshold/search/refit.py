@@ -102,13 +102,27 @@ def refit_study(
     return Estimate.from_dict(transition_estimate(policy_settings(settings, chance), completed))
 
 
-def refit_results(path: str | Path, chance_corrected: bool | None = None) -> list[dict]:
-    """Rows for every study in a report's ``results.json``: its recorded runs refitted."""
+def refit_results(
+    path: str | Path, chance_corrected: bool | None = None, results: dict | None = None
+) -> list[dict]:
+    """Rows for every study in a report's ``results.json`` (its JSON ``results`` when already
+    read and checked: :func:`threshold.report.results.read_results`): its runs refitted."""
     path = Path(path)
+    if results is None:
+        try:
+            results = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise ThresholdError(f"{path} cannot be read as a report's results.json: {e}") from None
     try:
-        results = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ThresholdError(f"{path} cannot be read as a report's results.json: {e}") from None
+        return _refit_entries(results, chance_corrected)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ThresholdError(
+            f"results file {str(path)!r} does not hold a report's studies ({type(e).__name__}: "
+            f"{e}): give the results.json that `threshold report` wrote"
+        ) from None
+
+
+def _refit_entries(results: dict, chance_corrected: bool | None) -> list[dict]:
     rows = []
     for entry in results.get("studies", []):
         study = entry.get("data", entry)  # format 2 keeps the study's data beside its page
@@ -142,7 +156,8 @@ def refit_storage(url: str | None = None, chance_corrected: bool | None = None) 
         if not completed:
             continue
         settings = view.settings
-        label = f"{'+'.join(settings.task.ops)} ({settings.task.measured_op})"
+        ops, measure = settings.task.ops, settings.task.measured_op
+        label = "+".join(ops) + (f" ({measure})" if len(ops) > 1 else "")  # max, not max (max)
         rows.append(
             _refit(
                 view.name, label, settings, view.estimate, view.chance, completed, chance_corrected

@@ -14,7 +14,7 @@ from functools import cached_property
 
 import numpy as np
 
-from threshold.config import checked_field
+from threshold.config import check_finite, checked_field
 from threshold.errors import ConfigError
 from threshold.search.posterior import PosteriorSettings, level_fraction
 
@@ -43,6 +43,7 @@ class SearchConfig:
     base_seed: int = 0  # run seeds derive from (base_seed, mixture, d, replicate)
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if not 1 <= self.d_min <= self.d_lo < self.d_hi <= self.d_max:
             raise ConfigError(
                 f"d range {self.d_lo}..{self.d_hi} (limits {self.d_min}..{self.d_max}) is not "

@@ -27,8 +27,8 @@ from optuna.artifacts import upload_artifact
 from optuna.storages import fail_stale_trials
 from optuna.trial import TrialState
 
-from threshold.config import ModelConfig, TrainConfig, param_count, pretrain_task
-from threshold.errors import ConfigError, ThresholdError
+from threshold.config import Execution, ModelConfig, TrainConfig, param_count, pretrain_task
+from threshold.errors import ThresholdError
 from threshold.interrupt import raise_if_interrupted
 from threshold.model import RecurrentTransformer
 from threshold.search import record
@@ -161,30 +161,27 @@ def _reporter(trial: optuna.Trial, measure: str) -> Callable:
 
 def run_worker(
     study_name: str,
-    storage_url: str | None = None,
-    heartbeat_s: int = 30,
+    execution: Execution | None = None,
     max_trials: int | None = None,
-    cache_dir: Path | None = None,
-    device: str = "auto",
-    batch: int = 1,
     notes: NoteRender | None = None,
 ) -> int:
     """Run trials of ``study_name`` until the policy stops; returns how many this worker ran.
 
-    ``device`` is resolved here, on the machine the worker runs on (``auto``: its GPU if any).
-    The worker takes up to ``batch`` trials at once and trains them with one call of the
-    engine, telling each result as its run ends. ``notes`` words the study's dashboard note,
-    rewritten after each finished run (none: no note).
+    The device is resolved here, on the machine the worker runs on (``auto``: its GPU if any).
+    The worker takes up to ``execution.trials_at_once`` trials at once and trains them with one
+    call of the engine, telling each result as its run ends. ``notes`` words the study's
+    dashboard note, rewritten after each finished run (none: no note). ``execution`` None: the
+    defaults of :class:`Execution`.
     """
-    if batch < 1:
-        raise ConfigError(f"batch {batch} is not allowed: use 1 or more trials at once")
-    device = resolve_device(device)
-    storage = open_storage(storage_url, heartbeat_s, create=False)
+    execution = execution or Execution()
+    device = resolve_device(execution.device)
+    heartbeat_s, cache_dir = execution.heartbeat_s, execution.cache_dir
+    storage = open_storage(execution.storage, heartbeat_s, create=False)
     study, settings = load_study(study_name, storage)
     data = load_task_data(settings.task, cache_dir)
     sampler = TransitionSampler(settings, chance_rate(data, settings.train.decoding))
     study.sampler = sampler
-    store = artifact_store(storage_url)
+    store = artifact_store(execution.storage)
     ran = 0
     while max_trials is None or ran < max_trials:
         step = _next_step(study, sampler)
@@ -193,7 +190,9 @@ def run_worker(
             continue
         if step == "stop":
             break
-        room = batch if max_trials is None else min(batch, max_trials - ran)
+        room = execution.trials_at_once
+        if max_trials is not None:
+            room = min(room, max_trials - ran)
         n, cancelled = _run_batch(
             study, settings, data, store, sampler, room, cache_dir, device, heartbeat_s, notes
         )
@@ -240,7 +239,13 @@ def _run_batch(study, settings, data, store, sampler, k, cache_dir, device, hear
 
     def done(i: int, result: TrainResult) -> None:
         run = live.pop(i)
-        study.tell(run.trial, _record(run, result, settings, store))
+        value = _record(run, result, settings, store)
+        study.tell(run.trial, value)
+        log.info(  # one line a run (Optuna logs a finished trial only under study.optimize)
+            "trial %d: d = %d accuracy %.3f (%s, %d steps, %.0f s)",
+            run.trial.number, run.model_cfg.d_model, value, result.stop_reason, result.steps,
+            result.wall_s,
+        )  # fmt: skip
         beats.forget(run.trial)
         refresh_estimate(study, sampler, notes)
 

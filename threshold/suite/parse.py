@@ -18,9 +18,11 @@ import json
 import re
 import tomllib
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from threshold.config import Execution
 from threshold.errors import ConfigError
 from threshold.suite.spec import (
     ALL_REPORT,
@@ -62,6 +64,14 @@ if TYPE_CHECKING:
     from threshold.search.spec import StudySettings
 
 __all__ = ["load_suite", "parse_suite"]
+
+# The suite file's keys of its execution settings (threshold.config.Execution's fields).
+EXECUTION_KEYS = {
+    "storage": "storage",
+    "workers": "workers",
+    "trials_at_once": "trials_at_once",
+    "heartbeat": "heartbeat_s",
+}
 
 # What building a study's settings may raise for a value in the file: the dataclasses' checks,
 # and a value of a kind the suite does not check (an option whose annotation names no TOML kind).
@@ -161,12 +171,16 @@ class _Parser:
                 self.line("", None, "name"),
                 f"name {name!r} is not allowed: use letters, digits and . _ + -",
             )
-        for key in ("workers", "batch", "heartbeat"):
-            if key in top and top[key] < 1:
-                raise self.fail(
-                    self.line("", None, key),
-                    f"key {key!r} = {top[key]} is not allowed: use 1 or more",
-                )
+        execution = Execution()
+        for key, field_name in EXECUTION_KEYS.items():
+            if key in top:
+                try:
+                    execution = replace(execution, **{field_name: top[key]})
+                except ConfigError:
+                    raise self.fail(
+                        self.line("", None, key),
+                        f"key {key!r} = {top[key]} is not allowed: use 1 or more",
+                    ) from None
 
         studies = self.studies(tables["study"], defaults)
         transfers = self.transfers(tables["transfer"], defaults)
@@ -182,10 +196,7 @@ class _Parser:
             path=self.path,
             name=name,
             description=top.get("description", ""),
-            storage=top.get("storage"),
-            workers=top.get("workers", 1),
-            batch=top.get("batch", 1),
-            heartbeat=top.get("heartbeat", 30),
+            execution=execution,
             reports_dir=Path(top.get("reports", f"reports/{name}")),
             baseline=baseline,
             studies=tuple(studies),
@@ -238,6 +249,13 @@ class _Parser:
         more: bool = False,  # other keys are allowed: what they are given to checks them
     ):
         for key in table:
+            if key in TOP_KEYS and key not in allowed:  # workers, trials_at_once, storage, ...
+                example = f"{key} = {EXAMPLES.get(TOP_KEYS[key], '...')}"
+                raise self.fail(
+                    self.line(name, index, key),
+                    f"key {key!r} {where} is a suite-level setting: set it once at the top of"
+                    f" the file, before any table (e.g. {example})",
+                )
             if key not in allowed and not more:
                 near = difflib.get_close_matches(key, list(allowed), n=1)
                 hint = f"did you mean {near[0]!r}? " if near else ""

@@ -25,13 +25,14 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from threshold.config import Execution
 from threshold.errors import ThresholdError
 from threshold.meta import version
-from threshold.search.find import Interrupted, run_search, snapshot
+from threshold.search.find import Interrupted, run_search
 from threshold.search.record import read_study, study_names
 from threshold.search.study import create_or_load_study, open_storage, storage_url
 from threshold.suite.spec import (
@@ -121,9 +122,10 @@ class StudyState:
         }
 
 
-def _resolve(suite: Suite, storage: str | None) -> str:
-    """--storage, else the suite's ``storage``, else $THRESHOLD_STORAGE, else the default."""
-    return storage_url(storage or suite.storage)
+def _resolve(suite: Suite) -> str:
+    """The suite's storage (--storage, else its ``storage`` key), else $THRESHOLD_STORAGE, else
+    the default."""
+    return storage_url(suite.execution.storage)
 
 
 def _sqlite_missing(url: str) -> bool:
@@ -172,9 +174,9 @@ def _state(db, study: SuiteStudy, known: set[str]) -> StudyState:
     return StudyState(study.label, name, True, len(completed), len(pending), done, reason, estimate)
 
 
-def study_states(suite: Suite, storage: str | None = None) -> list[StudyState]:
+def study_states(suite: Suite) -> list[StudyState]:
     """Every study of the suite with its state; a storage that does not exist is not created."""
-    url = _resolve(suite, storage)
+    url = _resolve(suite)
     if _sqlite_missing(url):
         return [StudyState(s.label, s.name, exists=False) for s in suite.studies]
     db = open_storage(url, create=False)
@@ -182,17 +184,17 @@ def study_states(suite: Suite, storage: str | None = None) -> list[StudyState]:
     return [_state(db, s, known) for s in suite.studies]
 
 
-def plan(suite: Suite, storage: str | None = None, only: list[str] | None = None) -> dict:
+def plan(suite: Suite, only: list[str] | None = None) -> dict:
     """What ``run_suite`` would do, read without writing anything: the dry run."""
     selected = suite.select(only)
-    url = _resolve(suite, storage)
+    url = _resolve(suite)
     check_reports_folder(suite)
     return {
         "suite": str(suite.path),
         "name": suite.name,
         "storage": _public(url),
         "storage_exists": not _sqlite_missing(url),
-        "studies": [s.to_json() for s in study_states(selected, storage)],
+        "studies": [s.to_json() for s in study_states(selected)],
         "transfers": [
             {
                 "label": t.label,
@@ -221,51 +223,32 @@ def plan(suite: Suite, storage: str | None = None, only: list[str] | None = None
 
 def run_suite(
     suite: Suite,
-    storage: str | None = None,
-    workers: int | None = None,
     only: list[str] | None = None,
     analyze: bool = True,
     on_event: Callable[[Event], None] | None = None,
-    cache_dir: Path | None = None,
     poll_s: float = 2.0,
-    device: str = "auto",
-    batch: int | None = None,
 ) -> dict:
     """Run the suite (or the studies and transfers labelled ``only``); returns its record.
 
-    ``analyze`` False skips the analyses (they are recorded as skipped). ``device`` is where the
-    studies' workers and the transfer experiments train; ``batch`` (default: the suite's) how
-    many trials a worker trains at once.
+    ``suite.execution`` (the file's keys, with the command line's options applied) says where
+    the studies live and how their workers and the transfer experiments train. ``analyze``
+    False skips the analyses (they are recorded as skipped).
     """
     selected = suite.select(only)
-    workers = suite.workers if workers is None else workers
-    batch = suite.batch if batch is None else batch
-    if workers < 1:
-        raise SuiteError(f"--workers {workers} is not allowed: use 1 or more")
+    execution = suite.execution
     check_reports_folder(suite)  # before hours of training, not after
-    url = _resolve(suite, storage)
+    url = _resolve(suite)
+    execution = replace(execution, storage=url)
     emit = on_event or (lambda event: None)
     started, t0 = datetime.now(UTC), time.perf_counter()
-    db = open_storage(url, suite.heartbeat)
+    db = open_storage(url, execution.heartbeat_s)
+    cache_dir = execution.cache_dir
     record: dict = {"studies": [], "transfers": [], "analyses": []}
     for i, study in enumerate(selected.studies):
         info = {"index": i + 1, "total": len(selected.studies)}
-        record["studies"].append(
-            _run_study(
-                study,
-                db,
-                url,
-                (workers, batch),
-                suite.heartbeat,
-                cache_dir,
-                emit,
-                poll_s,
-                info,
-                device,
-            )
-        )
+        record["studies"].append(_run_study(study, db, execution, emit, poll_s, info))
     for spec in selected.transfers:
-        record["transfers"].append(_run_transfer(suite, spec, cache_dir, emit, device))
+        record["transfers"].append(_run_transfer(suite, spec, cache_dir, emit, execution.device))
     record["analyses"] = _run_analyses(selected, db, url, analyze, emit, cache_dir)
     record["surveys"] = _run_surveys(selected, db, url, analyze, emit, cache_dir)
     record["reports"] = _write_reports(suite, db, url, emit)
@@ -280,8 +263,7 @@ def run_suite(
 # Studies -------------------------------------------------------------------------------------
 
 
-def _run_study(study, db, url, pool, heartbeat, cache_dir, emit, poll_s, info, device) -> dict:
-    workers, batch = pool
+def _run_study(study, db, execution: Execution, emit, poll_s, info) -> dict:
     create_or_load_study(study.settings, db)  # a study found again must have the same settings
     known = set(study_names(db))
     state = _state(db, study, known)
@@ -295,21 +277,22 @@ def _run_study(study, db, url, pool, heartbeat, cache_dir, emit, poll_s, info, d
             )
         )
         return state.to_json() | {"ran": False}
-    emit(Event("study_start", study.label, info | {"workers": workers, "batch": batch}))
+    pool = {"workers": execution.workers, "trials_at_once": execution.trials_at_once}
+    emit(Event("study_start", study.label, info | pool))
     t0 = time.perf_counter()
-    seen = {r["number"] for r in snapshot(db, study.name)["trials"] if _finished(r)}
     try:
         run_search(
             study.settings,
-            url,
+            execution,
             study.name,
-            workers,
-            batch,
-            device=device,
-            heartbeat_s=heartbeat,
-            cache_dir=cache_dir,
-            on_update=lambda snap: _new_trials(snap, study, seen, emit),
             poll_s=poll_s,
+            on_run=lambda row, snap: emit(
+                Event(
+                    "trial",
+                    study.label,
+                    {"study": study.name, "trial": row, "estimate": snap["estimate"]},
+                )
+            ),
         )
     except Interrupted:
         raise KeyboardInterrupt from None
@@ -330,23 +313,6 @@ def _run_study(study, db, url, pool, heartbeat, cache_dir, emit, poll_s, info, d
         )
     )
     return state.to_json() | {"ran": True}
-
-
-def _finished(row: dict) -> bool:
-    return row["state"] in ("COMPLETE", "FAIL")
-
-
-def _new_trials(snap: dict, study: SuiteStudy, seen: set[int], emit) -> None:
-    for row in snap["trials"]:
-        if _finished(row) and row["number"] not in seen:
-            seen.add(row["number"])
-            emit(
-                Event(
-                    "trial",
-                    study.label,
-                    {"study": study.name, "trial": row, "estimate": snap["estimate"]},
-                )
-            )
 
 
 # Transfer experiments ------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from threshold.config import Execution
 from threshold.errors import ConfigError
 from threshold.suite.toml_lines import find_line
 from threshold.tasks import TaskConfig
@@ -154,7 +155,7 @@ TOP_KEYS = {
     "description": STR,
     "storage": STR,
     "workers": INT,
-    "batch": INT,
+    "trials_at_once": INT,
     "heartbeat": INT,
     "reports": STR,  # the folder of the suite's reports
     "baseline": STR,
@@ -263,10 +264,9 @@ class Suite:
     name: str
     studies: tuple[SuiteStudy, ...]
     description: str = ""
-    storage: str | None = None  # None: --storage, else $THRESHOLD_STORAGE, else the default
-    workers: int = 1  # worker processes per study (one torch thread each)
-    batch: int = 1  # trials a worker trains at once as one batch (find --batch)
-    heartbeat: int = 30  # seconds between worker heartbeats
+    # its storage, workers, trials_at_once and heartbeat keys (storage None: --storage, else
+    # $THRESHOLD_STORAGE, else the default); the command line's options override them
+    execution: Execution = field(default_factory=Execution)
     reports_dir: Path = Path("reports")  # the `reports` key: one sub-folder per report
     baseline: str | None = None  # label: the baseline of the report of every study
     transfers: tuple[TransferSpec, ...] = ()

@@ -22,6 +22,7 @@ import hashlib
 import itertools
 import json
 import logging
+import math
 import os
 import random
 import tempfile
@@ -112,9 +113,9 @@ class TaskConfig:
         _check(self.n_val >= 1, f"n_val {self.n_val} must be >= 1")
         if self.weights is not None:
             _check(
-                len(self.weights) == len(self.ops) and all(w > 0 for w in self.weights),
-                f"weights {list(self.weights)} are not allowed: give one positive weight per op"
-                f" of {','.join(self.ops)}",
+                len(self.weights) == len(self.ops) and all(0 < w < math.inf for w in self.weights),
+                f"weights {list(self.weights)} are not allowed: give one positive finite weight per"
+                f" op of {','.join(self.ops)}",
             )
         _check(
             not self.match_exposure or len(self.ops) > 1,

@@ -17,13 +17,38 @@ from pathlib import Path
 
 import torch
 
-from threshold.errors import CheckpointError
+from threshold.errors import CheckpointError, ConfigError
 from threshold.model import ModelConfig, RecurrentTransformer
 from threshold.tasks import TaskConfig
 
-__all__ = ["Checkpoint", "load_checkpoint", "save_checkpoint"]
+__all__ = ["Checkpoint", "check_writable", "load_checkpoint", "save_checkpoint"]
 
 MAGIC = b"threshold-checkpoint v1 "
+
+
+def check_writable(folder: str | os.PathLike, named: str | os.PathLike | None = None) -> None:
+    """Refuse a ``folder`` that cannot be made or written, before anything is trained: make it
+    (and its missing parents) and a file in it, then remove them again. The error names
+    ``named`` (default: the folder) as the option ``--out``."""
+    folder = Path(folder)
+    missing = []
+    for f in [folder, *folder.parents]:
+        if f.exists():
+            break
+        missing.append(f)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder, prefix=".tmp-"):
+            pass
+    except OSError as e:
+        raise ConfigError(
+            f"--out {str(named or folder)!r} cannot be written ({e.strerror or e}): give a path"
+            " you can create and write"
+        ) from None
+    finally:
+        for f in missing:  # deepest first
+            with contextlib.suppress(OSError):
+                f.rmdir()
 
 
 @dataclass

@@ -1,0 +1,204 @@
+"""Bounds said as bounds (issue 30): a baseline none of whose runs learned gives a factor "at least
+Nx, for the sizes and seeds run", not a point with the prior's interval; located studies give a
+point with its interval; at a budget checkpoint where neither is located there is no factor; and
+the ``small`` recipe's name survives a study, a report and a report rendered again.
+
+The studies are real Optuna studies in a real SQLite storage, their trials written as the worker
+leaves them (the measured op's value, the size's parameter count, the accuracies at checkpoints)
+and their estimate by the search's own maths (as test_report.py's doubtful-estimate test does):
+no training, so the runs can be made to learn or not.
+"""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+import pytest
+
+from threshold.report import collect, load_results, write_report
+from threshold.report.bounds import LOCATING_RUNS, factor_bound, locate
+from threshold.search.fit import transition_estimate
+from threshold.search.sampler import PARAM, policy_settings
+from threshold.search.spec import StudySettings
+from threshold.search.study import create_or_load_study, open_storage
+
+CHANCE = 0.32
+STEPS = 40  # each run's budget; checkpoints at 20 and 40
+SIZES = (8, 10, 12, 14, 16, 18, 20, 22, 24, 28, 32, 40, 48)
+
+
+def rising(d: int, at: float) -> float:
+    """A curve from chance to 0.9, half way up at d = ``at``."""
+    return round(CHANCE + (0.9 - CHANCE) / (1 + (at / d) ** 6), 3)
+
+
+def never(d: int) -> float:
+    """A run that sits at chance whatever its size (ADD alone under small init)."""
+    return round(CHANCE - 0.02 + 0.01 * (d % 3), 3)
+
+
+def _store(storage, tasks: str, mod: int, final, early, **options) -> str:
+    """A study of ``tasks`` (measuring MAX) whose run at each size ends at ``final(d)`` and stood
+    at ``early(d)`` half way; its estimate as the worker stores it. Returns its name."""
+    settings = StudySettings.from_options(
+        tasks, mod=mod, measure="max", n_train=2000, n_test=100, steps=STEPS, d_lo=8, d_hi=48,
+        checkpoints=(0.5, 1.0), **options,
+    )  # fmt: skip
+    study = create_or_load_study(settings, storage)
+    policy = policy_settings(settings, CHANCE)
+    params = dict(policy.params_of_d)
+    done = []
+    for i, d in enumerate(SIZES):
+        acc = final(d)
+        budget = [
+            {"step": s, "tokens": 2560 * s, "accuracy": a, "sampled_accuracy": a, "reached": True}
+            for s, a in ((STEPS // 2, early(d)), (STEPS, acc))
+        ]
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={PARAM: d},
+                distributions={PARAM: optuna.distributions.IntDistribution(2, 512)},
+                value=acc,
+                user_attrs={
+                    "params_total": params[d], "seed": i, "steps": STEPS, "train_s": 1.0,
+                    "stop_reason": "max_steps", "accuracy": json.dumps({"max": acc}),
+                    "budget": json.dumps(budget),
+                },
+            )
+        )  # fmt: skip
+        done.append((d, acc))
+    study.set_user_attr("estimate", json.dumps(transition_estimate(policy, done)))
+    return study.study_name
+
+
+@pytest.fixture(scope="module")
+def studies(tmp_path_factory):
+    """mod 5: MAX alone never learns, MAX in MAX+MED does (located, and at chance half way);
+    mod 7: both learn, MAX alone at larger sizes; mod 5 under the ``small`` recipe: MAX alone."""
+    tmp = tmp_path_factory.mktemp("bounds")
+    url = f"sqlite:///{tmp}/s.db"
+    storage = open_storage(url)
+    joint = lambda d: rising(d, 20)  # noqa: E731
+    fast = {"schedule": "constant"}  # checkpoints need a schedule that does not see the budget
+    names = {
+        "never": _store(storage, "max", 5, never, never, **fast),
+        "joint": _store(storage, "max,med", 5, joint, never, **fast),
+        "base7": _store(storage, "max", 7, lambda d: rising(d, 28), never, **fast),
+        "joint7": _store(storage, "max,med", 7, joint, never, **fast),
+        "small": _store(storage, "max", 5, joint, never, recipe="small"),
+    }
+    return url, names, tmp
+
+
+def test_located_needs_runs_on_both_sides_of_the_point():
+    est = {"params_p80": 1000.0, "asymptote": 0.9, "chance": 0.3, "level": 0.8,
+           "chance_corrected": False}  # fmt: skip
+    target = 0.72
+    two_each = [(8, 400, 0.3), (9, 700, 0.5), (12, 1400, 0.8), (14, 2000, 0.85)]
+    assert locate(two_each, est)["kind"] == "point"
+    assert locate(two_each, est)["target"] == pytest.approx(target)
+    # one learned run above the point: its seeds may split there; a lower bound, the largest
+    # size at or below which nothing learned
+    one_above = [(8, 400, 0.3), (9, 700, 0.5), (12, 1400, 0.5), (14, 2000, 0.85)]
+    assert LOCATING_RUNS == 2
+    got = locate(one_above, est)
+    assert (got["kind"], got["params"], got["d"]) == ("lower bound", 1400, 12)
+    # every run learned: at most the smallest size from which every run learned
+    every = [(8, 400, 0.75), (9, 700, 0.8), (12, 1400, 0.8), (14, 2000, 0.85)]
+    got = locate(every, est)
+    assert (got["kind"], got["params"]) == ("upper bound", 400)
+    # a bound against a located point divides by the point's interval end on the safe side
+    point = {"kind": "point"}
+    located = {"params_p80": 100.0, "interval_params": [50.0, 200.0]}
+    lower = {"kind": "lower bound", "params": 1000.0}
+    b = factor_bound(lower, {}, point, located)
+    assert (b["form"], b["value"], b["at_median"]) == ("lower bound", 5.0, 10.0)
+    b = factor_bound(point, located, lower, {})
+    assert (b["form"], b["value"]) == ("upper bound", 0.2)  # the baseline's upper end / bound
+    assert factor_bound(lower, {}, lower, {})["form"] == "none"
+    assert factor_bound(point, located, point, located)["form"] == "point"
+
+
+def test_a_baseline_that_never_learns_gives_a_bound(studies):
+    url, names, tmp = studies
+    collected = collect(url, [names["never"], names["joint"]], [names["never"]])
+    base, joint = collected.studies
+    assert max(r["accuracy"] for r in base.runs) < 0.4  # it never learned
+    largest = max(r["params"] for r in base.runs)
+    assert base.transition["kind"] == "lower bound" and base.transition["params"] == largest
+    assert base.transition["d"] == max(SIZES)
+    assert joint.transition["kind"] == "point"
+    r = joint.reduction
+    assert r["form"] == "lower bound"
+    hi = joint.estimate["interval_params"][1]
+    assert r["bound"]["value"] == pytest.approx(largest / hi)
+    assert r["bound"]["at_median"] == pytest.approx(largest / joint.estimate["params_p80"])
+    # At the half-way checkpoint the joint runs sat at chance too: no factor there, not even a
+    # bound; at the end, the same bound as the study's.
+    forms = [b["form"] for b in joint.budget_reduction]
+    assert forms == ["none", "lower bound"]
+    assert "neither transition is located" in joint.budget_reduction[0]["note"]
+    assert joint.budget_reduction[1]["bound"]["value"] == pytest.approx(r["bound"]["value"])
+
+    out = tmp / "never"
+    results = write_report(collected, out, shared_plotly=tmp / "plotly.min.js")
+    value = f"{r['bound']['value']:.3g}x"
+    finding = next(f for f in results["findings"] if f.startswith(joint.label + ":"))
+    assert f"at least {value} smaller than" in finding
+    assert "for the sizes and seeds run" in finding and f"{largest:,.0f} parameters" in finding
+    assert f"{r['factor']:.2f}x" not in finding  # the prior's factor is not the headline
+    row = next(c for c in results["comparison"] if c["name"] == joint.name)
+    assert row["ratio"]["form"] == "lower bound"
+    assert row["ratio"]["bound"]["value"] == pytest.approx(r["bound"]["value"])
+    summary = (out / "summary.md").read_text()
+    html = (out / "index.html").read_text()
+    assert f">= {r['bound']['value']:.2f}x (bound)" in summary
+    assert f"> {largest:,.0f}" in summary and "not located" in summary
+    assert f"at least {value} smaller" in html and f"&gt; {largest:,.0f}" in html
+    data = {s["data"]["name"]: s["data"] for s in results["studies"]}
+    assert data[base.name]["transition"]["kind"] == "lower bound"
+
+    # Rendered again from its results.json alone: the same bounds.
+    again = {s.name: s for s in load_results(out / "results.json").studies}
+    read = again[joint.name].reduction
+    assert read["bound"] == pytest.approx(r["bound"]) and read["form"] == r["form"]
+    assert read["factor"] == pytest.approx(r["factor"])
+    assert again[base.name].transition == base.transition
+    assert [b["form"] for b in again[joint.name].budget_reduction] == forms
+
+
+def test_located_studies_give_a_point_with_its_interval(studies):
+    url, names, tmp = studies
+    collected = collect(url, [names["base7"], names["joint7"]], [names["base7"]])
+    base, joint = collected.studies
+    assert base.transition["kind"] == joint.transition["kind"] == "point"
+    assert base.transition["above"] >= 2 and base.transition["below"] >= 2
+    r = joint.reduction
+    assert r["form"] == "point" and r["bound"] is None
+    lo, hi = r["interval"]
+    assert 1 < lo <= r["factor"] <= hi  # MAX alone needs the larger model
+    results = write_report(collected, tmp / "located", shared_plotly=tmp / "plotly.min.js")
+    finding = next(f for f in results["findings"] if f.startswith(joint.label + ":"))
+    assert f"90%: {lo:.2f} - {hi:.2f}x" in finding and "at least" not in finding
+    # the budget's half-way checkpoint: all at chance, no factor; the end: the point
+    assert [b["form"] for b in joint.budget_reduction] == ["none", "point"]
+
+
+def test_the_small_recipe_round_trips_through_a_study_and_a_report(studies):
+    url, names, tmp = studies
+    name = names["small"]
+    assert "-small-" in name
+    collected = collect(url, [name])
+    (s,) = collected.studies
+    assert s.settings.recipe == "small" and s.settings.model_config(8).init_std == 0.02
+    assert s.label.startswith("MAX, mod 5 (small")
+    out = tmp / "small"
+    results = write_report(collected, out, shared_plotly=tmp / "plotly.min.js")
+    assert results["comparison"][0]["label"] == s.label
+    data = results["studies"][0]["data"]
+    assert data["title"] == s.label and data["settings"]["train"]["recipe"] == "small"
+    assert f"### {s.label}" in (out / "summary.md").read_text()
+    assert s.label in (out / "index.html").read_text()
+    (again,) = load_results(out / "results.json").studies
+    assert again.settings == s.settings and again.label == s.label

@@ -1,0 +1,124 @@
+"""Whether a study's runs locate its transition, and what a factor says when they do not.
+
+A fitted 80% point is a posterior median. Where the runs do not reach past it (a baseline none of
+whose runs learned), the posterior beyond the largest run is its prior's range, and a factor read
+off it (``42x``, 90%: 15 - 85x) states the prior, not the runs. So the report asks the runs first.
+
+A study's transition is *located* when at least :data:`LOCATING_RUNS` runs larger than its fitted
+80% point reached the 80% level (the accuracy at the level for the fitted asymptote, as
+:func:`threshold.search.posterior.level_target` has it) and at least as many runs smaller than it
+stayed under: the runs bracket the point, and neither side rests on one seed (at a size where a
+run's seeds split, one learns and one does not, as the posterior's run-outcome model allows; issue
+30 asks for two runs above the point). Otherwise the runs only bound it, for the sizes and seeds
+run:
+
+- **lower bound**, when fewer than two runs above the point learned: the transition lies above
+  the largest size at or below which no run reached the level;
+- **upper bound**, when fewer than two runs below the point stayed under: it lies at or below the
+  smallest size at and above which every run reached the level;
+- **none**, when the runs give neither (too few, or learned and unlearned runs mixed out of order).
+
+A factor (baseline's 80% point / study's) with a bounded side is a bound too. The bounded side's
+value is divided by the other side's 90% interval end on the conservative side (a lower bound on
+the factor uses the study's upper end or the baseline's lower end), so the bound holds wherever the
+other 80% point lies inside its interval's conservative 95%; the ratio at the other side's median
+is kept beside it (``at_median``). Two lower bounds (or two upper) give no factor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from threshold.search.posterior import level_target
+
+__all__ = ["LOCATING_RUNS", "factor_bound", "locate", "sizes_only"]
+
+LOCATING_RUNS = 2  # runs on each side of the fitted 80% point that fall on the side the fit says
+
+POINT, LOWER, UPPER, NONE = "point", "lower bound", "upper bound", "none"
+
+
+def locate(runs: Sequence[tuple[int, float, float]], estimate: dict) -> dict:
+    """Whether ``runs`` ((d, params, accuracy) each) locate the 80% point of ``estimate`` (a
+    stored estimate: params_p80, asymptote, chance, level, chance_corrected).
+
+    Returns ``kind`` ("point", "lower bound", "upper bound" or "none"), the bound's ``params`` and
+    ``d`` (None for a point), the accuracy the level asks (``target``), ``above`` (runs above the
+    point that reached it), ``below`` (runs below it that did not), ``n_runs`` and ``checked``
+    (True: judged on the runs' accuracies).
+    """
+    target = float(
+        level_target(
+            estimate["asymptote"],
+            float(estimate["chance"]),
+            float(estimate["level"]),
+            bool(estimate["chance_corrected"]),
+        )
+    )
+    point = float(estimate["params_p80"])
+    rows = [(int(d), float(p), float(a) >= target) for d, p, a in runs]
+    above = sum(1 for _, p, ok in rows if p > point and ok)
+    below = sum(1 for _, p, ok in rows if p < point and not ok)
+    first_learned = min((p for _, p, ok in rows if ok), default=float("inf"))
+    last_failed = max((p for _, p, ok in rows if not ok), default=float("-inf"))
+    # Lower: the largest size with no learned run at or below it; upper: the smallest size with
+    # every run at or above it learned.
+    lower = max(((p, d) for d, p, ok in rows if not ok and p < first_learned), default=None)
+    upper = min(((p, d) for d, p, ok in rows if ok and p > last_failed), default=None)
+    out = {"target": target, "above": above, "below": below, "n_runs": len(rows), "checked": True}
+    if above >= LOCATING_RUNS and below >= LOCATING_RUNS:
+        return out | {"kind": POINT, "params": None, "d": None}
+    if above < LOCATING_RUNS and lower is not None:
+        return out | {"kind": LOWER, "params": lower[0], "d": lower[1]}
+    if below < LOCATING_RUNS and upper is not None:
+        return out | {"kind": UPPER, "params": upper[0], "d": upper[1]}
+    return out | {"kind": NONE, "params": None, "d": None}
+
+
+def sizes_only(params: Sequence[float], estimate: dict) -> dict:
+    """:func:`locate` where the runs' accuracies are unknown (a checkpoint of a results.json
+    written before checkpoints kept them): sizes alone can only say a point is *not* located
+    (fewer than two runs on one side of it), with no bound ("none"); else it is taken as a point,
+    ``checked`` False."""
+    point = float(estimate["params_p80"])
+    above = sum(1 for p in params if p > point)
+    below = sum(1 for p in params if p < point)
+    kind = POINT if above >= LOCATING_RUNS and below >= LOCATING_RUNS else NONE
+    return {"kind": kind, "params": None, "d": None, "target": None, "above": None,
+            "below": None, "n_runs": len(params), "checked": False}  # fmt: skip
+
+
+def _side(verdict: dict, estimate: dict, conservative: int) -> tuple[float, float, str]:
+    """(value used, value at the median, words) of one side: a bound's size, or a located
+    point's interval end (0: lower, 1: upper) with its median."""
+    if verdict["kind"] != POINT:
+        return verdict["params"], verdict["params"], "bound"
+    end = float(estimate["interval_params"][conservative])
+    return end, float(estimate["params_p80"]), "lower end" if conservative == 0 else "upper end"
+
+
+def factor_bound(base: dict, base_estimate: dict, study: dict, study_estimate: dict) -> dict:
+    """The factor baseline / study as the two verdicts (:func:`locate`) allow: ``form`` "point"
+    (both located: the posterior factor stands), "lower bound", "upper bound" or "none"; a bound
+    carries ``value`` (the conservative bound), ``at_median`` (with the other side's median),
+    ``base_params``/``study_params`` (the sizes divided) and ``base_side``/``study_side`` (each
+    "bound", "lower end" or "upper end" of its 90% interval)."""
+    kinds = base["kind"], study["kind"]
+    if kinds == (POINT, POINT):
+        return {"form": POINT}
+    if NONE in kinds or kinds in ((LOWER, LOWER), (UPPER, UPPER)):
+        return {"form": NONE}
+    # Baseline large or study small: the factor is at least; baseline small or study large: at
+    # most. Both bounds point the same way here (a lower and an upper, or one with a point).
+    at_least = base["kind"] == LOWER or study["kind"] == UPPER
+    b, b_mid, b_side = _side(base, base_estimate, 0 if at_least else 1)
+    s, s_mid, s_side = _side(study, study_estimate, 1 if at_least else 0)
+    return {
+        "form": LOWER if at_least else UPPER,
+        "value": b / s,
+        "at_median": b_mid / s_mid,
+        "base_params": b,
+        "study_params": s,
+        "base_side": b_side,
+        "study_side": s_side,
+    }
