@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -16,6 +17,49 @@ import time
 import pytest
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--cpu-durations", type=int, default=None, metavar="N",
+        help="List the N tests (0: all) that took the most CPU time, this process's and that of the"
+        " subprocesses it waited for, and each file's total: a profile that holds on a busy"
+        " machine, where --durations' wall-clock times mostly measure the other load.",
+    )  # fmt: skip
+
+
+_CPU_S: dict[str, float] = {}
+
+
+def _cpu_s() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    start = _cpu_s()
+    yield
+    _CPU_S[item.nodeid] = _cpu_s() - start  # a session fixture counts for its first test
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    n = config.getoption("--cpu-durations")
+    if n is None or not _CPU_S:
+        return
+    write = terminalreporter.write_line
+    ranked = sorted(_CPU_S.items(), key=lambda kv: -kv[1])
+    total = sum(_CPU_S.values())
+    terminalreporter.write_sep("=", f"CPU time: {total:.0f} s in {len(ranked)} tests")
+    for nodeid, s in ranked[: n or None]:
+        write(f"{s:8.1f} s  {nodeid}")
+    files: dict[str, float] = {}
+    for nodeid, s in ranked:
+        files[nodeid.split("::")[0]] = files.get(nodeid.split("::")[0], 0.0) + s
+    terminalreporter.write_sep("-", "CPU time by file")
+    for name, s in sorted(files.items(), key=lambda kv: -kv[1]):
+        write(f"{s:8.1f} s  {name}")
+
+
 @pytest.fixture
 def restore_signals():
     """Commands run in this process (`run`, `find`, ...) install SIGINT/SIGTERM handlers: give
@@ -24,6 +68,37 @@ def restore_signals():
     yield
     for s, handler in saved.items():
         signal.signal(s, handler)
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch, restore_signals):
+    """``cli(ARGS, cwd=None, **env)``: ``threshold ARGS`` in this process (Typer's runner) from
+    folder ``cwd`` (default the test's) with its data cache there: milliseconds, where a fresh
+    interpreter costs about 3 s of CPU (torch's import). Returns the result: ``exit_code``,
+    ``stdout``, ``stderr``, ``exception``. Commands that start workers belong in real processes."""
+    from typer.testing import CliRunner
+
+    from threshold.cli import app
+
+    def invoke(args, cwd=None, **env):
+        cwd = tmp_path if cwd is None else cwd
+        monkeypatch.chdir(cwd)
+        env = {"THRESHOLD_CACHE": str(cwd / "cache"), "THRESHOLD_STORAGE": None, **env}
+        return CliRunner().invoke(app, [str(a) for a in args], env=env)
+
+    threads = torch_threads()
+    yield invoke
+    torch_threads(threads)  # commands set their own (analyze: 1)
+
+
+def torch_threads(n: int | None = None) -> int | None:
+    """Torch's thread count, set to ``n`` when given; None while torch is not imported."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    if n is not None:
+        torch.set_num_threads(n)
+    return torch.get_num_threads()
 
 
 @pytest.fixture
@@ -270,3 +345,83 @@ def built_report(report_studies):
                           text=True, cwd=s["cwd"])  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     return out, json.loads((out / "results.json").read_text()), json.loads(proc.stdout)
+
+
+SLURM_DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/sbatch")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A one-node SLURM cluster (Debian's slurmctld, slurmd, slurm-client and munge; `.ci/run`
+    installs them): its own munge key and socket, slurm.conf and state in a temporary folder, the
+    two cores as the node's CPUs. Yields the environment whose SLURM_CONF points the commands at
+    it; skipped without SLURM or root (slurmd runs jobs as root here), except in CI."""
+    missing = [path for path in SLURM_DAEMONS if not os.path.exists(path)]
+    reason = None
+    if missing:
+        reason = f"no {', '.join(missing)}: apt-get install -y slurmctld slurmd slurm-client munge"
+    elif os.geteuid() != 0:
+        reason = "slurmd of a test cluster runs as root"
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason} (.ci/run should have installed SLURM and runs as root)")
+        pytest.skip(reason)
+    root = tmp_path_factory.mktemp("slurm")
+    key = root / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o600)
+    host = socket.gethostname().split(".")[0]
+    cores = os.cpu_count() or 1
+    conf = root / "slurm.conf"
+    conf.write_text(
+        f"""ClusterName=threshold-test
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={_free_port()}
+SlurmdPort={_free_port()}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={root}/munge.socket
+CredType=cred/munge
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd.pid
+SlurmctldLogFile={root}/slurmctld.log
+SlurmdLogFile={root}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MailProg=/bin/true
+NodeName={host} NodeAddr=127.0.0.1 CPUs={cores} RealMemory=2000 State=UNKNOWN
+PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+    )
+    env = dict(os.environ, SLURM_CONF=str(conf))
+    munge = [
+        "/usr/sbin/munged", "--force", f"--socket={root}/munge.socket", f"--key-file={key}",
+        f"--pid-file={root}/munged.pid", f"--log-file={root}/munged.log",
+        f"--seed-file={root}/munged.seed",
+    ]  # fmt: skip
+    try:
+        for command in (munge, ["/usr/sbin/slurmctld"], ["/usr/sbin/slurmd"]):
+            subprocess.run(command, check=True, capture_output=True, env=env)
+        for _ in range(100):
+            state = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True,
+                                   env=env)  # fmt: skip
+            if state.stdout.strip() == "idle":
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"the test cluster's node did not come up: see {root}/slurmctld.log")
+        yield env
+    finally:
+        subprocess.run(["scontrol", "shutdown"], capture_output=True, env=env)
+        pid = root / "munged.pid"
+        if pid.exists():
+            os.kill(int(pid.read_text()), signal.SIGTERM)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -12,6 +13,20 @@ from threshold.search.results import load_analyses
 
 TINY = ["--mod", "5", "--n-train", "1500", "--n-test", "100", "--d-lo", "4", "--d-hi", "16",
         "--budget", "3", "--steps", "60", "--heartbeat", "2"]  # fmt: skip
+
+
+@pytest.fixture
+def run(cli):
+    """``run(ARGS, cwd)``: the command in this process (the ``cli`` fixture: an analysis's imports
+    alone cost a fresh interpreter about 6 s of CPU), with a process's returncode, stdout, stderr.
+    Real processes here: the studies' `find`, `train` and the refused study."""
+
+    def invoke(args, cwd):
+        result = cli(args, cwd)
+        return SimpleNamespace(returncode=result.exit_code, stdout=result.stdout,
+                               stderr=result.stderr)  # fmt: skip
+
+    return invoke
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +56,9 @@ def test_find_with_pretraining_records_and_caches_the_source_runs(studies):
     assert json.loads(study.user_attrs["pretrain"]) == ["max", "med"]
 
 
-def test_analyze_writes_figures_and_stores_the_summary(studies):
+def test_analyze_writes_figures_and_stores_the_summary(studies, run):
     cwd, url, names = studies
-    proc = threshold(["analyze", names["scratch"], "--largest", "--storage", url, "--json"], cwd)
+    proc = run(["analyze", names["scratch"], "--largest", "--storage", url, "--json"], cwd)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["d_model"] == 16
@@ -56,9 +71,9 @@ def test_analyze_writes_figures_and_stores_the_summary(studies):
     assert stored["cyclic"] == report["embedding"]["cyclic"]["value"]
 
 
-def test_analyze_compare_at_matched_size(studies):
+def test_analyze_compare_at_matched_size(studies, run):
     cwd, url, names = studies
-    proc = threshold(["analyze", "--compare", names["scratch"], names["pretrained"],
+    proc = run(["analyze", "--compare", names["scratch"], names["pretrained"],
                       "--d-model", "4", "--storage", url, "--json"], cwd)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     a, b = json.loads(proc.stdout)
@@ -66,7 +81,7 @@ def test_analyze_compare_at_matched_size(studies):
     assert (a["study"], b["study"]) == (names["scratch"], names["pretrained"])
 
 
-def test_survey_scores_every_run_above_the_accuracy_and_stores_nothing(studies):
+def test_survey_scores_every_run_above_the_accuracy_and_stores_nothing(studies, run):
     from threshold.analysis import embedding_scores
     from threshold.analysis.layers import number_embeddings
     from threshold.search.record import trial_checkpoint
@@ -75,7 +90,7 @@ def test_survey_scores_every_run_above_the_accuracy_and_stores_nothing(studies):
     cwd, url, names = studies
     study = optuna.load_study(study_name=names["scratch"], storage=url)
     before = (study.user_attrs, [t.user_attrs for t in study.get_trials()])
-    proc = threshold(["survey", names["scratch"], "--min-accuracy", "0", "--storage", url,
+    proc = run(["survey", names["scratch"], "--min-accuracy", "0", "--storage", url,
                       "--json"], cwd)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     (result,) = json.loads(proc.stdout)
@@ -96,7 +111,7 @@ def test_survey_scores_every_run_above_the_accuracy_and_stores_nothing(studies):
     assert cyclic["min"] <= cyclic["median"] <= cyclic["max"]
     # Only the runs at or above --min-accuracy are scored.
     middle = sorted(t.value for t in done)[1]
-    proc = threshold(["survey", names["scratch"], "--min-accuracy", str(middle), "--storage",
+    proc = run(["survey", names["scratch"], "--min-accuracy", str(middle), "--storage",
                       url, "--json"], cwd)  # fmt: skip
     (above,) = json.loads(proc.stdout)
     assert {r["trial"] for r in above["runs"]} == {t.number for t in done if t.value >= middle}
@@ -123,30 +138,32 @@ def test_survey_scores_every_run_above_the_accuracy_and_stores_nothing(studies):
         (["transfer", "--tasks", "add", "--seeds", "3"], "is now --n-seeds"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(studies, args, message):
+def test_bad_input_is_one_line_and_exit_2(studies, cli, args, message):
+    """In this process (the ``cli`` fixture); the test after it refuses a study through a real
+    process."""
     cwd, url, names = studies
     args = [a.format(**names) for a in args]
-    proc = threshold([*args, "--storage", url] if args[0] != "transfer" else args, cwd)
-    assert proc.returncode == 2, proc.stderr
-    assert message in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    result = cli([*args, "--storage", url] if args[0] != "transfer" else args, cwd)
+    assert result.exit_code == 2, (result.stderr, result.exception)
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_study_without_checkpoints_is_refused(studies):
     cwd, url, _ = studies
     optuna.create_study(study_name="empty", storage=url)
     proc = threshold(["analyze", "empty", "--storage", url], cwd)
-    assert proc.returncode == 2
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "not a threshold study" in proc.stderr or "no completed run" in proc.stderr
 
 
-def test_transfer_reuses_the_pretrained_model(tmp_path):
+def test_transfer_reuses_the_pretrained_model(tmp_path, run):
     args = ["transfer", "--pretrain", "max", "--tasks", "add", "--mod", "5", "--d-model", "8",
             "--seeds", "1", "--steps", "50", "--pretrain-steps", "50", "--n-train", "1000",
             "--n-test", "50", "--json"]  # fmt: skip
-    first = threshold(args, tmp_path)
+    first = run(args, tmp_path)
     assert first.returncode == 0, first.stderr
-    second = threshold(args, tmp_path)
+    second = run(args, tmp_path)
     one, two = json.loads(first.stdout), json.loads(second.stdout)
     assert [r["source_reused"] for r in (*one["runs"], *two["runs"])] == [False, True]
     assert one["transfer"] == two["transfer"]  # same pretrained weights, same seed
@@ -154,12 +171,12 @@ def test_transfer_reuses_the_pretrained_model(tmp_path):
     assert len(one["runs"][0]["transfer_curve"]) >= 1
 
 
-def test_analyze_checkpoint_files_without_storage(tmp_path):
+def test_analyze_checkpoint_files_without_storage(tmp_path, run):
     train = threshold(["train", "--tasks", "max", "--mod", "5", "--d-model", "8", "--steps", "50",
                        "--n-train", "500", "--n-test", "50", "--out", "m.ckpt", "--json"],
                       tmp_path)  # fmt: skip
     assert train.returncode == 0, train.stderr
-    proc = threshold(["analyze", "--checkpoint", "m.ckpt", "--out", "fig", "--json"], tmp_path)
+    proc = run(["analyze", "--checkpoint", "m.ckpt", "--out", "fig", "--json"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["d_model"] == 8 and report["measure"] == "max"
@@ -169,5 +186,5 @@ def test_analyze_checkpoint_files_without_storage(tmp_path):
     assert not (tmp_path / "studies").exists()  # no storage touched
     raw = (tmp_path / "m.ckpt").read_bytes()
     (tmp_path / "bad.ckpt").write_bytes(raw[:-10])
-    bad = threshold(["analyze", "--checkpoint", "bad.ckpt"], tmp_path)
+    bad = run(["analyze", "--checkpoint", "bad.ckpt"], tmp_path)
     assert bad.returncode == 2 and "does not match its hash" in bad.stderr

@@ -44,13 +44,15 @@ TINY = ["--mod", "5", "--n-train", "2000", "--n-test", "100"]
         (["bench", "search", "--set", "size_sd"], "NAME=VALUE"),
     ],
 )
-def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, args, named):
+def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, cli, args, named):
+    """In this process (the ``cli`` fixture); the test after it checks the same contract through
+    a real process."""
     out = tmp_path / "out.ckpt"
     extra = ["--out", str(out)] if args[0] == "train" else []
-    proc = run([*args, *extra], tmp_path / "cache")
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    result = cli([*args, *extra], COLUMNS="120")
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert named in lines[0]
     assert not out.exists()
     assert not (tmp_path / "cache").exists()
@@ -59,6 +61,8 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, args, named):
 def test_bad_checkpoint_path_is_refused(tmp_path):
     proc = run(["train", *TINY, "--out", str(tmp_path)], tmp_path / "cache")
     assert proc.returncode == 2 and "is a directory" in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()  # one line from a real process, too
+    assert line.startswith("error: ")
     assert not (tmp_path / "cache").exists()
 
 
@@ -120,7 +124,7 @@ def test_train_json_and_checkpoint(tmp_path):
     assert report["params_total"] == sum(v.numel() for v in ckpt.state_dict.values())
 
 
-def test_train_lists_as_one_batch_one_object_per_model(tmp_path):
+def test_train_lists_as_one_batch_one_object_per_model(tmp_path, cli):
     """`--d-model 8,16 --seeds 0,1`: four models in one batched run, one JSON line each, and a
     checkpoint each that `threshold analyze --checkpoint` reads like any other."""
     out = tmp_path / "models"
@@ -137,35 +141,28 @@ def test_train_lists_as_one_batch_one_object_per_model(tmp_path):
         assert ckpt.train_config["seed"] == r["seed"]
         assert ckpt.metrics["accuracy"] == r["accuracy"]
     args = ["analyze", "--checkpoint", reports[3]["checkpoint"], "--out", str(tmp_path / "fig")]
-    analysis = run([*args, "--json"], tmp_path / "cache", check=True)
+    analysis = cli([*args, "--json"])  # in this process: the checkpoint came from a real one
+    assert analysis.exit_code == 0, analysis.stderr
     assert json.loads(analysis.stdout)
 
 
-def test_train_prints_a_table(tmp_path):
-    proc = run(
-        ["train", *TINY, "--d-model", "8", "--steps", "20", "--eval-every", "10"],
-        tmp_path / "cache",
-        check=True,
-    )
+def test_train_prints_a_table(cli):
+    proc = cli(["train", *TINY, "--d-model", "8", "--steps", "20", "--eval-every", "10"],
+               COLUMNS="120")  # fmt: skip
+    assert proc.exit_code == 0, proc.stderr
     assert "accuracy (greedy)" in proc.stdout
     assert "max (measured)" in proc.stdout
     assert "params" in proc.stdout
 
 
-def test_data_shows_sequences(tmp_path):
-    proc = run(
-        ["data", "--tasks", "max,med,add", "--mod", "10", "--n", "5", "--n-train", "500"],
-        tmp_path / "cache",
-        check=True,
-    )
+def test_data_shows_sequences(cli):
+    proc = cli(["data", "--tasks", "max,med,add", "--mod", "10", "--n", "5", "--n-train", "500"])
+    assert proc.exit_code == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 5
     assert all(line.endswith("<eos>") and "=" in line for line in lines)
-    proc = run(
-        ["data", "--tasks", "max,add", *TINY, "--n", "3", "--split", "test", "--json"],
-        tmp_path / "cache",
-        check=True,
-    )
+    proc = cli(["data", "--tasks", "max,add", *TINY, "--n", "3", "--split", "test", "--json"])
+    assert proc.exit_code == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert [r["op"] for r in rows] == ["max"] * 3 + ["add"] * 3
     for r in rows:
@@ -173,22 +170,19 @@ def test_data_shows_sequences(tmp_path):
         assert r["text"].endswith(f"= {r['answer']} <eos>")
 
 
-def test_bench_train_json(tmp_path):
-    proc = run(
-        ["bench", "train", "--d-models", "8", "--steps", "3", "--mod", "5", "--json"],
-        tmp_path / "cache",
-        check=True,
-    )
+def test_bench_train_json(cli):
+    proc = cli(["bench", "train", "--d-models", "8", "--steps", "3", "--mod", "5", "--json"])
+    assert proc.exit_code == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert [r["batch_order"] for r in result["train"]] == ["binned", "random"]
     assert all(r["tokens_per_s"] > 0 and r["steps_per_s"] > 0 for r in result["train"])
     assert result["decode"][0]["sequences_per_s"] > 0
 
 
-def test_bench_train_batched_json(tmp_path):
+def test_bench_train_batched_json(cli):
     args = ["bench", "train", "--batched", "--d-models", "8,16", "--members", "1,2"]
-    proc = run([*args, "--steps", "2", "--mod", "5", "--device", "cpu", "--json"],
-               tmp_path / "cache", check=True)  # fmt: skip
+    proc = cli([*args, "--steps", "2", "--mod", "5", "--device", "cpu", "--json"])
+    assert proc.exit_code == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert [r["d_model"] for r in result["single"]] == [8, 16]
     rows = [(r["d_models"], r["members"]) for r in result["batched"]]
@@ -221,19 +215,18 @@ def test_help_is_fast_and_does_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_bench_search_with_a_changed_setting(tmp_path):
-    proc = run(
+def test_bench_search_with_a_changed_setting(cli):
+    proc = cli(
         [
             "bench",
             "search",
             *("--studies", "1", "--families", "graded", "--runs", "3"),
             *("--set", "budget=5", "--set", "plateau_lengths=[0.75, 1.5]", "--json"),
-        ],
-        tmp_path / "cache",
-        check=True,
+        ]
     )
+    assert proc.exit_code == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["overrides"] == {"budget": 5, "plateau_lengths": [0.75, 1.5]}
     assert result["families"]["graded"]["stop"]["median_runs"] <= 5  # the changed budget holds
-    twice = run(["bench", "search", "--set", "precision=2.0"], tmp_path / "cache")
-    assert twice.returncode != 0 and "use --precision" in twice.stderr
+    twice = cli(["bench", "search", "--set", "precision=2.0"])
+    assert twice.exit_code != 0 and "use --precision" in twice.stderr

@@ -5,9 +5,6 @@ accuracy, the mixture-aware stuck rule and exposure control."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -241,15 +238,10 @@ def test_exposure_matched_data_hold_the_measured_ops_node_count():
         (["--match-exposure"], "match_exposure needs a mixture"),
     ],
 )
-def test_bad_recipe_input_on_the_command_line(tmp_path, args, message):
-    env = dict(os.environ, THRESHOLD_CACHE=str(tmp_path / "cache"))
-    url = f"sqlite:///{tmp_path}/s.db"
-    proc = subprocess.run(
-        [sys.executable, "-m", "threshold", "find", "--tasks", "max", "--storage", url, *args],
-        capture_output=True, text=True, env=env, cwd=tmp_path,
-    )  # fmt: skip
-    assert proc.returncode == 2, proc.stderr
-    (line,) = proc.stderr.strip().splitlines()
+def test_bad_recipe_input_on_the_command_line(tmp_path, cli, args, message):
+    result = cli(["find", "--tasks", "max", "--storage", f"sqlite:///{tmp_path}/s.db", *args])
+    assert result.exit_code == 2, (result.stderr, result.exception)
+    (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: ") and message in line
     assert not (tmp_path / "s.db").exists() and not (tmp_path / "cache").exists()
 

@@ -162,17 +162,23 @@ def test_ctrl_c_then_resume_keeps_completed_trials(tmp_path):
         (["find", "--storage", "not-a-url"], "'not-a-url' is not a database URL"),
         (["find", "--storage", "postgresql+psycopg://x@127.0.0.1:1/db"], "cannot be opened"),
         (["find", "--budget", "2"], "budget 2 is below the initial bracket"),
-        (["find", "--workers", "0"], "--workers 0 is not allowed"),
+        (["find", "--workers", "-1"], "--workers -1 is not allowed"),
         (["find", "--precision", "0.5"], "precision 0.5"),
         (["status", "--storage", "sqlite:///missing.db"], "does not exist"),
     ],
 )
-def test_bad_input(tmp_path, args, message):
+def test_bad_input(tmp_path, cli, args, message):
+    """The worker's case as a real process, the others in this process (the ``cli`` fixture)."""
     if "--storage" not in args:
         args = [*args, "--storage", f"sqlite:///{tmp_path}/s.db"]
-    proc = threshold(args, tmp_path)
-    assert proc.returncode == 2, proc.stderr
-    (line,) = proc.stderr.strip().splitlines()
+    if args[0] == "worker":
+        proc = threshold(args, tmp_path)
+        code, stderr = proc.returncode, proc.stderr
+    else:
+        result = cli(args)
+        code, stderr = result.exit_code, result.stderr
+    assert code == 2, stderr
+    (line,) = stderr.strip().splitlines()
     assert line.startswith("error: ") and message in line
     assert not (tmp_path / "s.db").exists() and not (tmp_path / "missing.db").exists()
 
@@ -192,11 +198,10 @@ def test_status_in_a_fresh_checkout_lists_no_studies(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_find_refuses_more_workers_than_the_machine_runs(tmp_path):
-    proc = threshold(["find", "--workers", "100000", "--storage", f"sqlite:///{tmp_path}/s.db"],
-                     tmp_path)  # fmt: skip
-    assert proc.returncode == 2
-    (line,) = proc.stderr.strip().splitlines()
+def test_find_refuses_more_workers_than_the_machine_runs(tmp_path, cli):
+    result = cli(["find", "--workers", "100000", "--storage", f"sqlite:///{tmp_path}/s.db"])
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
     assert f"--workers 100000 is more than this machine runs at once ({os.cpu_count()}" in line
     assert "--oversubscribe" in line
     assert not (tmp_path / "s.db").exists()
@@ -227,27 +232,27 @@ def _workers_of(study: str) -> list[int]:
     return [int(p) for p in found.stdout.split()]
 
 
-def test_reused_name_with_other_settings(tmp_path):
+def test_reused_name_with_other_settings(tmp_path, cli):
+    """In this process: the study is made by `find --workers 0`, as for a cluster; a study with
+    runs refuses other settings just as well (tests/reliability/test_bad_input.py)."""
     url = f"sqlite:///{tmp_path}/s.db"
-    first = threshold(["find", *TINY, "--steps", "20", "--budget", "3", "--storage", url,
-                       "--study", "mine", "--json"], tmp_path)  # fmt: skip
-    assert first.returncode == 0, first.stderr
-    second = threshold(["find", *TINY, "--steps", "30", "--budget", "3", "--storage", url,
-                        "--study", "mine"], tmp_path)  # fmt: skip
-    assert second.returncode == 2
+    first = cli(["find", *TINY, "--steps", "20", "--budget", "3", "--storage", url,
+                 "--study", "mine", "--workers", "0", "--json"])  # fmt: skip
+    assert first.exit_code == 0, first.stderr
+    second = cli(["find", *TINY, "--steps", "30", "--budget", "3", "--storage", url,
+                  "--study", "mine"])  # fmt: skip
+    assert second.exit_code == 2
     assert "study 'mine' exists with other settings (train.max_steps: 20 -> 30)" in second.stderr
-    study = optuna.load_study(study_name="mine", storage=url)
-    assert len(study.get_trials()) == 3
+    assert [s.study_name for s in optuna.get_all_study_summaries(url)] == ["mine"]
 
 
-def test_unknown_study(tmp_path):
+def test_unknown_study(tmp_path, cli):
     from threshold.search.study import open_storage
 
     open_storage(f"sqlite:///{tmp_path}/s.db")
-    proc = threshold(["worker", "--study", "nope", "--storage", f"sqlite:///{tmp_path}/s.db"],
-                     tmp_path)  # fmt: skip
-    assert proc.returncode == 2
-    assert proc.stderr.strip() == ("error: study 'nope' is not in this storage (studies: none)")
+    result = cli(["worker", "--study", "nope", "--storage", f"sqlite:///{tmp_path}/s.db"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "error: study 'nope' is not in this storage (studies: none)"
 
 
 def test_the_live_table_says_when_sizes_stray():

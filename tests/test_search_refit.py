@@ -2,8 +2,6 @@
 results.json, through the library and the ``threshold refit`` command."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import optuna
@@ -75,21 +73,15 @@ def test_refit_from_storage_matches_the_results_route(tmp_path):
     assert row["old"]["params_p80"] == row["new"]["params_p80"]  # stored by today's posterior
 
 
-def test_refit_command_prints_json(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "threshold", "refit", "--results", str(results_file(tmp_path)),
-         "--json"], capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
+def test_refit_command_prints_json(tmp_path, cli):
+    out = cli(["refit", "--results", results_file(tmp_path), "--json"])
+    assert out.exit_code == 0, out.stderr
     (row,) = json.loads(out.stdout)
     assert row["label"] == "ADD, mod 10" and row["new"]["flagged"] is False
     assert row["new"]["strays"] is False and 0 < row["new"]["stray_mass"] < 0.6
     assert "stray_mass" not in row["old"]  # stored before the offset sd was learned
-    bad = subprocess.run(
-        [sys.executable, "-m", "threshold", "refit", "--results", str(tmp_path / "none.json")],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert bad.returncode != 0 and "cannot be read" in bad.stderr
+    bad = cli(["refit", "--results", tmp_path / "none.json"])
+    assert bad.exit_code != 0 and "cannot be read" in bad.stderr
 
 
 @pytest.mark.parametrize(

@@ -60,6 +60,7 @@ def check_recorded_once(trials, budget: int) -> list:
     return done
 
 
+@pytest.mark.slow  # 3 processes on 2 cores; the default suite has 2 (reliability/test_concurrency)
 def test_three_workers_share_a_postgres_study(postgres_url, tmp_path):
     name, budget = "pg-three", 6
     make_study(postgres_url, name, steps=40, budget=budget)
@@ -80,6 +81,7 @@ def test_three_workers_share_a_postgres_study(postgres_url, tmp_path):
     assert json.loads(study.user_attrs["estimate"])["n_runs"] == budget
 
 
+@pytest.mark.slow  # its fast form: reliability/test_faults.py (SIGKILL mid-trial, checkpoints)
 def test_killed_worker_loses_no_completed_trial(tmp_path, monkeypatch):
     url, name, budget = f"sqlite:///{tmp_path}/s.db", "kill", 5
     make_study(url, name, steps=600, budget=budget)
@@ -166,13 +168,30 @@ def test_a_killed_batch_worker_has_its_unfinished_trials_retried(tmp_path):
     check_recorded_once(trials, budget)
 
 
-@pytest.mark.parametrize("workers", [0, -1])
-def test_find_refuses_zero_workers(tmp_path, workers):
+def test_find_refuses_negative_workers(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "threshold", "find", "--workers", str(workers),
+        [sys.executable, "-m", "threshold", "find", "--workers", "-1",
          "--storage", f"sqlite:///{tmp_path}/s.db"],
         capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 2
-    assert proc.stderr.strip() == f"error: --workers {workers} is not allowed: use 1 or more"
+    assert proc.stderr.strip() == "error: --workers -1 is not allowed: use 1 or more"
     assert not (tmp_path / "s.db").exists()
+
+
+def test_find_with_no_workers_creates_the_study_and_trains_nothing(tmp_path, cli):
+    """`find --workers 0`: the study for workers started elsewhere (docs/cluster.md)."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    args = ["find", "--tasks", "max", "--mod", "5", "--d-lo", "4", "--d-hi", "16", "--budget",
+            "4", "--storage", url, "--study", "later", "--workers", "0", "--json"]  # fmt: skip
+    result = cli(args)
+    assert result.exit_code == 0, (result.stderr, result.exception)
+    report = json.loads(result.stdout)
+    assert report["study"] == "later" and report["n_trials"] == 0
+    assert report["transition"] is None
+    assert trials_of(url, "later") == []
+    assert not (tmp_path / "cache").exists()  # no data made, nothing trained
+    again = cli(args)  # the same settings again: found, not made twice
+    assert again.exit_code == 0 and json.loads(again.stdout)["study"] == "later"
+    other = cli([*args[:-3], "--budget", "5", "--workers", "0"])
+    assert other.exit_code == 2 and "later" in other.stderr

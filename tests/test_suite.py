@@ -494,14 +494,14 @@ def test_second_run_trains_nothing_and_is_fast(tiny_runs):
     assert second_s < first_s / 2 and second_s < 60, (first_s, second_s)
 
 
-def test_dry_run_writes_nothing(tiny_runs, tmp_path):
+def test_dry_run_writes_nothing(tiny_runs, tmp_path, cli):
     cwd, _, _, (_, counts) = tiny_runs
     # On the finished suite: the plan says done, and the storage is left as it was.
     with sqlite3.connect(cwd / "s.db") as con:
         rows = list(con.iterdump())
     before = sorted(p.name for p in cwd.rglob("*") if ".tmp" not in p.name)
-    proc = threshold(["run", "tiny.toml", "--dry-run", "--json"], cwd)
-    assert proc.returncode == 0, proc.stderr
+    proc = cli(["run", "tiny.toml", "--dry-run", "--json"], cwd)  # in this process: no workers
+    assert proc.exit_code == 0, proc.stderr
     planned = json.loads(proc.stdout)
     assert [s["status"] for s in planned["studies"]] == ["done (budget)"] * 2
     assert planned["transfers"][0]["done"] and planned["storage_exists"]
@@ -511,8 +511,8 @@ def test_dry_run_writes_nothing(tiny_runs, tmp_path):
     assert trial_counts(f"sqlite:///{cwd}/s.db") == counts
     # In a fresh folder: no storage, cache, report or study folder appears.
     (tmp_path / "tiny.toml").write_text(TINY)
-    proc = threshold(["run", "tiny.toml", "--dry-run"], tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    proc = cli(["run", "tiny.toml", "--dry-run"], tmp_path, COLUMNS="200")
+    assert proc.exit_code == 0, proc.stderr
     assert "new" in proc.stdout and "does not exist yet" in proc.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.toml"]
 

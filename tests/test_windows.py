@@ -3,9 +3,6 @@ drawn from the run's seed, alike in single and batched runs; the model's context
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from dataclasses import replace
 
 import numpy as np
@@ -172,14 +169,9 @@ def test_bad_window_settings_name_the_field(values, message):
         (["--batches", "windows"], "loss_on 'completion' is not allowed with batches 'windows'"),
     ],
 )
-def test_bad_window_input_on_the_command_line(tmp_path, args, message):
-    env = dict(os.environ, THRESHOLD_CACHE=str(tmp_path / "cache"))
-    url = f"sqlite:///{tmp_path}/s.db"
-    proc = subprocess.run(
-        [sys.executable, "-m", "threshold", "find", "--tasks", "max", "--storage", url, *args],
-        capture_output=True, text=True, env=env, cwd=tmp_path,
-    )  # fmt: skip
-    assert proc.returncode == 2, proc.stderr
-    (line,) = proc.stderr.strip().splitlines()
+def test_bad_window_input_on_the_command_line(tmp_path, cli, args, message):
+    result = cli(["find", "--tasks", "max", "--storage", f"sqlite:///{tmp_path}/s.db", *args])
+    assert result.exit_code == 2, (result.stderr, result.exception)
+    (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: ") and message in line
     assert not (tmp_path / "s.db").exists() and not (tmp_path / "cache").exists()

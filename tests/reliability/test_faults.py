@@ -38,7 +38,7 @@ from support import (
 from test_search_cli import threshold
 from test_search_workers import check_recorded_once, start_worker
 
-from threshold import CheckpointError
+from threshold import CheckpointError, ThresholdError
 from threshold.model import ModelConfig, RecurrentTransformer
 from threshold.search.record import trial_checkpoint
 from threshold.search.sampler import run_seed
@@ -81,7 +81,7 @@ def new_study(tmp_path) -> tuple[str, str]:
     return url, create_or_load_study(SETTINGS, open_storage(url, heartbeat_s=1)).study_name
 
 
-def test_sigkill_worker_mid_trial_then_resume(tmp_path, shared_cache, reference):
+def test_sigkill_worker_mid_trial_then_resume(tmp_path, shared_cache, reference, monkeypatch):
     url, name = new_study(tmp_path)
     cache = cache_with_data(tmp_path, shared_cache)
     db = reader(url)
@@ -97,7 +97,19 @@ def test_sigkill_worker_mid_trial_then_resume(tmp_path, shared_cache, reference)
     out = second.communicate(timeout=300)[0]
     assert second.returncode == 0, out
     assert "database is locked" not in out
-    check_resumed(db, name, victim, before, reference)
+    after = check_resumed(db, name, victim, before, reference)
+    # Each completed trial's checkpoint rebuilds its model; the killed trial has none.
+    monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(cache / "art"))
+    study = optuna.load_study(study_name=name, storage=db)
+    for t in after:
+        if t.state == TrialState.COMPLETE:
+            ckpt = trial_checkpoint(study, t.number, url)
+            assert ckpt.model_config.d_model == t.params["d_model"]
+            assert ckpt.train_config["seed"] == t.user_attrs["seed"]
+    with pytest.raises(ThresholdError, match=f"trial {victim.number} .* has no checkpoint"):
+        trial_checkpoint(study, victim.number, url)
+    with pytest.raises(ThresholdError, match="trial 99 is not in study"):
+        trial_checkpoint(study, 99, url)
 
 
 def find_study(tmp_path, proc) -> tuple:

@@ -7,6 +7,7 @@ import sys
 from threshold.cli import (  # noqa: F401  (importing them registers their commands)
     analysis_cmds,
     bench_gpu_cmd,
+    cluster_cmd,
     complexity_cmd,
     dashboard_cmd,
     refit_cmd,

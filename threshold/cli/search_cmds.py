@@ -121,7 +121,13 @@ def find(
         str | None,
         typer.Option(help="Pretrain every run on these ops first, e.g. max,med (transfer)."),
     ] = None,
-    workers: Annotated[int, typer.Option(help="Worker processes (one torch thread each).")] = 1,
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="Worker processes (one torch thread each); 0 creates the study only, for workers"
+            " started elsewhere (threshold worker, threshold cluster slurm)."
+        ),
+    ] = 1,
     trials_at_once: TrialsAtOnce = 1,
     batch: OldBatch = None,
     device: Device = "auto",
@@ -145,7 +151,7 @@ def find(
         refuse_old_batch(batch)
         execution = Execution(  # checked before the study's settings are built
             storage,
-            workers,
+            1 if workers == 0 else workers,  # 0: the study only (run_search's create_only)
             trials_at_once,
             device,
             cache_dir=cache_dir,
@@ -181,8 +187,9 @@ def find(
         try:
             with _LiveView(enabled=not as_json) as view:
                 outcome = run_search(
-                    settings, execution, study, on_update=view.update, on_run=view.run_ended
-                )
+                    settings, execution, study, on_update=view.update, on_run=view.run_ended,
+                    create_only=workers == 0,
+                )  # fmt: skip
         except Interrupted as e:
             typer.echo(f"interrupted: run the same command to resume study {e.study!r}", err=True)
             raise typer.Exit(exit_status()) from None

@@ -76,6 +76,7 @@ def run_search(
     on_update: Callable[[dict], None] | None = None,
     poll_s: float = 2.0,
     on_run: Callable[[dict, dict], None] | None = None,
+    create_only: bool = False,
 ) -> SearchOutcome:
     """Run (or resume) the study of ``settings`` with worker processes until its policy stops.
 
@@ -84,12 +85,18 @@ def run_search(
     runs, once, with the study as it was then (see :func:`snapshot`). Bad settings are refused
     before anything is written; an interrupt stops the workers (their running trials are marked
     failed) and raises :class:`Interrupted`. ``execution`` None: the defaults of
-    :class:`Execution`.
+    :class:`Execution`. ``create_only``: create (or check) the study and start no worker; workers
+    started elsewhere (``threshold worker``, a cluster's job array) run its trials.
     """
     execution = execution or Execution()
-    worker_devices(execution)  # refused here, before the study is written
+    if not create_only:
+        worker_devices(execution)  # refused here, before the study is written
     t0 = time.perf_counter()
     name, url = prepare_study(settings, execution, name)
+    if create_only:
+        final = snapshot(open_storage(url, create=False), name)
+        wall = round(time.perf_counter() - t0, 1)
+        return SearchOutcome(name, url, final["estimate"], final["n_trials"], wall)
     procs: list[subprocess.Popen] = []
     try:
         procs = start_workers(name, replace(execution, storage=url))

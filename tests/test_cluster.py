@@ -1,0 +1,112 @@
+"""`threshold cluster slurm`: the job array's script, and that script run by a real one-node
+SLURM cluster whose workers share a PostgreSQL study (docs/cluster.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from typer.main import get_command
+
+from threshold.cli import app
+
+PG = "postgresql+psycopg://me@db.example.org:5432/threshold"
+
+
+def script(cli, *args: str) -> str:
+    result = cli(["cluster", "slurm", *args])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def directives(text: str) -> dict[str, str]:
+    pairs = [line.removeprefix("#SBATCH --").split("=", 1) for line in text.splitlines()
+             if line.startswith("#SBATCH")]  # fmt: skip
+    return dict(pairs)
+
+
+def test_the_script_is_a_job_array_of_one_gpu_worker_each(cli):
+    text = script(cli, "--study", "s 1", "--storage", PG, "--workers", "8",
+                  "--trials-at-once", "16", "--partition", "gpu", "--setup", "module load python",
+                  "--setup", "source ~/venv/bin/activate")  # fmt: skip
+    assert text.startswith("#!/bin/bash\n")
+    got = directives(text)
+    assert got["array"] == "0-7" and got["ntasks"] == "1" and got["gres"] == "gpu:1"
+    assert got["partition"] == "gpu" and got["job-name"] == "threshold-s_1"
+    assert "account" not in got
+    lines = text.splitlines()
+    assert lines.index("module load python") < lines.index("source ~/venv/bin/activate")
+    assert lines[-1].startswith("exec ")
+    worker = shlex.split(lines[-1])[1:]
+    assert worker[:4] == ["threshold", "worker", "--study", "s 1"]
+    options = dict(zip(worker[2::2], worker[3::2], strict=True))
+    assert options["--storage"] == PG and options["--device"] == "cuda"
+    assert options["--trials-at-once"] == "16"
+    # Every option the script passes is one `threshold worker` has (a renamed option fails here).
+    get_command(app).commands["worker"].make_context("worker", worker[2:])
+
+
+def test_a_cpu_array_asks_no_gpu_and_storage_may_come_from_the_environment(cli):
+    text = script(cli, "--study", "s", "--device", "cpu", "--workers", "1", "--max-trials", "3")
+    got = directives(text)
+    assert got["array"] == "0-0" and "gres" not in got
+    worker = shlex.split(text.splitlines()[-1])
+    assert "--storage" not in worker and "$THRESHOLD_STORAGE" in text
+    assert worker[worker.index("--device") + 1] == "cpu"
+    assert worker[worker.index("--max-trials") + 1] == "3"
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--storage", "sqlite:///studies/threshold.db"], "SQLite cannot be shared"),
+        (["--workers", "0"], "--workers 0"),
+        (["--trials-at-once", "0"], "--trials-at-once 0"),
+        (["--study", " "], "study name ' ' is empty"),
+    ],
+)
+def test_bad_settings_are_one_line(tmp_path, cli, args, named):
+    base = {"--study": "s", "--storage": PG}
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        base[flag] = value
+    out = tmp_path / "job.sh"
+    result = cli(["cluster", "slurm", *[x for kv in base.items() for x in kv], "-o", out])
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and named in line
+    assert not out.exists()
+
+
+def test_a_slurm_array_runs_a_postgres_study(slurm_cluster, postgres_url, tmp_path, cli):
+    """The recipe end to end: the study made with `find --workers 0` (nothing trains), the script
+    written, `sbatch --wait`: two array tasks, one worker each, finish the budget."""
+    env = dict(slurm_cluster, THRESHOLD_CACHE=str(tmp_path / "cache"),
+               THRESHOLD_ARTIFACTS=str(tmp_path / "art"))  # fmt: skip
+    name, budget = "slurm-array", 4
+    made = cli(["find", "--tasks", "max", "--mod", "5", "--n-train", "2000", "--n-test", "100",
+                "--d-lo", "4", "--d-hi", "16", "--steps", "40", "--budget", budget,
+                "--heartbeat", "2", "--storage", postgres_url, "--study", name, "--workers", "0",
+                "--json"])  # fmt: skip
+    assert made.exit_code == 0, made.stderr
+    assert json.loads(made.stdout)["n_trials"] == 0
+    job = tmp_path / "job.sh"
+    written = cli(["cluster", "slurm", "--study", name, "--storage", postgres_url, "--workers", "2",
+                   "--device", "cpu", "--cpus", "1", "--mem", "500M", "--time", "10",
+                   "--heartbeat", "2", "--command", f"{shlex.quote(sys.executable)} -m threshold",
+                   "-o", job])  # fmt: skip
+    assert written.exit_code == 0, written.stderr
+    run = subprocess.run(["sbatch", "--wait", str(job)], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, timeout=300)  # fmt: skip
+    logs = sorted(tmp_path.glob(f"threshold-{name}-*_*.out"))
+    assert run.returncode == 0, run.stderr + "".join(p.read_text() for p in logs)
+    assert [p.name.rsplit("_", 1)[1] for p in logs] == ["0.out", "1.out"]
+    trials = optuna.load_study(study_name=name, storage=postgres_url).get_trials()
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(done) == budget
+    assert {t.user_attrs["worker"].split(":")[0] for t in done} == {os.uname().nodename}

@@ -1,0 +1,150 @@
+"""``threshold cluster slurm``: a SLURM job array of identical workers on one shared study.
+
+The conventional layout of Optuna on a cluster (Optuna's tutorial on many processes, submitit's
+job arrays, AaltoRSE's hpo-on-hpc): the study lives in PostgreSQL, every array task starts the
+same ``threshold worker`` on one GPU, and the workers coordinate through the storage alone. The
+study is created once beforehand (``threshold find ... --workers 0``); docs/cluster.md says how.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from threshold.cli.common import CacheDir, Heartbeat, Storage, TrialsAtOnce, app, run_guarded
+from threshold.errors import ConfigError
+
+cluster_app = typer.Typer(
+    help="Run a study's workers on a cluster (docs/cluster.md).", no_args_is_help=True
+)
+app.add_typer(cluster_app, name="cluster")
+
+
+def slurm_script(
+    study: str,
+    storage: str | None,
+    workers: int,
+    trials_at_once: int,
+    device: str,
+    heartbeat: int | None,
+    max_trials: int | None,
+    cache_dir: Path | None,
+    time: str,
+    cpus: int,
+    mem: str,
+    partition: str | None,
+    account: str | None,
+    setup: list[str],
+    command: str,
+) -> str:
+    """The text of an ``sbatch --array`` script: ``workers`` array tasks, each one worker."""
+    from threshold.search.study import check_study_name
+
+    check_study_name(study)
+    if workers < 1:
+        raise ConfigError(f"--workers {workers} is not allowed: use 1 or more array tasks")
+    if trials_at_once < 1:
+        raise ConfigError(
+            f"--trials-at-once {trials_at_once} is not allowed: use 1 or more trials at once"
+        )
+    if storage is not None and storage.startswith("sqlite"):
+        raise ConfigError(
+            f"--storage {storage}: SQLite cannot be shared by workers on many machines (its "
+            "locks fail on network file systems): use a postgresql+psycopg:// URL "
+            "(docs/cluster.md)"
+        )
+    gpu = device.startswith("cuda")
+    job = re.sub(r"[^A-Za-z0-9_.+-]", "_", f"threshold-{study}")[:64]
+    worker = [
+        *shlex.split(command), "worker", "--study", study,
+        *(["--storage", storage] if storage else []),
+        "--trials-at-once", str(trials_at_once), "--device", "cuda" if gpu else device,
+        *(["--heartbeat", str(heartbeat)] if heartbeat is not None else []),
+        *(["--max-trials", str(max_trials)] if max_trials is not None else []),
+        *(["--cache-dir", str(cache_dir)] if cache_dir is not None else []),
+    ]  # fmt: skip
+    sbatch = [
+        f"--job-name={job}",
+        f"--array=0-{workers - 1}",
+        "--ntasks=1",
+        f"--cpus-per-task={cpus}",
+        *(["--gres=gpu:1"] if gpu else []),
+        f"--mem={mem}",
+        f"--time={time}",
+        *([f"--partition={partition}"] if partition else []),
+        *([f"--account={account}"] if account else []),
+        "--output=%x-%A_%a.out",
+    ]
+    where = "and one GPU each" if gpu else f"each, on {device}"
+    lines = [
+        "#!/bin/bash",
+        f"# threshold: {workers} identical workers on study {study!r}, one array task {where},",
+        f"# {trials_at_once} trial(s) at once each. They share the study through its storage",
+        "# alone; a task that ends or dies loses no finished trial (a running one is retried",
+        "# after 3 silent heartbeats). Submit: sbatch THIS_FILE. Follow: threshold status.",
+        *(f"#SBATCH {line}" for line in sbatch),
+        "set -e",
+        *(
+            []
+            if storage
+            else ["# --storage left out: the worker reads $THRESHOLD_STORAGE (sbatch passes it on)"]
+        ),
+        *setup,
+        "exec " + shlex.join(worker),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@cluster_app.command("slurm")
+def slurm(
+    study: Annotated[str, typer.Option(help="Name of the study the workers join.")],
+    storage: Storage = None,
+    workers: Annotated[
+        int, typer.Option(help="Array tasks: one worker each, on one GPU of its own.")
+    ] = 4,
+    trials_at_once: TrialsAtOnce = 1,
+    device: Annotated[
+        str, typer.Option(help="cuda (one GPU per array task, --gres=gpu:1) or cpu.")
+    ] = "cuda",
+    heartbeat: Heartbeat = None,
+    max_trials: Annotated[
+        int | None, typer.Option(help="Each worker stops after this many trials.")
+    ] = None,
+    cache_dir: CacheDir = None,
+    time: Annotated[str, typer.Option(help="Time limit of each array task (sbatch --time).")] = (
+        "24:00:00"
+    ),
+    cpus: Annotated[int, typer.Option(help="CPU cores of each array task.")] = 4,
+    mem: Annotated[str, typer.Option(help="Memory of each array task (sbatch --mem).")] = "16G",
+    partition: Annotated[str | None, typer.Option(help="sbatch --partition.")] = None,
+    account: Annotated[str | None, typer.Option(help="sbatch --account.")] = None,
+    setup: Annotated[
+        list[str] | None,
+        typer.Option(help="A shell line run before the worker, e.g. 'source ~/venv/bin/activate'."),
+    ] = None,
+    command: Annotated[
+        str, typer.Option(help="How the array task starts threshold, e.g. 'python -m threshold'.")
+    ] = "threshold",
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the script here, not to stdout.")
+    ] = None,
+) -> None:
+    """Write an sbatch --array script that starts one `threshold worker` per array task."""
+
+    def body():
+        text = slurm_script(
+            study, storage, workers, trials_at_once, device, heartbeat, max_trials, cache_dir, time,
+            cpus, mem, partition, account, setup or [], command,
+        )  # fmt: skip
+        if output is None:
+            typer.echo(text, nl=False)
+            return
+        output.write_text(text)
+        output.chmod(0o755)
+        typer.echo(f"wrote {output}: submit it with `sbatch {output}`")
+
+    run_guarded(body)
