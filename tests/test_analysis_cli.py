@@ -159,7 +159,7 @@ def test_study_without_checkpoints_is_refused(studies):
 
 def test_transfer_reuses_the_pretrained_model(tmp_path, run):
     args = ["transfer", "--pretrain", "max", "--tasks", "add", "--mod", "5", "--d-model", "8",
-            "--seeds", "1", "--steps", "50", "--pretrain-steps", "50", "--n-train", "1000",
+            "--n-seeds", "1", "--steps", "50", "--pretrain-steps", "50", "--n-train", "1000",
             "--n-test", "50", "--json"]  # fmt: skip
     first = run(args, tmp_path)
     assert first.returncode == 0, first.stderr

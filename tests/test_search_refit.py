@@ -42,7 +42,7 @@ def results_file(tmp_path):
         "runs": [{"d": d, "accuracy": y} for d, y in ADD10],
     }
     path = tmp_path / "results.json"
-    path.write_text(json.dumps({"studies": [study]}))
+    path.write_text(json.dumps({"format": "threshold-report/2", "studies": [study]}))
     return path
 
 
