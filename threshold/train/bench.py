@@ -37,10 +37,10 @@ def bench_train_steps(
     elapsed = 0.0
     for i in range(warmup + steps):
         member.pending = index = next(member.batches)  # the step trains on this batch
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         step_pack(pack)
-        _sync(device)
+        sync(device)
         if i >= warmup:
             elapsed += time.perf_counter() - t0
             useful += int(data.train.lengths[index].sum())
@@ -76,15 +76,8 @@ def bench_batched(
 
     def seconds_per_step(group: list[int]) -> tuple[float, int]:
         pack = start_pack([(i, runs[i]) for i in group], device)
-        for _ in range(warmup):
-            step_pack(pack)
-        before = sum(m.tokens for m in pack.members)
-        _sync(device)
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step_pack(pack)
-        _sync(device)
-        return (time.perf_counter() - t0) / steps, sum(m.tokens for m in pack.members) - before
+        elapsed, tokens = timed_steps(pack, steps, warmup, device)
+        return elapsed / steps, tokens
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -106,9 +99,23 @@ def bench_batched(
     return row
 
 
-def _sync(device) -> None:
+def sync(device) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def timed_steps(pack, steps: int, warmup: int, device: torch.device) -> tuple[float, int]:
+    """Seconds for ``steps`` training steps of ``pack`` after ``warmup`` untimed ones (on a GPU
+    synchronised at both ends), and the useful tokens those steps trained."""
+    for _ in range(warmup):
+        step_pack(pack)
+    before = sum(m.tokens for m in pack.members)
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step_pack(pack)
+    sync(device)
+    return time.perf_counter() - t0, sum(m.tokens for m in pack.members) - before
 
 
 def bench_decode(data: TaskData, d_model: int, n_sequences: int) -> dict:

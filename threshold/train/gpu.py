@@ -20,6 +20,7 @@ import torch
 
 from threshold.config import TrainConfig, model_config_for
 from threshold.tasks import TaskData
+from threshold.train.bench import sync, timed_steps
 from threshold.train.checkpoint import load_checkpoint, save_checkpoint
 from threshold.train.engine import (
     Run,
@@ -36,11 +37,6 @@ from threshold.train.memory import pack_bytes
 __all__ = ["check_engine", "throughput"]
 
 Note = Callable[[str], None]
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _max_diff(a: dict, b: dict) -> float:
@@ -182,19 +178,12 @@ def _time_pack(data, device, sizes, m, steps, path) -> dict:
         pack.graphs = None
         pack.eager_step = torch.compile(pack.eager_step, mode="reduce-overhead")
         step_pack(pack)
-        _sync(device)
+        sync(device)
         compile_s = time.perf_counter() - t0
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    for _ in range(3):  # warm-up (and, graphed, the capture of the first shapes)
-        step_pack(pack)
-    tokens0 = sum(r.tokens for r in pack.members)
-    _sync(device)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step_pack(pack)
-    _sync(device)
-    elapsed = time.perf_counter() - t0
+    # 3 warm-up steps (and, graphed, the capture of the first shapes)
+    elapsed, tokens = timed_steps(pack, steps, 3, device)
     row = {
         "path": path,
         "members": m,
@@ -202,7 +191,7 @@ def _time_pack(data, device, sizes, m, steps, path) -> dict:
         "steps": steps,
         "step_ms": 1000 * elapsed / steps,
         "model_steps_per_s": m * steps / elapsed,
-        "tokens_per_s": (sum(r.tokens for r in pack.members) - tokens0) / elapsed,
+        "tokens_per_s": tokens / elapsed,
         "graphs_captured": len(pack.graphs.graphs) if pack.graphs is not None else 0,
         "graphs_failed": bool(pack.graphs is not None and pack.graphs.failed),
     }
@@ -215,6 +204,6 @@ def _time_pack(data, device, sizes, m, steps, path) -> dict:
         for member in pack.members:
             member.pending = None
         stacked_batch(pack)
-    _sync(device)
+    sync(device)
     row["host_batch_ms"] = 1000 * (time.perf_counter() - host) / 5
     return row
