@@ -9,6 +9,11 @@ that once took the first member's seed for the whole batch).
 from __future__ import annotations
 
 import json
+import logging
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import replace
 
 import optuna
@@ -52,3 +57,52 @@ def test_a_trial_trained_four_at_a_time_is_the_trial_trained_alone(tmp_path, rec
         ):
             assert json.loads(t.user_attrs[key]) == metrics[field], (t.number, field)
         assert t.user_attrs[record.STEPS] == alone.steps
+
+
+def test_an_interrupted_trial_is_enqueued_again_and_goes_on(tmp_path, monkeypatch, caplog):
+    """Ctrl-C mid-run (a real SIGINT to a worker process saving its state every step): the trial
+    fails and a copy waits with its size and seed; the next worker continues the run from its
+    saved step, and the trial's value is that of the run trained straight through."""
+    monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))
+    settings = StudySettings.from_options(
+        "max", mod=5, n_train=1000, n_test=100, steps=400, d_lo=4, d_hi=16, budget=4
+    )
+    url = f"sqlite:///{tmp_path}/s.db"
+    name = create_or_load_study(settings, open_storage(url), "cut").study_name
+    execution = Execution(url, 1, 1, "cpu", 5, tmp_path, save_every_s=0)
+    script = (
+        "import sys, json\n"
+        "from threshold.interrupt import install\n"
+        "from threshold.config import Execution\n"
+        "from threshold.search.worker import run_worker\n"
+        "install()\n"
+        "run_worker(sys.argv[1], Execution(**json.loads(sys.argv[2])))\n"
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-c", script, name, json.dumps(execution.to_json())],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    states = tmp_path / "art" / "training"
+    deadline = time.monotonic() + 120
+    while not list(states.rglob("*.state")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (state,) = states.rglob("*.state")
+    worker.send_signal(signal.SIGINT)
+    worker.communicate(timeout=60)
+    trials = optuna.load_study(study_name=name, storage=url).get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]
+    cut, waiting = trials
+    assert waiting.params == cut.params and waiting.user_attrs["seed"] == cut.user_attrs["seed"]
+    assert state.exists()
+
+    with caplog.at_level(logging.INFO, logger="threshold.train.engine"):
+        assert run_worker(name, execution, max_trials=1) == 1
+    assert "continues from step" in caplog.text
+    assert not state.exists()  # the run was handed on: its state is spent
+    done = optuna.load_study(study_name=name, storage=url).get_trials()[1]
+    assert done.state == TrialState.COMPLETE and done.user_attrs[record.STEPS] == 400
+    data = load_task_data(settings.task, tmp_path)
+    cfg = replace(settings.train, seed=done.user_attrs["seed"])
+    alone = train_runs([Run(settings.model_config(done.params["d_model"]), data, cfg)])[0]
+    assert done.value == alone.accuracy["max"]
+    assert json.loads(done.user_attrs[record.ACCURACY]) == alone.accuracy

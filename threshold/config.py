@@ -84,6 +84,7 @@ class Execution:
     heartbeat_s: int = 30  # a running trial's beat; one silent for several beats is retried
     cache_dir: Path | None = None  # task data (None: $THRESHOLD_CACHE, else ~/.cache/threshold)
     oversubscribe: bool = False  # start more workers than cores (CPU) or GPUs (CUDA)
+    save_every_s: float = 60.0  # a running trial's training state is saved this often, for a retry
 
     def __post_init__(self) -> None:
         for name, option in (
@@ -96,6 +97,8 @@ class Execution:
                 raise ConfigError(f"{option} {value!r} is not allowed: use a whole number")
             if value < 1:
                 raise ConfigError(f"{option} {value} is not allowed: use 1 or more")
+        if not isinstance(self.save_every_s, int | float) or not self.save_every_s >= 0:
+            raise ConfigError(f"save_every_s {self.save_every_s!r} is not allowed: use 0 or more")
         if self.cache_dir is not None and not isinstance(self.cache_dir, Path):
             object.__setattr__(self, "cache_dir", Path(self.cache_dir))
 

@@ -12,9 +12,11 @@ Optuna file-system artifact store beside the database.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -47,6 +49,7 @@ __all__ = [
     "metric_name",
     "open_storage",
     "storage_url",
+    "training_state_path",
 ]
 
 log = logging.getLogger(__name__)
@@ -182,15 +185,31 @@ class _AtomicArtifactStore(FileSystemArtifactStore):
         os.replace(f.name, path)
 
 
-def artifact_store(url: str | None = None) -> FileSystemArtifactStore:
+def _artifact_base(url: str | None) -> Path:
     """Checkpoints beside a SQLite file (``<dir>/artifacts``), else ``$THRESHOLD_ARTIFACTS``."""
     url = storage_url(url)
     path = _sqlite_path(url)
     base = os.environ.get("THRESHOLD_ARTIFACTS")
     if base is None:
         base = str(path.parent / "artifacts") if path is not None else "studies/artifacts"
-    Path(base).mkdir(parents=True, exist_ok=True)
-    return _AtomicArtifactStore(base)
+    return Path(base)
+
+
+def artifact_store(url: str | None = None) -> FileSystemArtifactStore:
+    """Checkpoints beside a SQLite file (``<dir>/artifacts``), else ``$THRESHOLD_ARTIFACTS``."""
+    base = _artifact_base(url)
+    base.mkdir(parents=True, exist_ok=True)
+    return _AtomicArtifactStore(str(base))
+
+
+def training_state_path(url: str | None, study_name: str, d_model: int, seed: int) -> Path:
+    """Where a trial of ``study_name`` at ``d_model`` and ``seed`` keeps its training state while
+    it trains, beside the checkpoints (``training/<study>/``): a retry of the trial (same size,
+    same seed) finds it there and continues the run (:mod:`threshold.train.state`)."""
+    slug = re.sub(r"[^A-Za-z0-9._-]", "_", study_name)[:80]
+    if slug != study_name:  # names that differ only in the characters replaced stay apart
+        slug += "-" + hashlib.sha1(study_name.encode()).hexdigest()[:8]
+    return _artifact_base(url) / "training" / slug / f"d{d_model}-seed{seed}.state"
 
 
 def check_study_name(name: str) -> str:

@@ -5,7 +5,10 @@ uploads its checkpoint to the artifact store, records per-op metrics on the tria
 study's transition estimate. A worker asks for up to K trials at once (``batch``; K = 1 is no
 special case) and trains them with one call of the engine, telling each as it ends; a thread
 beats the heartbeats of its running trials, so stale trials of killed workers are failed and
-retried (same size, same seed) before each new round.
+retried (same size, same seed) before each new round. Each run keeps its training state beside the
+checkpoints while it trains (:func:`~threshold.search.study.training_state_path`), and a trial
+interrupted (SIGINT, SIGTERM) is enqueued again as it was, so whichever worker runs the retry, of
+an interrupted or of a killed one, continues the run where its state left it.
 """
 
 from __future__ import annotations
@@ -37,7 +40,12 @@ from threshold.search.notes import NoteRender, write_note
 from threshold.search.policy import decide
 from threshold.search.sampler import CANCEL, PARAM, TransitionSampler, run_seed, split_trials
 from threshold.search.spec import StudySettings
-from threshold.search.study import artifact_store, load_study, open_storage
+from threshold.search.study import (
+    artifact_store,
+    load_study,
+    open_storage,
+    training_state_path,
+)
 from threshold.tasks import TaskData, load_task_data
 from threshold.train import Run, TrainResult, majority_rate, train_runs
 from threshold.train.checkpoint import save_checkpoint
@@ -175,10 +183,9 @@ def run_worker(
     """
     execution = execution or Execution()
     device = resolve_device(execution.device)
-    heartbeat_s, cache_dir = execution.heartbeat_s, execution.cache_dir
-    storage = open_storage(execution.storage, heartbeat_s, create=False)
+    storage = open_storage(execution.storage, execution.heartbeat_s, create=False)
     study, settings = load_study(study_name, storage)
-    data = load_task_data(settings.task, cache_dir)
+    data = load_task_data(settings.task, execution.cache_dir)
     sampler = TransitionSampler(settings, chance_rate(data, settings.train.decoding))
     study.sampler = sampler
     store = artifact_store(execution.storage)
@@ -186,7 +193,7 @@ def run_worker(
     while max_trials is None or ran < max_trials:
         step = _next_step(study, sampler)
         if step == "wait":  # the budget counts running trials: wait for them (or their retry)
-            time.sleep(min(5, heartbeat_s))
+            time.sleep(min(5, execution.heartbeat_s))
             continue
         if step == "stop":
             break
@@ -194,7 +201,7 @@ def run_worker(
         if max_trials is not None:
             room = min(room, max_trials - ran)
         n, cancelled = _run_batch(
-            study, settings, data, store, sampler, room, cache_dir, device, heartbeat_s, notes
+            study, settings, data, store, sampler, room, execution, device, notes
         )
         ran += n
         if cancelled:
@@ -223,11 +230,11 @@ def _next_step(study: optuna.Study, sampler: TransitionSampler) -> str:
     return "stop"
 
 
-def _run_batch(study, settings, data, store, sampler, k, cache_dir, device, heartbeat_s, notes):
+def _run_batch(study, settings, data, store, sampler, k, execution, device, notes):
     """Up to ``k`` trials trained together; (trials run, whether the policy cancelled one).
 
     A run that ends is told at once (checkpoint, metrics, estimate); if training is stopped,
-    the unfinished trials are told failed, and the sampler decides again.
+    the unfinished trials are told failed, and those interrupted are enqueued again to go on.
     """
     runs: list[_Trial] = []
     live: dict[int, _Trial] = {}
@@ -249,7 +256,7 @@ def _run_batch(study, settings, data, store, sampler, k, cache_dir, device, hear
         beats.forget(run.trial)
         refresh_estimate(study, sampler, notes)
 
-    with _Heartbeats(study, heartbeat_s) as beats:
+    with _Heartbeats(study, execution.heartbeat_s) as beats:
         try:
             while len(runs) < k and (not runs or _next_step(study, sampler) == "run"):
                 with warnings.catch_warnings():  # heartbeats without optimize: ours, below
@@ -269,16 +276,43 @@ def _run_batch(study, settings, data, store, sampler, k, cache_dir, device, hear
                     raise
                 live[len(runs)] = run
                 runs.append(run)
-            _pretrain(runs, settings, cache_dir, device)
+            _pretrain(runs, settings, execution.cache_dir, device)
             if runs:
-                members = [Run(r.model_cfg, data, r.cfg, r.init) for r in runs]
+                members = [
+                    Run(r.model_cfg, data, r.cfg, r.init, _state_path(execution, r)) for r in runs
+                ]
                 every = min(r.cfg.eval_every for r in runs)
-                train_runs(members, device, progress, done, every)
-        except BaseException:  # told trials stay told; the others fail, to be run again
+                train_runs(
+                    members, device, progress, done, every, save_every_s=execution.save_every_s
+                )
+        except BaseException as e:  # told trials stay told; the others fail, to be run again
             for run in live.values():
                 study.tell(run.trial, state=TrialState.FAIL)
+                if isinstance(e, KeyboardInterrupt):
+                    _enqueue_again(study, run.trial)
             raise
     return len(runs), cancelled
+
+
+def _state_path(execution: Execution, run: _Trial) -> Path:
+    study = run.trial.study.study_name
+    return training_state_path(execution.storage, study, run.model_cfg.d_model, run.cfg.seed)
+
+
+def _enqueue_again(study: optuna.Study, trial: optuna.Trial) -> None:
+    """A waiting copy of interrupted ``trial`` (its size, seed and attributes), which the next
+    worker runs first and continues from the trial's saved state. Unlike the retry of a stale
+    trial, an interruption is no fault, so it does not count against that retry's limit."""
+    frozen = study._storage.get_trial(trial._trial_id)
+    study.add_trial(
+        optuna.create_trial(
+            state=TrialState.WAITING,
+            params=frozen.params,
+            distributions=frozen.distributions,
+            user_attrs=frozen.user_attrs,
+            system_attrs=frozen.system_attrs | {"interrupted_trial": frozen.number},
+        )
+    )
 
 
 class _Heartbeats:

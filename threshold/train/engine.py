@@ -14,8 +14,10 @@ and sampled decoding, all from its own seed. It stops by absolute rules only: *l
 teacher-forced validation answers right, confirmed by greedy decoding), *stuck* (late in the
 budget, at chance, its answer loss flat, and no other op of its mixture improving), *diverged*
 (its training loss is not finite), its step budget, or its time limit. A member that stops is
-evaluated on the test sets, handed to ``on_done`` at once and cut out of its pack. Nothing here
-prints: progress goes to callbacks.
+evaluated on the test sets, handed to ``on_done`` at once and cut out of its pack. A run that
+names a state file is saved to it every ``save_every_s`` seconds of training and continues from it
+when it starts again (:mod:`threshold.train.state`). Nothing here prints: progress goes to
+callbacks.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from threshold.config import ModelConfig, TrainConfig, param_count
+from threshold.config import Execution, ModelConfig, TrainConfig, param_count
 from threshold.errors import ConfigError
 from threshold.model import RecurrentTransformer
 from threshold.tasks import TaskData
@@ -41,6 +44,7 @@ from threshold.train.evaluate import decode, majority_rate, teacher_forced
 from threshold.train.graphs import StepGraphs, static_length
 from threshold.train.memory import plan_waves
 from threshold.train.optimizer import StackedAdamW, lr_factor
+from threshold.train.state import RunState, load_state, save_state
 
 __all__ = [
     "STOP_REASONS",
@@ -113,12 +117,25 @@ class TrainResult:
 
 @dataclass(frozen=True)
 class Run:
-    """One training run: a fresh model from ``cfg.seed``, or ``init`` continued (transfer)."""
+    """One training run: a fresh model from ``cfg.seed``, or ``init`` continued (transfer).
+
+    ``state``: where the run keeps its training state while it trains (none: nowhere); a run
+    that finds one there continues from it, and the file is removed once the run is handed on.
+    """
 
     model_cfg: ModelConfig
     data: TaskData
     cfg: TrainConfig
     init: RecurrentTransformer | None = None
+    state: Path | None = None
+
+    def state_key(self) -> dict:
+        """What a saved state must have been written for to be continued by this run."""
+        return {
+            "model": self.model_cfg.to_dict(),
+            "train": self.cfg.to_dict(),
+            "data": self.data.config.to_dict(),
+        }
 
 
 OnProgress = Callable[[int, Progress], None]
@@ -170,6 +187,7 @@ def train_runs(
     memory_bytes: int | None = None,
     share: bool | None = None,
     static: bool | None = None,
+    save_every_s: float = Execution.save_every_s,
 ) -> list[TrainResult]:
     """Train every run; the results come back in the order of ``runs``.
 
@@ -178,7 +196,8 @@ def train_runs(
     on a GPU) lets runs share padded packs (see :func:`threshold.train.memory.plan_packs`).
     ``static`` (default: on a GPU) pads every batch to a static length
     (:func:`threshold.train.graphs.static_length`) and, on a GPU, replays each step as a CUDA
-    graph. The model comes back on the CPU.
+    graph. Runs with a :attr:`Run.state` file are saved to it every ``save_every_s`` seconds.
+    The model comes back on the CPU.
     """
     device = torch.device(device)
     static = device.type == "cuda" if static is None else static
@@ -199,6 +218,8 @@ def train_runs(
             for pack in list(active):
                 try:
                     _advance(pack, on_progress, done, progress_every)
+                    if pack.members and time.perf_counter() - pack.saved_at >= save_every_s:
+                        _save_states(pack)
                 except torch.OutOfMemoryError:
                     if len(pack.members) == 1:
                         raise
@@ -253,6 +274,7 @@ class _Pack:
     smooth: torch.Tensor  # (M,) smoothed training loss, on the device
     static: bool = False  # batches padded to static lengths (and on a GPU, graphed steps)
     graphs: StepGraphs | None = None
+    saved_at: float = field(default_factory=time.perf_counter)  # its states last written
 
     def __post_init__(self) -> None:
         if self.static and self.ens.device.type == "cuda":
@@ -292,7 +314,61 @@ def start_pack(indexed: list[tuple[int, Run]], device: torch.device, static: boo
         members.append(_Member(i, run, batches, chance, lr_factor(run.cfg), start))
     ens = Ensemble.from_models(models, device)
     opt = StackedAdamW(ens, [m.cfg for m in members])
-    return _Pack(ens, opt, members, torch.zeros(len(members), device=ens.device), static)
+    smooth = torch.zeros(len(members), device=ens.device)
+    for k, m in enumerate(members):
+        state = None if m.run.state is None else load_state(m.run.state, m.run.state_key())
+        if state is not None:
+            _resume(ens, opt, smooth, k, m, state)
+    return _Pack(ens, opt, members, smooth, static)
+
+
+def _resume(
+    ens: Ensemble, opt: StackedAdamW, smooth: torch.Tensor, k: int, m: _Member, state: RunState
+) -> None:
+    """Member ``k`` of a new pack put back where ``state`` left it."""
+    with torch.no_grad():
+        ens.put_member(ens.flat, k, state.weights)
+        ens.put_member(opt.exp_avg, k, state.exp_avg)
+        ens.put_member(opt.exp_avg_sq, k, state.exp_avg_sq)
+        opt.steps[k] = state.optimizer_steps
+        smooth[k] = state.smooth_loss
+    for _ in range(state.step):  # its batches, drawn again from its seed up to where it was
+        next(m.batches)
+    m.step, m.tokens, m.train_s = state.step, state.tokens, state.train_s
+    m.start -= state.wall_s
+    m.history, m.budget, m.val_acc = state.history, state.budget, state.val_accuracy
+    log.info("run %d continues from step %d (%s)", m.index, m.step, m.run.state)
+
+
+def _member_tensors(ens: Ensemble, flat: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
+    """Member ``k``'s part of ``flat`` (laid out like the ensemble's weights), at its own width."""
+    cut = ens.select_like(ens.unflatten(flat), [k], ens.d_models[k])
+    return {name: t.cpu() for name, t in cut.items()}
+
+
+def _save_states(pack: _Pack) -> None:
+    """The state of every member that keeps one, written to its file."""
+    smooth, now = pack.smooth.tolist(), time.perf_counter()
+    for k, m in enumerate(pack.members):
+        if m.run.state is None or m.stop_reason is not None:
+            continue
+        state = RunState(
+            key=m.run.state_key(),
+            weights=_member_tensors(pack.ens, pack.ens.flat, k),
+            exp_avg=_member_tensors(pack.ens, pack.opt.exp_avg, k),
+            exp_avg_sq=_member_tensors(pack.ens, pack.opt.exp_avg_sq, k),
+            optimizer_steps=float(pack.opt.steps[k]),
+            smooth_loss=smooth[k],
+            step=m.step,
+            tokens=m.tokens,
+            train_s=m.train_s,
+            wall_s=now - m.start,
+            history=m.history,
+            budget=m.budget,
+            val_accuracy=m.val_acc,
+        )
+        save_state(m.run.state, state)
+    pack.saved_at = now
 
 
 def _advance(pack: _Pack, on_progress, done, progress_every: int) -> None:
@@ -314,6 +390,8 @@ def _advance(pack: _Pack, on_progress, done, progress_every: int) -> None:
         return
     for j, result in zip(ended, _finish(pack, ended), strict=True):
         done(pack.members[j].index, result)
+        if pack.members[j].run.state is not None:  # handed on: its state is spent
+            pack.members[j].run.state.unlink(missing_ok=True)
     left = [j for j in range(len(pack.members)) if j not in ended]
     if not left:
         pack.members = []
@@ -331,8 +409,14 @@ def step_pack(pack: _Pack) -> None:
     pack.opt.lr.copy_(torch.tensor(lr))
     step = pack.eager_step if pack.graphs is None else pack.graphs.step
     losses = step(x, y)
-    first = pack.members[0].step == 0
-    pack.smooth = losses if first else 0.95 * pack.smooth + 0.05 * losses
+    first = [m.step == 0 for m in pack.members]  # members resumed mid-run beside new ones differ
+    if all(first):
+        pack.smooth = losses
+    elif not any(first):
+        pack.smooth = 0.95 * pack.smooth + 0.05 * losses
+    else:
+        new = torch.tensor(first, device=losses.device)
+        pack.smooth = torch.where(new, losses, 0.95 * pack.smooth + 0.05 * losses)
     spent = time.perf_counter() - ts
     for m in pack.members:
         m.step += 1

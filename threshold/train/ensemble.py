@@ -236,6 +236,13 @@ class Ensemble:
             out[name] = part
         return out
 
+    def put_member(self, dst: torch.Tensor, i: int, tensors: dict[str, torch.Tensor]) -> None:
+        """Write member ``i``'s ``tensors`` (laid out like a one-member ensemble of its own width,
+        as :meth:`select_like` cuts them) into ``dst``, a buffer laid out like :attr:`flat`."""
+        views, d, r = self.unflatten(dst), self.d_models[i], self.cfg.mlp_ratio
+        for name, t in tensors.items():
+            _copy(views[name][i], self.width, t[0].to(dst.device), d, d, _LAYOUT[name][2], r)
+
     def forward(self, idx: torch.Tensor, cache: EnsembleCache | None = None) -> torch.Tensor:
         """Next-token logits (M, B, T, V) of every member for its tokens ``idx`` (M, B, T)."""
         p, cfg = self.params, self.cfg
