@@ -9,10 +9,12 @@ with the dashboard's own curve maths (:func:`threshold.search.notes.fit_accuracy
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
 from threshold.report.data import StudyData
@@ -21,10 +23,12 @@ from threshold.search.posterior import level_target
 
 __all__ = [
     "COLORS",
+    "LAYOUT_KEY",
     "budget_figure",
     "comparison_figure",
     "comparison_plotly",
     "curves_figure",
+    "layout",
     "level_accuracy",
     "study_figure",
     "study_style",
@@ -40,6 +44,7 @@ COLORS = [
 DASHES = [("-", "solid"), ("--", "dash"), (":", "dot")]
 LEGEND_INSIDE = 6  # more studies than this and the curves' legend moves beside the axes
 DPI = 110
+LAYOUT_KEY = "threshold:layout"  # the PNG text chunk that holds layout(fig)
 
 
 def study_style(i: int) -> tuple[str, tuple[str, str]]:
@@ -48,10 +53,36 @@ def study_style(i: int) -> tuple[str, tuple[str, str]]:
 
 
 def _save(fig: Figure, path: Path) -> Path:
+    """Write the PNG, with what a legibility check needs in its metadata (:func:`layout`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI)
+    fig.set_dpi(DPI)  # the layout below is the one saved
+    fig.draw_without_rendering()
+    fig.savefig(path, dpi=DPI, metadata={LAYOUT_KEY: json.dumps(layout(fig))})
     return path
+
+
+def layout(fig: Figure) -> dict:
+    """The drawn figure's panels and smallest text, in pixels of the PNG: ``axes`` (each
+    panel's [x, y, width, height] from the top left, secondary axes left out) and
+    ``min_font_px`` (the smallest visible text). A page shown at a scale multiplies both."""
+    height = fig.bbox.height
+    boxes = []
+    for ax in fig.axes:
+        if not ax.get_visible() or ax.__class__.__name__ == "SecondaryAxis":
+            continue
+        b = ax.get_window_extent()
+        boxes.append([round(b.x0), round(height - b.y1), round(b.width), round(b.height)])
+    sizes = [
+        t.get_fontsize()
+        for t in fig.findobj(Text)
+        if t.get_visible() and t.get_text().strip() and t.get_window_extent().width > 0
+    ]
+    return {
+        "axes": boxes,
+        "min_font_px": round(min(sizes) * DPI / 72, 1) if sizes else None,
+        "width": round(fig.bbox.width),
+    }
 
 
 def _thousands(value, _pos=None) -> str:
@@ -356,7 +387,8 @@ def budget_figure(studies: list[StudyData], styles: dict, path: Path) -> Path:
         "reduction factor against tokens (above 1: smaller; triangles: bounds)", fontsize=10
     )
     handles, labels = left.get_legend_handles_labels()  # one legend below both panels
-    fig.legend(handles, labels, loc="outside lower center", fontsize=8, frameon=False)
+    fig.legend(handles, labels, loc="outside lower center", fontsize=8, frameon=False,
+               ncols=min(3, len(labels)) or 1)  # fmt: skip
     return _save(fig, path)
 
 
@@ -435,7 +467,7 @@ def comparison_figure(groups, styles: dict, path: Path) -> Path:
             tick.set_fontweight("bold")
     left.set_ylim(-0.6, len(rows) - 0.4)
     _log_params_axis(left)
-    left.set_xlabel("80% point: total parameters (posterior median, 90% interval)")
+    left.set_xlabel("80% point in total parameters, 90% interval", fontsize=9)
     left.set_title("80% points (filled: the baseline)", fontsize=9.5)
     if with_factors:
         right = axes[1]
@@ -493,7 +525,7 @@ def comparison_figure(groups, styles: dict, path: Path) -> Path:
         right.margins(x=0.15)  # room for a bound's arrowhead and its label at the edge
         _log_ticks(right.xaxis, lambda v, _p: f"{v:g}x")
         right.grid(True, alpha=0.3)
-        right.set_xlabel("baseline's 80% point / study's (> 1: smaller)")
+        right.set_xlabel("factor = baseline / study (> 1: smaller)", fontsize=9)
         hollow = any(r.ratio is not None and r.ratio.kind == "size ratio" for _, r in rows if r)
         right.set_title(
             "factor, 90% interval" + (" (hollow: another op)" if hollow else ""), fontsize=9.5
@@ -626,7 +658,16 @@ def comparison_plotly(studies: list[StudyData], styles: dict):
         template="none",
         xaxis={"type": "log", "title": "total parameters", "showgrid": True},
         yaxis={"title": "measured-op test accuracy", "range": [0, 1.02], "showgrid": True},
-        legend={"font": {"size": 11}, "tracegroupgap": 2, "itemwidth": 30},
+        # Below the plot, across its width: beside it, long labels squeezed the plot.
+        legend={
+            "orientation": "h",
+            "x": 0,
+            "xanchor": "left",
+            "y": -0.14,
+            "yanchor": "top",
+            "font": {"size": 12},
+            "itemwidth": 30,
+        },
         updatemenus=[
             {
                 "type": "buttons",
@@ -641,6 +682,6 @@ def comparison_plotly(studies: list[StudyData], styles: dict):
             }
         ],
         margin={"l": 60, "r": 10, "t": 50, "b": 50},
-        height=540,
+        height=500 + 24 * len(runs_traces),  # the legend's rows below the plot
     )
     return fig
