@@ -82,9 +82,10 @@ def test_note_carries_the_estimate(tmp_path):
     )
     # What the study found, where the dashboard's study page shows it: the first of the study's
     # attributes (their table's first page), and the title of its figure.
-    assert next(iter(study.user_attrs.items())) == (RESULT_ATTR, headline.removeprefix("## "))
+    result = f"{estimate['params_p80']:,.0f} parameters, 90%: {lo:,.0f} - {hi:,.0f}"
+    assert next(iter(study.user_attrs.items())) == (RESULT_ATTR, result)
     title = figure_of(study)["layout"]["title"]["text"]
-    assert f"80% point: {estimate['params_p80']:,.0f} parameters</b> (90%: {lo:,.0f}" in title
+    assert f"80% point: {estimate['params_p80']:,.0f} parameters</b><br>90%: {lo:,.0f}" in title
     assert study.metric_names == ["max test accuracy (greedy)"]  # not "Objective 0"
     d_lo, d_hi = estimate["interval_d"]
     assert f"| 90% credible interval | {lo:,.0f} - {hi:,.0f} " in note
@@ -178,7 +179,8 @@ def test_the_dashboard_names_the_value_of_a_study_made_before(tmp_path):
     ((name, study_id),) = write_all_notes(storage, NOTE_RENDER)
     again = optuna.load_study(study_name=name, storage=storage)
     assert study_id == again._study_id and again.metric_names == ["max test accuracy (greedy)"]
-    assert again.user_attrs[RESULT_ATTR].startswith("MAX (listops mod 5): 80% point at ")
+    lo, hi = json.loads(again.user_attrs["estimate"])["interval_params"]
+    assert again.user_attrs[RESULT_ATTR].endswith(f" parameters, 90%: {lo:,.0f} - {hi:,.0f}")
 
 
 def test_worker_import_stays_light(loaded_by):

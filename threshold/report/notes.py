@@ -24,6 +24,7 @@ __all__ = [
     "Note",
     "near_transition_words",
     "note_markdown",
+    "result_words",
     "transition_figure",
 ]
 
@@ -259,14 +260,8 @@ def transition_figure(estimate: dict | None, runs: Sequence[Run], level: float =
             )
         )
     fig.update_layout(
-        # Below the mode bar (plotly's buttons, top right), which hid the end of a long title.
-        title={
-            "text": _figure_title(est, runs, point),
-            "x": 0.02,
-            "xanchor": "left",
-            "y": 0.93,
-            "yanchor": "top",
-        },
+        # Its first line is short: the mode bar (plotly's buttons, top right) hid a long one.
+        title={"text": _figure_title(est, runs, point), "x": 0.02, "xanchor": "left"},
         template="none",  # plotly's default template adds ~10 kB of JSON to every save
         xaxis={"type": "log", "title": "total parameters", "showgrid": True},
         yaxis={"title": "accuracy (measured op)", "range": [0, 1.02], "showgrid": True},
@@ -286,9 +281,21 @@ def _figure_title(est: dict, runs: Sequence[Run], point: str) -> str:
     lo, hi = est["interval_params"]
     d = f", d = {est['d_p80']:.1f}" if est.get("d_p80") else ""
     return (
-        f"<b>{point}: {_n(est['params_p80'])} parameters</b> (90%: {_n(lo)} - {_n(hi)}){d}"
-        f"<br>accuracy against size, {len(runs)} runs"
+        f"<b>{point}: {_n(est['params_p80'])} parameters</b><br>90%: {_n(lo)} - {_n(hi)}{d}; "
+        f"accuracy against size, {len(runs)} runs"
     )
 
 
-NOTE_RENDER = NoteRender(note_markdown, transition_figure)  # what the workers write notes with
+def result_words(estimate: dict | None, runs: Sequence[Run]) -> str:
+    """The 80% point in a few words: ``2,371 parameters, 90%: 1,506 - 4,975``."""
+    est = estimate or {}
+    if not runs:
+        return "no runs yet"
+    if not (est.get("interval_params") and len(runs) >= MIN_RUNS):
+        return f"{len(runs)} runs: too few for an estimate"
+    lo, hi = est["interval_params"]
+    return f"{_n(est['params_p80'])} parameters, 90%: {_n(lo)} - {_n(hi)}"
+
+
+# What the workers and `threshold dashboard` write notes with.
+NOTE_RENDER = NoteRender(note_markdown, transition_figure, result_words)

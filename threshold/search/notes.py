@@ -1,7 +1,7 @@
 """Study notes for optuna-dashboard: the current transition estimate in words and as a curve.
 
 Each threshold study carries a Markdown note (optuna-dashboard's ``save_note``) with the 80%
-point in parameters and in d, its 90% interval (its headline also as the study user attribute
+point in parameters and in d, its 90% interval (also in a few words as the study user attribute
 ``80% point``, which the dashboard's study page lists; a new study sets it first, so it is on
 the list's first page), the midpoint, the asymptote, the runs done, why
 the study stopped, and a summary of its settings; and a plotly figure (``save_plotly_graph_object``)
@@ -101,10 +101,13 @@ def fit_accuracy(fit: dict, params) -> np.ndarray:
 @dataclass(frozen=True)
 class NoteRender:
     """How a note is worded and drawn: ``markdown(settings, estimate, runs, *, n_running,
-    status, attrs, bracket_d) -> str`` and ``figure(estimate, runs, level) -> plotly figure``."""
+    status, attrs, bracket_d) -> str``, ``figure(estimate, runs, level) -> plotly figure`` and
+    ``result(estimate, runs) -> str``, the finding in a few words (the ``80% point`` attribute:
+    optuna-dashboard's attribute table cuts a longer value)."""
 
     markdown: Callable[..., str]
     figure: Callable[..., object]
+    result: Callable[..., str]
 
 
 def write_note(
@@ -133,9 +136,9 @@ def write_note(
         figure = render.figure(estimate, completed_runs(view, policy), settings.search.level)
         save_plotly_graph_object(study, figure, graph_object_id=FIGURE_ID)
         save_note(study, body)
-    headline = body.lstrip("#").split("\n", 1)[0].strip()
-    if view.attrs.get(RESULT_ATTR) != headline:  # the study page's attribute table shows it
-        study.set_user_attr(RESULT_ATTR, headline)
+    result = render.result(estimate, completed_runs(view, policy))
+    if view.attrs.get(RESULT_ATTR) != result:  # the study page's attribute table shows it
+        study.set_user_attr(RESULT_ATTR, result)
     return body
 
 
