@@ -10,6 +10,7 @@ with the dashboard's own curve maths (:func:`threshold.search.notes.fit_accuracy
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -393,14 +394,16 @@ def budget_figure(studies: list[StudyData], styles: dict, path: Path) -> Path:
 
 
 def comparison_figure(groups, styles: dict, path: Path) -> Path:
-    """The headline: a block of rows for each baseline (``groups``, view Groups), each study's
-    80% point with its 90% interval on the left and, in a group with a baseline, its
+    """The headline: a block of rows for each baseline (``groups``, view Groups; a row labelled
+    without what its block's title says), each study's 80% point with its 90% interval on the
+    left and, in a group with a baseline, its
     factor against it with its 90% interval on the right (hollow: a size ratio, another op)."""
     rows = []  # (y label, row or None for a group's title)
     for g in groups:
         title = f"against {g.baseline_label}" if g.baseline else "no baseline"
         rows.append((title, None))
-        rows.extend((r.label, r) for r in g.rows)
+        for r in g.rows:
+            rows.append((_within(r.label, g.baseline_label) if g.baseline else r.label, r))
     with_factors = any(g.baseline for g in groups)
     height = 1.0 + 0.3 * len(rows)
     fig = Figure(figsize=(10.5 if with_factors else 8.2, height), layout="constrained")
@@ -531,6 +534,21 @@ def comparison_figure(groups, styles: dict, path: Path) -> Path:
             "factor, 90% interval" + (" (hollow: another op)" if hollow else ""), fontsize=9.5
         )
     return _save(fig, path)
+
+
+def _within(label: str, baseline: str) -> str:
+    """A study's label under its group's title (``against ADD, mod 10 (recipe B)``), without what
+    the title says: the testbed and modulus, and the baseline's bracketed words (its recipe).
+    ``ADD in MAX+MED+ADD, mod 10 (recipe B; ADD nodes matched)`` becomes ``ADD in MAX+MED+ADD
+    (ADD nodes matched)``; a label of another form is kept whole."""
+    where, _, extras = baseline.partition(", ")[2].partition(" (")
+    shared = set(extras.removesuffix(")").split("; ")) if extras else set()
+    head, found, rest = label.partition(f", {where}")
+    parts = re.fullmatch(r"(?: \((.*)\))?( \[\w+\])?", rest) if found and where else None
+    if parts is None:
+        return label
+    keep = [w for w in (parts[1] or "").split("; ") if w and w not in shared]
+    return head + (f" ({'; '.join(keep)})" if keep else "") + (parts[2] or "")
 
 
 def transfer_figure(t: dict, path: Path) -> Path:
