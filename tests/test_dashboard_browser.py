@@ -59,6 +59,8 @@ def dashboard(study, tmp_path_factory):
         match = re.search(r"http://127\.0\.0\.1:\d+/", line)
         assert match, f"no URL in {line!r}; stderr: {(tmp / 'stderr').read_text()}"
         assert f"optuna-dashboard on {url} (1 studies)" in line
+        note = proc.stdout.readline()  # each study's Note page, where its findings are
+        assert re.search(r"^  \S+: http://127\.0\.0\.1:\d+/dashboard/studies/\d+/note$", note), note
         yield match.group(0)
     finally:
         proc.send_signal(signal.SIGINT)  # what Ctrl-C does
@@ -141,6 +143,12 @@ def test_pages_in_a_browser(study, dashboard, browser, tmp_path):
     )
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", curve)
     page_shows("logistic fit" if estimate.get("fit") else "runs", "total parameters")
+    # What the study found, where its page shows it: the figure's title, the first study
+    # attribute, and the value's name (not "Objective 0") in the history and best-trial panels.
+    p80 = f"{estimate['params_p80']:,.0f} parameters"
+    text = page_shows(f"80% point: {p80}", "max test accuracy (greedy)")
+    assert "Objective 0" not in text
+    assert re.search(rf"80%\s+point\s+{re.escape(p80)}, 90%: ", text), text
     screenshot("curve")
     # The trial list shows every trial, and the selected trial's checkpoint.
     browser.get(study_page + "/trials")

@@ -294,6 +294,6 @@ def test_the_small_recipe_round_trips_through_a_study_and_a_report(tmp_path, mon
     _, stored = load_study(name, open_storage(url))
     assert stored == settings and stored.model_config(8).init_std == 0.02
     out = tmp_path / "report"
-    write_report(collect(url, [name], [name]), out, shared_plotly=tmp_path / "plotly.min.js")
+    write_report(collect(url, [name], [name]), out)
     summary = (out / "summary.md").read_text()
     assert "small" in summary and "## Budget" in summary

@@ -142,7 +142,7 @@ def test_a_baseline_that_never_learns_gives_a_bound(studies):
     assert joint.budget_reduction[1]["bound"]["value"] == pytest.approx(r["bound"]["value"])
 
     out = tmp / "never"
-    results = write_report(collected, out, shared_plotly=tmp / "plotly.min.js")
+    results = write_report(collected, out)
     value = f"{r['bound']['value']:.3g}x"
     finding = next(f for f in results["findings"] if f.startswith(joint.label + ":"))
     assert f"at least {value} smaller than" in finding
@@ -178,7 +178,7 @@ def test_located_studies_give_a_point_with_its_interval(studies):
     assert r["form"] == "point" and r["bound"] is None
     lo, hi = r["interval"]
     assert 1 < lo <= r["factor"] <= hi  # MAX alone needs the larger model
-    results = write_report(collected, tmp / "located", shared_plotly=tmp / "plotly.min.js")
+    results = write_report(collected, tmp / "located")
     finding = next(f for f in results["findings"] if f.startswith(joint.label + ":"))
     assert f"90%: {lo:.2f} - {hi:.2f}x" in finding and "at least" not in finding
     # the budget's half-way checkpoint: all at chance, no factor; the end: the point
@@ -194,7 +194,7 @@ def test_the_small_recipe_round_trips_through_a_study_and_a_report(studies):
     assert s.settings.recipe == "small" and s.settings.model_config(8).init_std == 0.02
     assert s.label.startswith("MAX, mod 5 (small")
     out = tmp / "small"
-    results = write_report(collected, out, shared_plotly=tmp / "plotly.min.js")
+    results = write_report(collected, out)
     assert results["comparison"][0]["label"] == s.label
     data = results["studies"][0]["data"]
     assert data["title"] == s.label and data["settings"]["train"]["recipe"] == "small"

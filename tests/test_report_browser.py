@@ -1,6 +1,11 @@
 """The report page in headless Chromium at 1280 x 900: it fits the width, the transitions table's
 rows are one or two lines, every figure loads, the plotly figure is drawn, nothing is fetched from
-the network; and a full-page screenshot to look at.
+the network or from outside the report's folder; and a full-page screenshot to look at.
+
+Legibility, as shown at 1280 px: no figure is shrunk much below its drawn size, each panel of the
+report's own figures is wide enough to read and its smallest text stays readable (from the
+panels' boxes and font size each PNG records, ``threshold.report.figures.layout``), and the
+plotly figure's legend leaves the plot most of the width.
 
 Two pages: the session's report (``built_report`` in conftest.py: three tiny studies, a baseline,
 an analysed trial and a transfer file) and the committed showcase ``reports/cpu/all/`` (14 studies,
@@ -22,6 +27,10 @@ SHOTS = Path("/tmp/threshold-report-shots")
 WAIT_S = 90
 WIDTH, HEIGHT = 1280, 900  # a laptop's browser window
 MAX_ROW_PX = 60  # two lines of the table's 13 px text, with padding
+MIN_SCALE = 0.85  # a figure is shown at least this share of its drawn width
+MIN_PANEL_PX = 250  # each panel of a report figure, as shown
+MIN_TEXT_PX = 10  # the smallest text of a report figure, as shown
+MIN_PLOT_SHARE = 0.8  # of the plotly figure's width, left to the plot beside its legend
 SHOWCASE = Path(__file__).resolve().parents[1] / "reports" / "cpu" / "all"
 
 
@@ -58,6 +67,7 @@ def look(browser, page: Path, shot: Path) -> dict:
     )
     broken = [src for src, done, width in images if not (done and width > 0)]
     assert not broken, broken
+    figures = legibility(browser, page)
 
     # The plotly figure is drawn: its SVG, one legend entry a fitted study.
     plot = wait.until(
@@ -77,6 +87,20 @@ def look(browser, page: Path, shot: Path) -> dict:
     )
     assert any(u.endswith("/plotly.min.js") for u in urls)
     assert all(u.startswith("file://") for u in urls), urls
+    folder = page.parent.resolve().as_uri() + "/"
+    outside = [u for u in urls if not u.split("#")[0].startswith(folder)]
+    assert not outside, f"the page uses files outside its folder: {outside}"
+
+    # The legend does not squeeze the plot.
+    plot_width, area_width, legend_px = browser.execute_script(
+        "const p = arguments[0], a = p.querySelector('.draglayer .xy .nsewdrag'),"
+        " t = p.querySelector('.legend .traces text');"
+        "return [p.getBoundingClientRect().width, a.getBoundingClientRect().width,"
+        " t ? parseFloat(getComputedStyle(t).fontSize) : null];",
+        plot,
+    )
+    assert area_width >= MIN_PLOT_SHARE * plot_width, (area_width, plot_width)
+    assert legend_px is None or legend_px >= MIN_TEXT_PX, legend_px
 
     # A warning is shown in the warning colour, not as a success.
     colours = browser.execute_script(
@@ -109,9 +133,38 @@ def look(browser, page: Path, shot: Path) -> dict:
         "warnings": len(colours),
         "height": height,
         "screenshot": str(SHOTS / shot.name),
+        "plot_area_share": round(area_width / plot_width, 3),
+        "smallest_figure_scale": min(f["scale"] for f in figures),
+        "narrowest_panel_px": min((p for f in figures for p in f["panels_px"]), default=None),
+        "smallest_text_px": min((f["text_px"] for f in figures if f["text_px"]), default=None),
     }
     print(json.dumps(measured))
     return measured | {"traces_list": traces, "plot_text": plot.text, "images_list": images}
+
+
+def legibility(browser, page: Path) -> list[dict]:
+    """Each figure as shown: its scale (shown / drawn width) and, for a report figure, its panels'
+    widths and smallest text in CSS pixels; asserts each is readable."""
+    from PIL import Image
+
+    from threshold.report.figures import LAYOUT_KEY
+
+    shown = browser.execute_script(
+        "return Array.from(document.images, i => [i.getAttribute('src'),"
+        " i.getBoundingClientRect().width, i.naturalWidth]);"
+    )
+    out = []
+    for src, width, natural in shown:
+        scale = width / natural
+        assert scale >= MIN_SCALE, f"{src} is shown at {width:.0f} of its {natural} px"
+        with Image.open(page.parent / src) as png:
+            drawn = json.loads(png.text.get(LAYOUT_KEY, "null") or "null")
+        panels = [round(w * scale) for _, _, w, _ in drawn["axes"]] if drawn else []
+        text = round(drawn["min_font_px"] * scale, 1) if drawn and drawn["min_font_px"] else None
+        assert all(p >= MIN_PANEL_PX for p in panels), f"{src}: panels {panels} px wide"
+        assert text is None or text >= MIN_TEXT_PX, f"{src}: text {text} px high"
+        out.append({"src": src, "scale": round(scale, 3), "panels_px": panels, "text_px": text})
+    return out
 
 
 def test_report_page_in_a_browser(built_report, browser, tmp_path):

@@ -54,7 +54,7 @@ def test_a_report_shows_the_estimate_and_factor_at_each_checkpoint(studies):
     assert "another recipe" in by_name[other_recipe].reduction_note
 
     out = tmp / "report"
-    results = write_report(collected, out, shared_plotly=tmp / "plotly.min.js")
+    results = write_report(collected, out)
     assert (out / "budget.png").stat().st_size > 10_000
     assert "## Budget" in (out / "summary.md").read_text()
     assert 'id="budget-table"' in (out / "index.html").read_text()

@@ -16,7 +16,12 @@ from threshold.search.policy import decide
 from threshold.search.record import read_study
 from threshold.search.sampler import PARAM, TransitionSampler
 from threshold.search.spec import StudySettings
-from threshold.search.study import SearchConfig, create_or_load_study, open_storage
+from threshold.search.study import (
+    RESULT_ATTR,
+    SearchConfig,
+    create_or_load_study,
+    open_storage,
+)
 from threshold.search.worker import refresh_estimate
 from threshold.tasks import TaskConfig
 from threshold.train import TrainConfig
@@ -73,8 +78,15 @@ def test_note_carries_the_estimate(tmp_path):
     headline = note.splitlines()[0]
     assert headline == (
         f"## MAX (listops mod 5): 80% point at {estimate['params_p80']:,.0f} parameters "
-        f"(d = {estimate['d_p80']:.1f})"
+        f"(90%: {lo:,.0f} - {hi:,.0f}; d = {estimate['d_p80']:.1f})"
     )
+    # What the study found, where the dashboard's study page shows it: the first of the study's
+    # attributes (their table's first page), and the title of its figure.
+    result = f"{estimate['params_p80']:,.0f} parameters, 90%: {lo:,.0f} - {hi:,.0f}"
+    assert next(iter(study.user_attrs.items())) == (RESULT_ATTR, result)
+    title = figure_of(study)["layout"]["title"]["text"]
+    assert f"80% point: {estimate['params_p80']:,.0f} parameters</b><br>90%: {lo:,.0f}" in title
+    assert study.metric_names == ["max test accuracy (greedy)"]  # not "Objective 0"
     d_lo, d_hi = estimate["interval_d"]
     assert f"| 90% credible interval | {lo:,.0f} - {hi:,.0f} " in note
     assert f"| {d_lo:.1f} - {d_hi:.1f} |" in note
@@ -108,7 +120,7 @@ def test_few_runs_say_so(tmp_path, n_runs):
     if n_runs:
         estimate = refresh_estimate(study, sampler, NOTE_RENDER)
         assert estimate["fit"] is None  # fewer than 5 runs
-    assert write_all_notes(study._storage, NOTE_RENDER) == [study.study_name]
+    assert [n for n, _ in write_all_notes(study._storage, NOTE_RENDER)] == [study.study_name]
     note = get_note(study)
     if n_runs < 3:
         assert "too few runs for an estimate" in note.splitlines()[0]
@@ -145,7 +157,7 @@ def test_unchanged_note_is_left_alone_and_other_studies_too(tmp_path):
     refresh_estimate(study, sampler, NOTE_RENDER)
     storage = study._storage
     other = optuna.create_study(study_name="not-ours", storage=storage)
-    assert write_all_notes(storage, NOTE_RENDER) == [study.study_name]
+    assert [n for n, _ in write_all_notes(storage, NOTE_RENDER)] == [study.study_name]
     assert system_attrs(study)["dashboard:note_ver"] == 1  # same text: not written again
     assert get_note(other) == "" and not system_attrs(other)
     # A new run changes the note, and its figure gets the new point.
@@ -154,6 +166,21 @@ def test_unchanged_note_is_left_alone_and_other_studies_too(tmp_path):
     assert system_attrs(study)["dashboard:note_ver"] == 2
     assert "**Runs**: 6 done" in get_note(study)
     assert len(figure_of(study)["data"][-1]["x"]) == 6
+
+
+def test_the_dashboard_names_the_value_of_a_study_made_before(tmp_path):
+    """A study made before its value had a name gets one, and its finding as an attribute, when
+    the notes are written (what `threshold dashboard` does at start-up)."""
+    study, sampler = make_study(tmp_path, SIZES[:5])
+    storage = study._storage
+    storage.set_study_system_attr(study._study_id, "study:metric_names", None)
+    refresh_estimate(study, sampler, NOTE_RENDER)
+    assert optuna.load_study(study_name=study.study_name, storage=storage).metric_names is None
+    ((name, study_id),) = write_all_notes(storage, NOTE_RENDER)
+    again = optuna.load_study(study_name=name, storage=storage)
+    assert study_id == again._study_id and again.metric_names == ["max test accuracy (greedy)"]
+    lo, hi = json.loads(again.user_attrs["estimate"])["interval_params"]
+    assert again.user_attrs[RESULT_ATTR].endswith(f" parameters, 90%: {lo:,.0f} - {hi:,.0f}")
 
 
 def test_worker_import_stays_light(loaded_by):

@@ -36,12 +36,15 @@ def dashboard(
             from threshold.report.notes import NOTE_RENDER
             from threshold.search.notes import write_all_notes
 
-            names = write_all_notes(db, NOTE_RENDER)
+            studies = write_all_notes(db, NOTE_RENDER)
             server.set_app(wsgi(db, artifact_store=artifact_store(url)))
+            base = f"http://{host}:{server.server_port}/"
             typer.echo(
-                f"optuna-dashboard on {url} ({len(names)} studies) at "
-                f"http://{host}:{server.server_port}/ (Ctrl-C to stop)"
+                f"optuna-dashboard on {url} ({len(studies)} studies) at {base} (Ctrl-C to stop)"
             )
+            # Each study's note first: optuna-dashboard opens a study on its generic panels.
+            for name, study_id in studies:
+                typer.echo(f"  {name}: {base}dashboard/studies/{study_id}/note")
             server.serve_forever()
         except KeyboardInterrupt:
             typer.echo("dashboard stopped", err=True)

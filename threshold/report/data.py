@@ -73,6 +73,8 @@ __all__ = [
     "label",
     "locate_transitions",
     "read_transfer",
+    "recipe_of",
+    "recipe_tags",
     "step_cost",
     "study_title",
     "where",
@@ -190,15 +192,16 @@ class Collected:
     git_commit: str = ""
 
 
-def study_title(settings: StudySettings) -> str:
-    """``ADD in MAX+MED+ADD, mod 10``; ``ADD after MAX+MED, mod 10`` with pretraining; a recipe
-    other than plain ``fast`` and exposure control in brackets."""
+def study_title(settings: StudySettings, recipe: str | None = None) -> str:
+    """``ADD in MAX+MED+ADD, mod 10``; ``ADD after MAX+MED, mod 10`` with pretraining; the recipe
+    (``recipe``, default: its words, nothing for plain ``fast``), weights and exposure control in
+    brackets."""
     task = settings.task
     measured = task.measured_op.upper()
     where = f"mod {task.n}" if task.testbed == "listops" else f"{task.testbed} S_{task.n}"
     mix = "" if tuple(task.ops) == (task.measured_op,) else f" in {'+'.join(task.ops).upper()}"
     before = f" after {'+'.join(settings.pretrain).upper()}" if settings.pretrain else ""
-    extra = [recipe_words(settings.train, dict(settings.model))]
+    extra = [recipe_words(settings.train, dict(settings.model)) if recipe is None else recipe]
     if task.weights is not None:
         pairs = zip(task.ops, task.weights, strict=True)
         extra.append("weights " + ",".join(f"{o}={w:g}" for o, w in pairs))
@@ -208,9 +211,32 @@ def study_title(settings: StudySettings) -> str:
     return f"{measured}{mix}{before}, {where}" + (f" ({words})" if words else "")
 
 
+def recipe_of(settings: StudySettings) -> str:
+    """The recipe in words: ``fast``, or ``fast + init_std 0.02, weight_decay 0.01``."""
+    return recipe_words(settings.train, dict(settings.model)) or "fast"
+
+
+def recipe_tags(studies: Sequence[StudyData]) -> dict[str, str]:
+    """A short name for each recipe of the report (its words: :func:`recipe_of`), for labels.
+
+    Recipes that are all named ones unchanged (``fast``, ``small``) keep their names, and a
+    report of plain ``fast`` alone needs none; otherwise, several recipes are ``recipe A``,
+    ``recipe B``, ... in the order of the studies, and a report of one recipe needs none. The
+    report's recipe table gives each in full.
+    """
+    recipes = list(dict.fromkeys(recipe_of(s.settings) for s in studies))
+    if all(" + " not in r for r in recipes):
+        return {r: "" if recipes == ["fast"] else r for r in recipes}
+    if len(recipes) == 1:
+        return {recipes[0]: ""}
+    return {r: f"recipe {chr(ord('A') + i)}" for i, r in enumerate(recipes)}
+
+
 def label(studies: list[StudyData]) -> None:
-    """Titles, with the name's hash where two studies share a title."""
-    titles = [study_title(s.settings) for s in studies]
+    """Short labels for legends and tables: the study's title with its recipe's short name
+    (:func:`recipe_tags`), and the name's hash where two studies share one."""
+    tags = recipe_tags(studies)
+    titles = [study_title(s.settings, tags[recipe_of(s.settings)]) for s in studies]
     for s, title in zip(studies, titles, strict=True):
         shared = titles.count(title) > 1
         s.label = f"{title} [{s.name.rsplit('-', 1)[-1]}]" if shared else title

@@ -9,10 +9,13 @@ with the dashboard's own curve maths (:func:`threshold.search.notes.fit_accuracy
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
 from threshold.report.data import StudyData
@@ -21,10 +24,12 @@ from threshold.search.posterior import level_target
 
 __all__ = [
     "COLORS",
+    "LAYOUT_KEY",
     "budget_figure",
     "comparison_figure",
     "comparison_plotly",
     "curves_figure",
+    "layout",
     "level_accuracy",
     "study_figure",
     "study_style",
@@ -40,6 +45,7 @@ COLORS = [
 DASHES = [("-", "solid"), ("--", "dash"), (":", "dot")]
 LEGEND_INSIDE = 6  # more studies than this and the curves' legend moves beside the axes
 DPI = 110
+LAYOUT_KEY = "threshold:layout"  # the PNG text chunk that holds layout(fig)
 
 
 def study_style(i: int) -> tuple[str, tuple[str, str]]:
@@ -48,10 +54,36 @@ def study_style(i: int) -> tuple[str, tuple[str, str]]:
 
 
 def _save(fig: Figure, path: Path) -> Path:
+    """Write the PNG, with what a legibility check needs in its metadata (:func:`layout`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI)
+    fig.set_dpi(DPI)  # the layout below is the one saved
+    fig.draw_without_rendering()
+    fig.savefig(path, dpi=DPI, metadata={LAYOUT_KEY: json.dumps(layout(fig))})
     return path
+
+
+def layout(fig: Figure) -> dict:
+    """The drawn figure's panels and smallest text, in pixels of the PNG: ``axes`` (each
+    panel's [x, y, width, height] from the top left, secondary axes left out) and
+    ``min_font_px`` (the smallest visible text). A page shown at a scale multiplies both."""
+    height = fig.bbox.height
+    boxes = []
+    for ax in fig.axes:
+        if not ax.get_visible() or ax.__class__.__name__ == "SecondaryAxis":
+            continue
+        b = ax.get_window_extent()
+        boxes.append([round(b.x0), round(height - b.y1), round(b.width), round(b.height)])
+    sizes = [
+        t.get_fontsize()
+        for t in fig.findobj(Text)
+        if t.get_visible() and t.get_text().strip() and t.get_window_extent().width > 0
+    ]
+    return {
+        "axes": boxes,
+        "min_font_px": round(min(sizes) * DPI / 72, 1) if sizes else None,
+        "width": round(fig.bbox.width),
+    }
 
 
 def _thousands(value, _pos=None) -> str:
@@ -356,19 +388,22 @@ def budget_figure(studies: list[StudyData], styles: dict, path: Path) -> Path:
         "reduction factor against tokens (above 1: smaller; triangles: bounds)", fontsize=10
     )
     handles, labels = left.get_legend_handles_labels()  # one legend below both panels
-    fig.legend(handles, labels, loc="outside lower center", fontsize=8, frameon=False)
+    fig.legend(handles, labels, loc="outside lower center", fontsize=8, frameon=False,
+               ncols=min(3, len(labels)) or 1)  # fmt: skip
     return _save(fig, path)
 
 
 def comparison_figure(groups, styles: dict, path: Path) -> Path:
-    """The headline: a block of rows for each baseline (``groups``, view Groups), each study's
-    80% point with its 90% interval on the left and, in a group with a baseline, its
+    """The headline: a block of rows for each baseline (``groups``, view Groups; a row labelled
+    without what its block's title says), each study's 80% point with its 90% interval on the
+    left and, in a group with a baseline, its
     factor against it with its 90% interval on the right (hollow: a size ratio, another op)."""
     rows = []  # (y label, row or None for a group's title)
     for g in groups:
         title = f"against {g.baseline_label}" if g.baseline else "no baseline"
         rows.append((title, None))
-        rows.extend((r.label, r) for r in g.rows)
+        for r in g.rows:
+            rows.append((_within(r.label, g.baseline_label) if g.baseline else r.label, r))
     with_factors = any(g.baseline for g in groups)
     height = 1.0 + 0.3 * len(rows)
     fig = Figure(figsize=(10.5 if with_factors else 8.2, height), layout="constrained")
@@ -435,7 +470,7 @@ def comparison_figure(groups, styles: dict, path: Path) -> Path:
             tick.set_fontweight("bold")
     left.set_ylim(-0.6, len(rows) - 0.4)
     _log_params_axis(left)
-    left.set_xlabel("80% point: total parameters (posterior median, 90% interval)")
+    left.set_xlabel("80% point in total parameters, 90% interval", fontsize=9)
     left.set_title("80% points (filled: the baseline)", fontsize=9.5)
     if with_factors:
         right = axes[1]
@@ -493,12 +528,27 @@ def comparison_figure(groups, styles: dict, path: Path) -> Path:
         right.margins(x=0.15)  # room for a bound's arrowhead and its label at the edge
         _log_ticks(right.xaxis, lambda v, _p: f"{v:g}x")
         right.grid(True, alpha=0.3)
-        right.set_xlabel("baseline's 80% point / study's (> 1: smaller)")
+        right.set_xlabel("factor = baseline / study (> 1: smaller)", fontsize=9)
         hollow = any(r.ratio is not None and r.ratio.kind == "size ratio" for _, r in rows if r)
         right.set_title(
             "factor, 90% interval" + (" (hollow: another op)" if hollow else ""), fontsize=9.5
         )
     return _save(fig, path)
+
+
+def _within(label: str, baseline: str) -> str:
+    """A study's label under its group's title (``against ADD, mod 10 (recipe B)``), without what
+    the title says: the testbed and modulus, and the baseline's bracketed words (its recipe).
+    ``ADD in MAX+MED+ADD, mod 10 (recipe B; ADD nodes matched)`` becomes ``ADD in MAX+MED+ADD
+    (ADD nodes matched)``; a label of another form is kept whole."""
+    where, _, extras = baseline.partition(", ")[2].partition(" (")
+    shared = set(extras.removesuffix(")").split("; ")) if extras else set()
+    head, found, rest = label.partition(f", {where}")
+    parts = re.fullmatch(r"(?: \((.*)\))?( \[\w+\])?", rest) if found and where else None
+    if parts is None:
+        return label
+    keep = [w for w in (parts[1] or "").split("; ") if w and w not in shared]
+    return head + (f" ({'; '.join(keep)})" if keep else "") + (parts[2] or "")
 
 
 def transfer_figure(t: dict, path: Path) -> Path:
@@ -626,7 +676,16 @@ def comparison_plotly(studies: list[StudyData], styles: dict):
         template="none",
         xaxis={"type": "log", "title": "total parameters", "showgrid": True},
         yaxis={"title": "measured-op test accuracy", "range": [0, 1.02], "showgrid": True},
-        legend={"font": {"size": 11}, "tracegroupgap": 2, "itemwidth": 30},
+        # Below the plot, across its width: beside it, long labels squeezed the plot.
+        legend={
+            "orientation": "h",
+            "x": 0,
+            "xanchor": "left",
+            "y": -0.14,
+            "yanchor": "top",
+            "font": {"size": 12},
+            "itemwidth": 30,
+        },
         updatemenus=[
             {
                 "type": "buttons",
@@ -641,6 +700,6 @@ def comparison_plotly(studies: list[StudyData], styles: dict):
             }
         ],
         margin={"l": 60, "r": 10, "t": 50, "b": 50},
-        height=540,
+        height=500 + 24 * len(runs_traces),  # the legend's rows below the plot
     )
     return fig

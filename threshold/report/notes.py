@@ -24,6 +24,7 @@ __all__ = [
     "Note",
     "near_transition_words",
     "note_markdown",
+    "result_words",
     "transition_figure",
 ]
 
@@ -258,16 +259,43 @@ def transition_figure(estimate: dict | None, runs: Sequence[Run], level: float =
                 hovertemplate="%{text}<br>%{x:,} params, accuracy %{y:.3f}<extra></extra>",
             )
         )
-    title = "accuracy against size" if runs else "accuracy against size: no runs yet"
     fig.update_layout(
-        title={"text": title, "x": 0.02, "xanchor": "left"},  # clear of the plot's mode bar
+        # Its first line is short: the mode bar (plotly's buttons, top right) hid a long one.
+        title={"text": _figure_title(est, runs, point), "x": 0.02, "xanchor": "left"},
         template="none",  # plotly's default template adds ~10 kB of JSON to every save
         xaxis={"type": "log", "title": "total parameters", "showgrid": True},
         yaxis={"title": "accuracy (measured op)", "range": [0, 1.02], "showgrid": True},
         legend={"orientation": "h", "y": -0.25},
-        margin={"l": 60, "r": 20, "t": 50, "b": 90},
+        margin={"l": 60, "r": 20, "t": 90, "b": 90},
     )
     return fig
 
 
-NOTE_RENDER = NoteRender(note_markdown, transition_figure)  # what the workers write notes with
+def _figure_title(est: dict, runs: Sequence[Run], point: str) -> str:
+    """What the study found, on top of its figure (the dashboard's study page shows the figure,
+    not the note): the 80% point and its interval, or why there is none yet."""
+    if not runs:
+        return "accuracy against size: no runs yet"
+    if not (est.get("interval_params") and len(runs) >= MIN_RUNS):
+        return f"accuracy against size: {len(runs)} runs, too few for an estimate"
+    lo, hi = est["interval_params"]
+    d = f", d = {est['d_p80']:.1f}" if est.get("d_p80") else ""
+    return (
+        f"<b>{point}: {_n(est['params_p80'])} parameters</b><br>90%: {_n(lo)} - {_n(hi)}{d}; "
+        f"accuracy against size, {len(runs)} runs"
+    )
+
+
+def result_words(estimate: dict | None, runs: Sequence[Run]) -> str:
+    """The 80% point in a few words: ``2,371 parameters, 90%: 1,506 - 4,975``."""
+    est = estimate or {}
+    if not runs:
+        return "no runs yet"
+    if not (est.get("interval_params") and len(runs) >= MIN_RUNS):
+        return f"{len(runs)} runs: too few for an estimate"
+    lo, hi = est["interval_params"]
+    return f"{_n(est['params_p80'])} parameters, 90%: {_n(lo)} - {_n(hi)}"
+
+
+# What the workers and `threshold dashboard` write notes with.
+NOTE_RENDER = NoteRender(note_markdown, transition_figure, result_words)

@@ -18,7 +18,14 @@ import dataclasses
 from dataclasses import dataclass
 
 from threshold.config import recipe_fields
-from threshold.report.data import Collected, StudyData, study_title, where
+from threshold.report.data import (
+    Collected,
+    StudyData,
+    recipe_of,
+    recipe_tags,
+    study_title,
+    where,
+)
 from threshold.report.notes import near_transition_words
 from threshold.report.results import FORMAT
 from threshold.search.record import Estimate
@@ -28,6 +35,7 @@ __all__ = [
     "EfficiencyRow",
     "Group",
     "Ratio",
+    "RecipeView",
     "Report",
     "Row",
     "RunRow",
@@ -240,6 +248,16 @@ class BudgetRow:
 
 
 @dataclass(frozen=True)
+class RecipeView:
+    """One recipe of the report's studies, every field of it: what a label's short name means."""
+
+    tag: str  # its short name in the labels ("recipe A", "small"), "" for the report's only one
+    words: str  # "fast + init_std 0.02, weight_decay 0.01": its named recipe and the changes
+    n_studies: int
+    fields: tuple[tuple[str, str], ...]  # (field, value); "varies" where its studies differ
+
+
+@dataclass(frozen=True)
 class Report:
     format: str
     created: str  # when the studies were read
@@ -264,6 +282,15 @@ class Report:
     efficiency: tuple[EfficiencyRow, ...]
     pretraining_excluded: bool
     budget: tuple[BudgetRow, ...] = ()  # studies with checkpoints, in page order
+    recipes: tuple[RecipeView, ...] = ()  # in the order the labels letter them
+
+    @property
+    def recipe_rows(self) -> list[tuple[str, tuple[str, ...], bool]]:
+        """(field, value in each recipe, whether they differ): differing fields first."""
+        names = [k for k, _ in self.recipes[0].fields] if self.recipes else []
+        values = [tuple(dict(r.fields)[k] for r in self.recipes) for k in names]
+        rows = [(k, v, len(set(v)) > 1) for k, v in zip(names, values, strict=True)]
+        return [r for r in rows if r[2]] + [r for r in rows if not r[2]]
 
     @property
     def rows(self) -> list[Row]:
@@ -463,12 +490,31 @@ def _findings(groups: tuple[Group, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _value_words(value) -> str:
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _recipes(studies: list[StudyData]) -> tuple[RecipeView, ...]:
+    """The report's recipes, each with every field's value (a budget field its studies set
+    apart, such as their steps, is "varies")."""
+    tags = recipe_tags(studies)
+    out = []
+    for words, tag in tags.items():
+        mine = [s for s in studies if recipe_of(s.settings) == words]
+        each = [recipe_fields(s.settings.train, dict(s.settings.model)) for s in mine]
+        fields = tuple(
+            (k, _value_words(each[0][k]) if all(e[k] == each[0][k] for e in each) else "varies")
+            for k in each[0]
+        )
+        out.append(RecipeView(tag, words, len(mine), fields))
+    return tuple(out)
+
+
 def recipe_table_words(train, model: dict) -> str:
     """``fast: lr 0.003, weight_decay 0.1, init_std none, schedule cosine, ...``: the recipe's
     name and every field's value (the training row shows only the budget and the optimizer)."""
     fields = recipe_fields(train, model)
-    words = [f"{k} {'none' if v is None else f'{v:g}' if isinstance(v, float) else v}"
-             for k, v in fields.items()]  # fmt: skip
+    words = [f"{k} {_value_words(v)}" for k, v in fields.items()]
     return f"{train.recipe}: " + ", ".join(words)
 
 
@@ -729,6 +775,7 @@ def build(
         efficiency=tuple(_efficiency(by_name[n][0]) for n in order),
         pretraining_excluded=any(s.settings.pretrain for s in studies),
         budget=tuple(row for n in order for row in _budget_rows(by_name[n][0])),
+        recipes=_recipes(studies),
     )
 
 

@@ -77,29 +77,17 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
 
 
-def _plotly_script(out: Path, shared: Path | None) -> tuple[str, str | None]:
-    """Write plotly's script; returns its ``src`` for the page and the file written in ``out``.
+def _plotly_script(out: Path) -> str:
+    """Write plotly's script beside the page; returns its file name.
 
-    ``shared``: one copy for several reports (a suite's), written when missing or out of date
-    and linked by a relative path, so each report does not carry its own 4.5 MB.
+    Each report folder carries its own copy (4.8 MB: the plotly package ships only its full
+    bundle), so a folder copied or moved alone still draws its figure; git keeps one blob for
+    every identical copy, so the repository does not grow with them.
     """
     from plotly.offline import get_plotlyjs
 
-    script = get_plotlyjs()
-    if shared is None:
-        (out / PLOTLY_JS).write_text(script, encoding="utf-8")
-        return PLOTLY_JS, PLOTLY_JS
-    shared = Path(shared)
-    try:
-        current = shared.read_text(encoding="utf-8")
-    except OSError:
-        current = None
-    if current != script:
-        shared.parent.mkdir(parents=True, exist_ok=True)
-        tmp = shared.with_name(shared.name + ".tmp")
-        tmp.write_text(script, encoding="utf-8")
-        tmp.replace(shared)
-    return Path(os.path.relpath(shared, out)).as_posix(), None
+    (out / PLOTLY_JS).write_text(get_plotlyjs(), encoding="utf-8")
+    return PLOTLY_JS
 
 
 class _Names:
@@ -123,24 +111,22 @@ def write_report(
     out: Path,
     force: bool = False,
     on_progress: Progress | None = None,
-    shared_plotly: Path | None = None,
     rendered_from: str = "storage",
 ) -> dict:
     """Build the view, draw the figures and write the report into ``out``; returns what
     ``results.json`` holds.
 
-    ``shared_plotly``: link this copy of plotly's script instead of writing one into ``out``;
     ``rendered_from``: "storage", or the ``results.json`` the studies were read back from.
     """
     out = Path(out)
     earlier = check_output(out, force)
     try:
-        return _write(collected, out, earlier, on_progress, shared_plotly, rendered_from)
+        return _write(collected, out, earlier, on_progress, rendered_from)
     except OSError as e:
         raise _cannot(out, e) from None
 
 
-def _write(collected, out, earlier, on_progress, shared_plotly, rendered_from) -> dict:
+def _write(collected, out, earlier, on_progress, rendered_from) -> dict:
     from threshold.report import figures
 
     studies = collected.studies
@@ -178,9 +164,7 @@ def _write(collected, out, earlier, on_progress, shared_plotly, rendered_from) -
         unique(f"transfer-{i + 1}-{_slug(Path(t['file']).stem)}.png")
         for i, t in enumerate(collected.transfer)
     ]
-    plotly_src, plotly_local = None, None
-    if fitted:
-        plotly_src, plotly_local = _plotly_script(out, shared_plotly)
+    plotly_src = _plotly_script(out) if fitted else None
     rendered = (datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), rendered_from, git_commit())
     view = build(
         collected, entries, transfer_figs, names, plotly_src, rendered, (GRID_SIZES, GRID_SEEDS)
@@ -203,7 +187,7 @@ def _write(collected, out, earlier, on_progress, shared_plotly, rendered_from) -
             jobs.append((entry["figure"], lambda p, s=s: figures.study_figure(s, p)))
     for t, name in zip(collected.transfer, transfer_figs, strict=True):
         jobs.append((name, lambda p, t=t: figures.transfer_figure(t, p)))
-    written = [plotly_local] if plotly_local else []
+    written = [plotly_src] if plotly_src else []
     for i, (name, draw) in enumerate(jobs):
         if on_progress is not None:
             on_progress("drawing figures", i, len(jobs))

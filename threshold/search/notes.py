@@ -1,7 +1,9 @@
 """Study notes for optuna-dashboard: the current transition estimate in words and as a curve.
 
 Each threshold study carries a Markdown note (optuna-dashboard's ``save_note``) with the 80%
-point in parameters and in d, its 90% interval, the midpoint, the asymptote, the runs done, why
+point in parameters and in d, its 90% interval (also in a few words as the study user attribute
+``80% point``, which the dashboard's study page lists; a new study sets it first, so it is on
+the list's first page), the midpoint, the asymptote, the runs done, why
 the study stopped, and a summary of its settings; and a plotly figure (``save_plotly_graph_object``)
 of accuracy against total parameters with one point per run, the least-squares logistic of
 ``fit.py`` and the 80% point marked. This module reads the study's record
@@ -36,6 +38,7 @@ from threshold.search.record import StudyView, read_studies, read_study
 from threshold.search.sampler import policy_settings
 from threshold.search.settings import SearchSettings
 from threshold.search.spec import StudySettings
+from threshold.search.study import RESULT_ATTR, name_metric
 
 __all__ = [
     "FIGURE_ID",
@@ -98,10 +101,13 @@ def fit_accuracy(fit: dict, params) -> np.ndarray:
 @dataclass(frozen=True)
 class NoteRender:
     """How a note is worded and drawn: ``markdown(settings, estimate, runs, *, n_running,
-    status, attrs, bracket_d) -> str`` and ``figure(estimate, runs, level) -> plotly figure``."""
+    status, attrs, bracket_d) -> str``, ``figure(estimate, runs, level) -> plotly figure`` and
+    ``result(estimate, runs) -> str``, the finding in a few words (the ``80% point`` attribute:
+    optuna-dashboard's attribute table cuts a longer value)."""
 
     markdown: Callable[..., str]
     figure: Callable[..., object]
+    result: Callable[..., str]
 
 
 def write_note(
@@ -130,11 +136,17 @@ def write_note(
         figure = render.figure(estimate, completed_runs(view, policy), settings.search.level)
         save_plotly_graph_object(study, figure, graph_object_id=FIGURE_ID)
         save_note(study, body)
+    result = render.result(estimate, completed_runs(view, policy))
+    if view.attrs.get(RESULT_ATTR) != result:  # the study page's attribute table shows it
+        study.set_user_attr(RESULT_ATTR, result)
     return body
 
 
-def write_all_notes(storage: optuna.storages.BaseStorage, render: NoteRender) -> list[str]:
-    """Write the note of every threshold study in ``storage``; returns their names.
+def write_all_notes(
+    storage: optuna.storages.BaseStorage, render: NoteRender
+) -> list[tuple[str, int]]:
+    """Write the note of every threshold study in ``storage``; returns their names and ids (the
+    id is in the study's dashboard address).
 
     Studies that are not threshold studies (no readable settings) are left alone. The policy is
     rebuilt from the stored settings and the study's stored chance rate.
@@ -148,7 +160,8 @@ def write_all_notes(storage: optuna.storages.BaseStorage, render: NoteRender) ->
             except ThresholdError as e:
                 log.warning("study %s: no size table (%s)", view.name, e)
         study = optuna.load_study(study_name=view.name, storage=storage)
+        name_metric(study, view.settings)  # so the dashboard does not say "Objective 0"
         estimate = view.estimate.to_dict() if view.estimate is not None else None
         write_note(study, view.settings, policy, estimate, render)
-        written.append(view.name)
+        written.append((view.name, study._study_id))
     return written

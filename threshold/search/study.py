@@ -39,6 +39,7 @@ from threshold.search.spec import StudySettings
 
 __all__ = [
     "DEFAULT_STORAGE",
+    "RESULT_ATTR",
     "SearchConfig",
     "StorageError",
     "artifact_store",
@@ -47,6 +48,7 @@ __all__ = [
     "default_storage_missing",
     "load_study",
     "metric_name",
+    "name_metric",
     "open_storage",
     "storage_url",
     "training_state_path",
@@ -55,6 +57,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_STORAGE = "sqlite:///studies/threshold.db"
+# The study's finding in one line (its note's headline, threshold.search.notes), its first user
+# attribute: optuna-dashboard lists a study's attributes 5 to a page, in the order they were set.
+RESULT_ATTR = "80% point"
 
 
 class StorageError(ThresholdError):
@@ -249,17 +254,17 @@ def create_or_load_study(
                 "choose another --study name or the same settings"
             )
         study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
-        if study.metric_names is None:  # a study made before its value had a name
-            _name_metric(study, settings)
+        name_metric(study, settings)  # a study made before its value had a name
         return study
     study = optuna.create_study(
         study_name=name, storage=storage, sampler=sampler, direction="maximize"
     )
+    study.set_user_attr(RESULT_ATTR, "no runs yet")
     for key, value in attrs.items():
         study.set_user_attr(key, value)
     study.set_user_attr("version", version())
     study.set_user_attr("git_commit", git_commit())
-    _name_metric(study, settings)
+    name_metric(study, settings)
     return study
 
 
@@ -268,7 +273,10 @@ def metric_name(settings: StudySettings) -> str:
     return f"{settings.task.measured_op} test accuracy ({settings.train.decoding})"
 
 
-def _name_metric(study: optuna.Study, settings: StudySettings) -> None:
+def name_metric(study: optuna.Study, settings: StudySettings) -> None:
+    """Name the study's value (:func:`metric_name`) where it has no name yet."""
+    if study.metric_names is not None:
+        return
     with warnings.catch_warnings():  # "experimental" since Optuna 3.2
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names([metric_name(settings)])

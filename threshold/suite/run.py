@@ -492,7 +492,7 @@ def _report_baselines(suite: Suite, spec) -> list[str]:
 
 def _write_reports(suite: Suite, db, url: str, emit) -> list[dict]:
     """Every report of the suite, by :mod:`threshold.report` (the one call site of it here)."""
-    from threshold.report import PLOTLY_JS, collect, write_report
+    from threshold.report import collect, write_report
 
     known = set(study_names(db))
     transfers = {t.label: transfer_file(suite, t) for t in suite.transfers}
@@ -508,8 +508,7 @@ def _write_reports(suite: Suite, db, url: str, emit) -> list[dict]:
         baselines = [suite.study(lb).name for lb in labels]
         files = [transfers[lb] for lb in spec.transfers if transfers[lb].is_file()]
         collected = collect(url, names, baselines, files, ANALYSIS_DIR)
-        shared = suite.reports_dir / PLOTLY_JS  # one copy of plotly's script for all reports
-        results = write_report(collected, folder, force=True, shared_plotly=shared)
+        results = write_report(collected, folder, force=True)
         by_name = {suite.study(lb).name: lb for lb in (*spec.studies, *labels)}
         rows = [r | {"suite_label": by_name.get(r["name"])} for r in results["comparison"]]
         out.append(
