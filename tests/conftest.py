@@ -20,7 +20,8 @@ import pytest
 # core idles at the end while the last long file runs alone.
 LONG_FIRST = ("test_suite.py", "test_faults.py", "test_search_cli.py", "test_search_maths.py",
               "test_report_budget.py", "test_bench_gpu.py", "test_search_workers.py",
-              "test_engine.py", "test_analysis_cli.py", "test_report.py", "test_cluster.py")
+              "test_engine.py", "test_analysis_cli.py", "test_report.py",
+              "test_cluster.py")  # fmt: skip
 # Session fixtures that train: the tests that use one run in one worker, which builds it once.
 SHARED_TRAINING = ("report_studies", "reference")
 
