@@ -16,6 +16,27 @@ import time
 
 import pytest
 
+# The files that take a minute or more of CPU time (`--cpu-durations`), started first so that no
+# core idles at the end while the last long file runs alone.
+LONG_FIRST = ("test_suite.py", "test_faults.py", "test_search_cli.py", "test_search_maths.py",
+              "test_report_budget.py", "test_bench_gpu.py", "test_search_workers.py",
+              "test_engine.py", "test_analysis_cli.py", "test_report.py",
+              "test_cluster.py")  # fmt: skip
+# Session fixtures that train: the tests that use one run in one worker, which builds it once.
+SHARED_TRAINING = ("report_studies", "reference")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`-n auto --dist loadgroup`, pyproject.toml) a file's tests run in one
+    worker, so that its module fixtures are built once; the tests that share a session fixture
+    that trains (``SHARED_TRAINING``) run in one worker too. The long files go first."""
+    for item in items:
+        if not any(item.iter_markers("xdist_group")):
+            shared = [name for name in SHARED_TRAINING if name in item.fixturenames]
+            item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.path.name))
+    items.sort(key=lambda item: item.path.name not in LONG_FIRST)  # stable: else as collected
+
 
 def pytest_addoption(parser):
     parser.addoption(
@@ -27,6 +48,7 @@ def pytest_addoption(parser):
 
 
 _CPU_S: dict[str, float] = {}
+_CPU_START = pytest.StashKey[float]()
 
 
 def _cpu_s() -> float:
@@ -37,9 +59,22 @@ def _cpu_s() -> float:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    start = _cpu_s()
+    item.stash[_CPU_START] = _cpu_s()
     yield
-    _CPU_S[item.nodeid] = _cpu_s() - start  # a session fixture counts for its first test
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The test's CPU seconds ride on its teardown report, which reaches the controlling process
+    under pytest-xdist too. A session fixture counts for the first test that asks for it."""
+    outcome = yield
+    if call.when == "teardown" and _CPU_START in item.stash:
+        outcome.get_result().user_properties.append(("cpu_s", _cpu_s() - item.stash[_CPU_START]))
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "teardown":
+        _CPU_S.update((report.nodeid, v) for k, v in report.user_properties if k == "cpu_s")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

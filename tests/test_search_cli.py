@@ -108,7 +108,7 @@ def dashboard_get(url: str, path: str) -> tuple[str, bytes]:
 
 def test_ctrl_c_then_resume_keeps_completed_trials(tmp_path):
     url = f"sqlite:///{tmp_path}/s.db"
-    args = ["find", *TINY, "--steps", "300", "--budget", "4", "--storage", url, "--json"]
+    args = ["find", *TINY, "--steps", "150", "--budget", "4", "--storage", url, "--json"]
     env = dict(os.environ, THRESHOLD_CACHE=str(tmp_path / "cache"))
     proc = subprocess.Popen(
         [sys.executable, "-m", "threshold", *args], env=env, cwd=tmp_path,

@@ -548,6 +548,7 @@ def test_the_oracle_runs_where_runs_tell_most_and_needs_runs_as_seeds_spread():
     assert errors[64] < 0.5 * errors[4]
 
 
+@pytest.mark.slow  # a minute of CPU; the default suite keeps test_bench_search_small
 def test_bench_families_small():
     from threshold.search.benchmark import bench_families
 

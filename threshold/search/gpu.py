@@ -70,7 +70,7 @@ def bench_gpu(
         "tiny": tiny,
         "minutes": minutes,
     }
-    small = dict(n=5, n_train=2000, n_test=200, n_val=100) if tiny else dict(n=10)
+    small = dict(n=5, n_train=2000, n_test=100, n_val=50) if tiny else dict(n=10)
     data = load_task_data(TaskConfig(ops=("max",), **small), cache_dir)
     with tempfile.TemporaryDirectory() as tmp:
         record["checks"] = _part(lambda: check_engine(data, device, Path(tmp), tiny, note))
@@ -125,7 +125,7 @@ def science_pair(
     trained together for as many steps as fit in ``seconds``; each study's estimate from the
     posterior and the factor with its 90% interval at every budget checkpoint."""
     mod, sizes = (5, [8, 16]) if tiny else (10, [16, 20, 25, 32, 40, 51, 64, 81, 101, 128])
-    extra = dict(n_train=2000, n_test=200, n_val=100) if tiny else {}
+    extra = dict(n_train=2000, n_test=100, n_val=50) if tiny else {}
     tasks = {
         "add": TaskConfig(ops=("add",), n=mod, **extra),
         "max+med+add": TaskConfig(ops=("max", "med", "add"), n=mod, measure="add", **extra),
@@ -141,7 +141,7 @@ def science_pair(
                 runs.append(Run(model_cfg, data[name], replace(cfg, seed=1000 * d + seed)))
                 keys.append((name, d, seed))
     if tiny:  # the wiring, not the science: a fixed small budget
-        rate, budget = None, 100
+        rate, budget = None, 40
     else:
         note(f"science pair: timing a step of {len(runs)} runs")
         rate = _seconds_per_step(runs, device)

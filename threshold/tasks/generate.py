@@ -18,6 +18,7 @@ op and ``split_seed`` only: the ADD test set is the same whatever mixture ADD is
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -179,9 +180,10 @@ class TaskConfig:
     def train_size(self) -> int:
         return self.n_train if self.n_train is not None else 5000 * self.n
 
-    @property
+    @functools.cached_property
     def max_len(self) -> int:
-        """Longest sequence the grammar can make: the context size a model needs."""
+        """Longest sequence the grammar can make: the context size a model needs. Cached: a
+        generator's exact held-out split costs milliseconds, and a study sizes ~500 models."""
         gen = _Generator(self)
         return len(gen.render(gen.full_tree(1))[0])
 
