@@ -22,8 +22,8 @@ def max5(tmp_path_factory):
 
 def _run(data, recipe: str, d: int = 12, seed: int = 7, **train) -> Run:
     extra = {"window": 32} if recipe == "paper" else {}
-    made = make_recipe(recipe, max_steps=120, decay_steps=120, **extra, **train)
-    cfg = replace(made.train, eval_every=20, checkpoints=(0.25, 0.5, 1.0), seed=seed)
+    made = make_recipe(recipe, max_steps=60, decay_steps=60, **extra, **train)
+    cfg = replace(made.train, eval_every=10, checkpoints=(0.25, 0.5, 1.0), seed=seed)
     return Run(model_config_for(data.config, d, cfg, **made.model_kwargs), data, cfg)
 
 
@@ -37,24 +37,24 @@ def _interrupt_at(step: int):
 
 @pytest.mark.parametrize("recipe", ["fast", "paper"])
 def test_an_interrupted_run_continues_bit_for_bit(max5, tmp_path, recipe):
-    """Stopped at step 70 (its state saved every step), then started again beside a new run:
+    """Stopped at step 40 (its state saved every step), then started again beside a new run:
     weights, every accuracy, history and budget equal those of the run that never stopped."""
     run = _run(max5, recipe)
     straight = train_runs([run])[0]
     kept = replace(run, state=tmp_path / "run.state")
     with pytest.raises(KeyboardInterrupt):
-        train_runs([kept], on_progress=_interrupt_at(70), progress_every=10, save_every_s=0)
+        train_runs([kept], on_progress=_interrupt_at(40), progress_every=10, save_every_s=0)
     saved = load_state(kept.state, kept.state_key())
-    assert saved is not None and saved.step == 69  # the step before the interrupted one
+    assert saved is not None and saved.step == 39  # the step before the interrupted one
 
-    other = _run(max5, recipe, d=8, seed=3)  # a fresh run in the same call: step 0 beside 69
+    other = _run(max5, recipe, d=8, seed=3)  # a fresh run in the same call: step 0 beside 39
     resumed = train_runs([other, kept])[1]
     a, b = straight.model.state_dict(), resumed.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     for field in ("accuracy", "strict_accuracy", "sampled_accuracy", "teacher_forced", "budget"):
         assert getattr(straight, field) == getattr(resumed, field), field
     assert straight.history == resumed.history
-    assert resumed.steps == straight.steps == 120 and resumed.tokens == straight.tokens
+    assert resumed.steps == straight.steps == 60 and resumed.tokens == straight.tokens
     assert resumed.wall_s > resumed.train_s > 0
     assert not kept.state.exists()  # handed on: the state is spent
 
@@ -65,7 +65,7 @@ def test_a_state_for_other_settings_is_set_aside(max5, tmp_path):
     path = tmp_path / "run.state"
     first = replace(_run(max5, "fast"), state=path)
     with pytest.raises(KeyboardInterrupt):
-        train_runs([first], on_progress=_interrupt_at(40), progress_every=10, save_every_s=0)
+        train_runs([first], on_progress=_interrupt_at(20), progress_every=10, save_every_s=0)
     other = _run(max5, "fast", lr=2e-3)
     fresh = train_runs([replace(other, state=path)])[0]
     assert path.with_name("run.state.stale").exists() and not path.exists()
