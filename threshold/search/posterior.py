@@ -206,6 +206,7 @@ class Grid:
     x80_order: np.ndarray  # (H,) argsort of x80
     mid_order: np.ndarray  # (H,) argsort of mid
     share_table: np.ndarray  # (K, Z, L) P(learned-share node | logit p, kappa)
+    partial_shares: np.ndarray  # (K,) each concentration's share of partly learned runs
     node_bins: np.ndarray  # (L, A, B) P(accuracy bin | share node, asymptote), outliers apart
     plateau_bins: np.ndarray  # (A, B) P(accuracy bin | learned, on the ceiling's plateau)
     outlier_bins: np.ndarray  # (A, B) P(accuracy bin | outlier, asymptote)
@@ -423,6 +424,7 @@ def make_grid(
             settings.partial_kappa,
             settings.n_nodes,
         ),
+        partial_shares=np.asarray(settings.partial_shares),
         node_bins=node_bins,
         plateau_bins=_bins_of(stalled),
         outlier_bins=_bins_of(out_cdf),
@@ -431,42 +433,68 @@ def make_grid(
     )
 
 
-def restricted(grid: Grid, pairs: np.ndarray) -> Grid:
+def restricted(grid: Grid, pairs: np.ndarray, kappas=None, ceilings=None) -> Grid:
     """The grid with only the (midpoint, slope) pairs ``pairs`` (indices into its pairs, C',
-    increasing): every hypothesis of each, in the same layout, so all the maths here runs on it
-    unchanged and gives, hypothesis by hypothesis, what it gives on the whole grid."""
-    block = grid.kappas.size * grid.asymptotes.size  # hypotheses per pair
+    increasing), and of each only the concentrations ``kappas`` (K', increasing; default all)
+    and the ceilings ``ceilings`` (A', increasing; default all): every such hypothesis, in the
+    same layout, so all the maths here runs on it unchanged and gives, hypothesis by
+    hypothesis, what it gives on the whole grid."""
+    n_k, n_a = grid.kappas.size, grid.asymptotes.size
+    block = n_k * n_a  # hypotheses per pair
     pairs = np.asarray(pairs, dtype=int)
-    if pairs.size * block == grid.mid.size:
+    ks = np.arange(n_k) if kappas is None else np.asarray(kappas, dtype=int)  # (K',)
+    cs = np.arange(n_a) if ceilings is None else np.asarray(ceilings, dtype=int)  # (A',)
+    if pairs.size * ks.size * cs.size == grid.mid.size:
         return grid
-    rows = (pairs[:, None] * block + np.arange(block)[None, :]).ravel()  # (H',)
+    rows = (pairs[:, None, None] * block + ks[None, :, None] * n_a + cs[None, None, :]).ravel()
     position = np.full(grid.mid.size, -1)  # (H,) each kept hypothesis's index in the new grid
     position[rows] = np.arange(rows.size)
+    x80, mid = grid.x80[rows], grid.mid[rows]
+    shape = (pairs.size, ks.size, cs.size)
 
-    def kept(order: np.ndarray) -> np.ndarray:  # the stable argsort of the kept values
+    def kept(order: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """The stable argsort of the kept values: sorted afresh where few are kept, else read
+        off the whole grid's (rows increase, so both break ties alike)."""
+        if rows.size * 8 < grid.mid.size:
+            return np.argsort(values, kind="stable")
         new = position[order]
         return new[new >= 0]
 
     return replace(
         grid,
-        mid=grid.mid[rows],
+        kappas=grid.kappas[ks],
+        asymptotes=grid.asymptotes[cs],
+        gaps=grid.gaps[cs],
+        lengths=grid.lengths[cs],
+        mid=mid,
         slope=grid.slope[rows],
-        kappa_index=grid.kappa_index[rows],
-        asym_index=grid.asym_index[rows],
-        x80=grid.x80[rows],
+        kappa_index=np.broadcast_to(np.arange(ks.size)[None, :, None], shape).ravel(),
+        asym_index=np.broadcast_to(np.arange(cs.size)[None, None, :], shape).ravel(),
+        x80=x80,
         log_prior=grid.log_prior[rows],
-        x80_order=kept(grid.x80_order),
-        mid_order=kept(grid.mid_order),
+        x80_order=kept(grid.x80_order, x80),
+        mid_order=kept(grid.mid_order, mid),
+        share_table=grid.share_table[ks],
+        partial_shares=grid.partial_shares[ks],
+        node_bins=grid.node_bins[:, cs],
+        plateau_bins=grid.plateau_bins[cs],
+        outlier_bins=grid.outlier_bins[cs],
     )
 
 
 def spread_out(grid: Grid, rows: np.ndarray, values: np.ndarray, fill: float) -> tuple:
-    """The grid restricted to the pairs of hypotheses ``rows`` (H', increasing), and values
-    (..., H') of those hypotheses laid out on it, ``fill`` for its other hypotheses."""
-    block = grid.kappas.size * grid.asymptotes.size
+    """The grid restricted to the (midpoint, slope) pairs, concentrations and ceilings of the
+    hypotheses ``rows`` (H', increasing), and values (..., H') of those hypotheses laid out on
+    it, ``fill`` for its other hypotheses."""
+    n_a = grid.asymptotes.size
+    block = grid.kappas.size * n_a
     pairs = np.unique(rows // block)  # (C',)
-    sub = restricted(grid, pairs)
-    at = np.searchsorted(pairs, rows // block) * block + rows % block  # (H',) places in sub
+    ks = np.unique(grid.kappa_index[rows])  # (K',)
+    cs = np.unique(grid.asym_index[rows])  # (A',)
+    sub = restricted(grid, pairs, ks, cs)
+    at_pair = np.searchsorted(pairs, rows // block)  # (H',) places in sub
+    at_kappa = np.searchsorted(ks, grid.kappa_index[rows])
+    at = (at_pair * ks.size + at_kappa) * cs.size + np.searchsorted(cs, grid.asym_index[rows])
     out = np.full((*values.shape[:-1], sub.mid.size), fill)
     out[..., at] = values
     return sub, out
@@ -675,7 +703,10 @@ def size_log_likelihood_bounds(grid: Grid, x: float, y, rows) -> tuple[np.ndarra
     return out[0], out[1]
 
 
-_BOUND_FROM = 60_000  # hypotheses x runs: below it, the bounds cost more than they save
+# Hypotheses: below it, the bounds cost more than they save. Their table costs about as much
+# as the exact terms of 8k hypotheses (both scale with the runs), and they drop at most about
+# two thirds of the hypotheses at a size.
+_BOUND_FROM = 30_000
 
 
 def add_size(
@@ -691,7 +722,7 @@ def add_size(
     are worked out for the rest only: the same hypotheses and sums, at a fraction of the cost.
     """
     cfg = grid.settings
-    if rows.size * np.size(y) > _BOUND_FROM:  # where the bounds cost less than they save
+    if rows.size > _BOUND_FROM:  # where the bounds cost less than they save
         # the pooled sum over sds lies between the likeliest sd's, weighted, and unweighted
         prior = grid.log_prior[rows]  # (H',)
         lo, hi = size_log_likelihood_bounds(grid, x, y, rows)  # (G, H') each
@@ -837,7 +868,7 @@ def seed_variance(grid: Grid, w: np.ndarray, x) -> np.ndarray:
     lift2 = (grid.asymptotes[None, :, None] - gap * (1.0 - passed) - grid.chance) ** 2
     wc = w.reshape(-1, n_k, n_a)  # (C, K, A)
     cfg = grid.settings
-    shares = np.asarray(cfg.partial_shares)  # (K,)
+    shares = grid.partial_shares  # (K,)
     factor = (1.0 - shares) / (grid.kappas + 1.0) + shares / (cfg.partial_kappa + 1.0)  # (K,)
     w_share = np.einsum("cka,k->ca", wc, factor)  # (C, A)
     spread = np.einsum("ca,caj,cj->j", w_share, lift2, p * (1.0 - p))  # (J,)
