@@ -16,26 +16,22 @@ import time
 
 import pytest
 
-# The files that take a minute or more of CPU time (`--cpu-durations`), started first so that no
-# core idles at the end while the last long file runs alone.
-LONG_FIRST = ("test_suite.py", "test_faults.py", "test_search_cli.py", "test_search_maths.py",
-              "test_report_budget.py", "test_bench_gpu.py", "test_search_workers.py",
-              "test_engine.py", "test_analysis_cli.py", "test_report.py",
+# The files that take a minute or more of CPU time (`--cpu-durations`, 2026-11-26), longest
+# first: started first so that no core idles at the end while the last long file runs alone.
+LONG_FIRST = ("test_search_maths.py", "test_suite.py", "test_engine.py", "test_faults.py",
+              "test_report.py", "test_search_cli.py", "test_analysis_cli.py",
+              "test_report_budget.py", "test_cli.py", "test_bench_gpu.py", "test_search_workers.py",
+              "test_recipe.py", "test_search_ratio.py", "test_concurrency.py",
               "test_cluster.py")  # fmt: skip
-# Session fixtures that train: the tests that use one run in one worker, which builds it once.
-SHARED_TRAINING = ("report_studies", "reference")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`-n auto --dist loadgroup`, pyproject.toml) a file's tests run in one
-    worker, so that its module fixtures are built once; the tests that share a session fixture
-    that trains (``SHARED_TRAINING``) run in one worker too. The long files go first."""
-    for item in items:
-        if not any(item.iter_markers("xdist_group")):
-            shared = [name for name in SHARED_TRAINING if name in item.fixturenames]
-            item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.path.name))
-    items.sort(key=lambda item: item.path.name not in LONG_FIRST)  # stable: else as collected
+    """Under pytest-xdist (`-n auto --dist loadfile`, pyproject.toml) a file's tests run in one
+    worker, so that its module fixtures are built once; xdist hands out the files in this order,
+    the long ones first."""
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: else as collected
 
 
 def pytest_addoption(parser):
