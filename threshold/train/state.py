@@ -51,6 +51,7 @@ def save_state(path: Path, state: RunState) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o644)  # as a checkpoint: readable by the workers of other users
         with os.fdopen(fd, "wb") as f:
             torch.save({"format": FORMAT, **vars(state)}, f)
         os.replace(tmp, path)
