@@ -1,12 +1,13 @@
 """A run's training state on disk, so an interrupted run goes on where it was instead of anew.
 
 The engine writes the state of each run that names a file (:attr:`threshold.train.Run.state`)
-every few minutes of training, and removes it when the run has ended and been handed on. A run
-that starts and finds its file continues from it: its weights, its AdamW moments and step count,
-its smoothed loss, its step, tokens and timings, its history and budget checkpoints. Its batches
-are drawn again up to that step from its own seed, so a resumed run is the uninterrupted run,
-bit for bit on the CPU. A file written for another model, recipe or data is set aside with a
-warning and the run starts from step 0. Writes go to a temporary file renamed into place.
+every ``save_every_s`` seconds of training (a minute by default), and removes it once the run
+has been handed on. A run that starts and finds its file continues from it: its weights, its
+AdamW moments and step count, its smoothed loss, its step, tokens and timings, its history and
+budget checkpoints. Its batches are drawn again up to that step from its own seed, so a resumed
+run is the uninterrupted run, bit for bit on the CPU. A file written for another model, recipe
+or data is set aside with a warning and the run starts from step 0. Writes go to a temporary
+file renamed into place.
 """
 
 from __future__ import annotations
