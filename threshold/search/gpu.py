@@ -43,6 +43,7 @@ __all__ = ["bench_gpu", "science_pair", "summary_markdown"]
 
 Note = Callable[[str], None]
 MEMBERS = (1, 4, 16, 36, 64, 128)
+PARTS = ("checks", "throughput", "science")
 PADDED = [16, 24, 32, 40]  # the sizes of the padded packs (issue: 36 members at d 16-40)
 
 
@@ -52,9 +53,10 @@ def bench_gpu(
     minutes: float = 8.0,
     cache_dir: Path | None = None,
     note: Note = print,
+    parts: tuple[str, ...] = PARTS,
 ) -> tuple[dict, Path, Path]:
-    """Run every part within about ``minutes``; write the JSON and the Markdown summary into
-    ``out_dir``; return the record and both paths. On the CPU every part runs tiny."""
+    """Run each of ``parts`` within about ``minutes``; write the JSON and the Markdown summary
+    into ``out_dir``; return the record and both paths. On the CPU every part runs tiny."""
     t0 = time.perf_counter()
     deadline = t0 + 60 * minutes
     tiny = device.type != "cuda"
@@ -73,16 +75,21 @@ def bench_gpu(
     small = dict(n=5, n_train=2000, n_test=100, n_val=50) if tiny else dict(n=10)
     data = load_task_data(TaskConfig(ops=("max",), **small), cache_dir)
     with tempfile.TemporaryDirectory() as tmp:
-        record["checks"] = _part(lambda: check_engine(data, device, Path(tmp), tiny, note))
+        record["checks"] = _part(
+            "checks" in parts, lambda: check_engine(data, device, Path(tmp), tiny, note)
+        )
     members = (1, 4) if tiny else MEMBERS
     paths = ("eager", "graphs") if tiny else ("eager", "graphs", "compile")
     steps = 5 if tiny else 30
     padded = [8, 12] if tiny else PADDED
     record["throughput"] = _part(
-        lambda: throughput(data, device, list(members), padded, padded[-1], steps, paths, note)
+        "throughput" in parts,
+        lambda: throughput(data, device, list(members), padded, padded[-1], steps, paths, note),
     )
     left = deadline - time.perf_counter() - (5 if tiny else 30)  # leave time to write
-    record["science"] = _part(lambda: science_pair(device, left, tiny, cache_dir, note))
+    record["science"] = _part(
+        "science" in parts, lambda: science_pair(device, left, tiny, cache_dir, note)
+    )
     record["wall_s"] = round(time.perf_counter() - t0, 1)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"gpu-{record['created'][:10]}-{record['commit'][:10]}"
@@ -93,8 +100,10 @@ def bench_gpu(
     return record, json_path, md_path
 
 
-def _part(fn: Callable) -> dict | list:
+def _part(asked: bool, fn: Callable) -> dict | list:
     """A part's result, or what stopped it (so one failure loses no other part)."""
+    if not asked:
+        return {"skipped": "not asked for (--parts)"}
     try:
         return fn()
     except Exception as e:
@@ -245,8 +254,8 @@ def summary_markdown(record: dict) -> str:
         "",
     ]
     checks = record.get("checks", {})
-    if "error" in checks:
-        lines.append(f"Failed: `{checks['error']}`")
+    if "error" in checks or "skipped" in checks:
+        lines.append(f"Not run: `{checks.get('error') or checks.get('skipped')}`")
     else:
         lines += ["| check | result | ok |", "|---|---|---|"]
         for name, value in checks.items():
@@ -255,7 +264,7 @@ def summary_markdown(record: dict) -> str:
     lines += ["", "## Throughput", ""]
     rows = record.get("throughput", [])
     if isinstance(rows, dict):
-        lines.append(f"Failed: `{rows['error']}`")
+        lines.append(f"Not run: `{rows.get('error') or rows.get('skipped')}`")
     else:
         lines += [
             "| path | members | d | model-steps/s | tokens/s | step ms | host batch ms "

@@ -220,16 +220,25 @@ def train_runs(
                     _advance(pack, on_progress, done, progress_every)
                     if pack.members and time.perf_counter() - pack.saved_at >= save_every_s:
                         _save_states(pack)
+                    continue
                 except torch.OutOfMemoryError:
                     if len(pack.members) == 1:
                         raise
-                    n, half = len(pack.members), len(pack.members) // 2
-                    log.warning("out of memory with %d members: halving the pack", n)
-                    active.remove(pack)
-                    torch.cuda.empty_cache()
-                    active += [pack.keep(list(range(half))), pack.keep(list(range(half, n)))]
+                # split outside the handler: its traceback pins the failed step's activations
+                active.remove(pack)
+                active += _halve(pack)
             active = [pack for pack in active if pack.members]
     return results  # type: ignore[return-value]
+
+
+def _halve(pack: _Pack) -> list[_Pack]:
+    """The pack in two halves, after an out-of-memory error: its CUDA graphs (and their memory
+    pools) are dropped first, so the copies need only the room of the weights and moments."""
+    n, half = len(pack.members), len(pack.members) // 2
+    log.warning("out of memory with %d members: halving the pack", n)
+    pack.graphs = None
+    torch.cuda.empty_cache()
+    return [pack.keep(list(range(half))), pack.keep(list(range(half, n)))]
 
 
 @dataclass
