@@ -29,3 +29,14 @@ def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path):
     summary = record_path.with_suffix(".md").read_text()
     assert "## Engine against the CPU" in summary and "## Science pair" in summary
     assert "| graphs |" in summary
+
+
+def test_bench_gpu_refuses_a_part_it_does_not_have(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "threshold", "bench", "gpu", "--device", "cpu", "--parts",
+         "checks,plots", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode != 0
+    assert "--parts 'checks,plots' is not allowed" in out.stderr
+    assert "checks, throughput, science" in out.stderr and not list(tmp_path.iterdir())
