@@ -15,7 +15,7 @@ import threshold
 ROOT = Path(threshold.__file__).parent
 # Lowest first: a module may import its own layer and the layers before it, never one after it.
 ORDER = (
-    ("threshold.errors", "threshold.interrupt", "threshold.meta"),
+    ("threshold.errors", "threshold.files", "threshold.interrupt", "threshold.meta"),
     ("threshold.tasks",),
     ("threshold.config",),
     ("threshold.model",),

@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import sqlite3
-import tempfile
 import warnings
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -33,6 +32,7 @@ from optuna.trial import TrialState
 
 from threshold.config import Execution
 from threshold.errors import ConfigError, ThresholdError
+from threshold.files import atomic_write
 from threshold.meta import git_commit, version
 from threshold.search.settings import SearchConfig
 from threshold.search.spec import StudySettings
@@ -182,12 +182,8 @@ class _AtomicArtifactStore(FileSystemArtifactStore):
     """
 
     def write(self, artifact_id: str, content_body) -> None:
-        path = self._get_filepath(artifact_id)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", delete=False) as f:
+        with atomic_write(self._get_filepath(artifact_id)) as f:
             shutil.copyfileobj(content_body, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(f.name, path)
 
 
 def _artifact_base(url: str | None) -> Path:

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -31,6 +29,7 @@ from pathlib import Path
 
 from threshold.config import Execution
 from threshold.errors import ThresholdError
+from threshold.files import atomic_write
 from threshold.meta import version
 from threshold.search.find import Interrupted, run_search
 from threshold.search.record import read_study, study_names
@@ -552,16 +551,8 @@ def _write_record(suite: Suite, url: str, record: dict) -> dict:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(
-        "w", dir=path.parent, prefix=".tmp-", delete=False, encoding="utf-8"
-    ) as f:
+    with atomic_write(path, text=True) as f:
         f.write(text)
-    # A temporary file is private (0600); give it the mode open() would, like the report's pages.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(f.name, 0o666 & ~umask)
-    os.replace(f.name, path)
 
 
 def git_state(where: Path, ignore: Path | None = None) -> tuple[str, bool]:

@@ -26,7 +26,6 @@ import logging
 import math
 import os
 import random
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from threshold.errors import ConfigError
+from threshold.files import atomic_write
 from threshold.tasks.sequences import SequenceSet
 from threshold.tasks.testbeds import Testbed, get_testbed
 from threshold.tasks.vocab import Vocabulary
@@ -487,10 +487,8 @@ def load_task_data(cfg: TaskConfig, cache_dir: Path | None = None) -> TaskData:
     arrays = data.train.to_arrays("train")
     for op in cfg.ops:
         arrays |= data.val[op].to_arrays(f"val.{op}") | data.test[op].to_arrays(f"test.{op}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz", delete=False) as f:
+    with atomic_write(path) as f:
         np.savez(f, **arrays)
-    os.replace(f.name, path)
     return data
 
 

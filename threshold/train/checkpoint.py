@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from threshold.errors import CheckpointError, ConfigError
+from threshold.files import atomic_write
 from threshold.model import ModelConfig, RecurrentTransformer
 from threshold.tasks import TaskConfig
 
@@ -87,20 +88,11 @@ def save_checkpoint(
     torch.save(payload, buffer)
     body = buffer.getvalue()
     digest = hashlib.sha256(body).hexdigest()
-    path, tmp = Path(path), None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", delete=False) as f:
-            tmp = f.name
+        with atomic_write(path) as f:
             f.write(MAGIC + digest.encode() + b"\n")
             f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
     except OSError as e:  # no space, no permission, a file where a directory should be
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
         raise CheckpointError(f"checkpoint {str(path)!r} cannot be written: {e}") from None
     return digest
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from threshold.files import atomic_write
 
 __all__ = ["RunState", "load_state", "save_state"]
 
@@ -49,16 +50,8 @@ class RunState:
 
 def save_state(path: Path, state: RunState) -> None:
     """Write ``state`` to ``path`` atomically (a crash mid-write leaves the previous one)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)  # as a checkpoint: readable by the workers of other users
-        with os.fdopen(fd, "wb") as f:
-            torch.save({"format": FORMAT, **vars(state)}, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_write(path) as f:
+        torch.save({"format": FORMAT, **vars(state)}, f)
 
 
 def load_state(path: Path, key: dict) -> RunState | None:
