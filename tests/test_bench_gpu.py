@@ -3,6 +3,9 @@
 import json
 import subprocess
 import sys
+import tarfile
+
+from threshold.train.checkpoint import load_checkpoint
 
 
 def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path):
@@ -26,6 +29,13 @@ def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path):
         assert (
             row["factor"]["interval"][0] <= row["factor"]["factor"] <= row["factor"]["interval"][1]
         )
+    (models,) = tmp_path.glob("gpu-*-models.tar.gz")  # every trained model, for the analyses
+    assert science["models"] == models.name
+    with tarfile.open(models) as tar:
+        names = sorted(tar.getnames())
+        assert len(names) == 8 and names[0] == "add-d16-seed0.pt"
+        tar.extract(names[-1], tmp_path, filter="data")
+    assert load_checkpoint(tmp_path / names[-1]).metrics["study"] == "max+med+add"
     summary = record_path.with_suffix(".md").read_text()
     assert "## Engine against the CPU" in summary and "## Science pair" in summary
     assert "| graphs |" in summary

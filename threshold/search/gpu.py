@@ -10,7 +10,9 @@ outcome even when another part fails:
 3. in the minutes left, a science pair under the ``small`` recipe: ADD alone against ADD in
    MAX+MED+ADD, mod 10, 2 seeds at sizes d 16-128, trained together for as many steps as fit,
    each read by the posterior, with the reduction factor at every budget checkpoint;
-4. ``gpu-<date>-<commit>.json`` and a Markdown summary of every number, for ``reports/gpu/``.
+4. ``gpu-<date>-<commit>.json`` and a Markdown summary of every number, for ``reports/gpu/``,
+   and the science pair's trained models as checkpoints in ``gpu-<date>-<commit>-models.tar.gz``
+   (for the embedding and layer analyses on the CPU: ``threshold analyze``).
 
 With ``--device cpu`` it runs on tiny settings, so CI proves the wiring. No Optuna here.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import platform
+import tarfile
 import tempfile
 import time
 import traceback
@@ -31,10 +34,12 @@ import numpy as np
 import torch
 
 from threshold.config import make_recipe, model_config_for, param_count
+from threshold.files import atomic_write
 from threshold.meta import git_commit, version
 from threshold.search.fit import reduction_factor, transition_estimate, transition_posterior
 from threshold.search.settings import SearchSettings
 from threshold.tasks import TaskConfig, load_task_data
+from threshold.train.checkpoint import save_checkpoint
 from threshold.train.engine import Run, start_pack, step_pack, train_runs
 from threshold.train.evaluate import majority_rate
 from threshold.train.gpu import check_engine, throughput
@@ -87,12 +92,13 @@ def bench_gpu(
         lambda: throughput(data, device, list(members), padded, padded[-1], steps, paths, note),
     )
     left = deadline - time.perf_counter() - (5 if tiny else 30)  # leave time to write
+    stem = f"gpu-{record['created'][:10]}-{record['commit'][:10]}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    models = out_dir / f"{stem}-models.tar.gz"
     record["science"] = _part(
-        "science" in parts, lambda: science_pair(device, left, tiny, cache_dir, note)
+        "science" in parts, lambda: science_pair(device, left, tiny, cache_dir, note, models)
     )
     record["wall_s"] = round(time.perf_counter() - t0, 1)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"gpu-{record['created'][:10]}-{record['commit'][:10]}"
     json_path = out_dir / f"{stem}.json"
     json_path.write_text(json.dumps(record, indent=1, default=_plain) + "\n")
     md_path = out_dir / f"{stem}.md"
@@ -129,10 +135,12 @@ def science_pair(
     tiny: bool = False,
     cache_dir: Path | None = None,
     note: Note = print,
+    models: Path | None = None,
 ) -> dict:
     """ADD alone against ADD in MAX+MED+ADD under the ``small`` recipe, 2 seeds a size, all
     trained together for as many steps as fit in ``seconds``; each study's estimate from the
-    posterior and the factor with its 90% interval at every budget checkpoint."""
+    posterior and the factor with its 90% interval at every budget checkpoint. ``models``: a
+    ``.tar.gz`` to keep every trained model in, as ``<study>-d<d>-seed<s>.pt`` checkpoints."""
     mod, sizes = (5, [8, 16]) if tiny else (10, [16, 20, 25, 32, 40, 51, 64, 81, 101, 128])
     extra = dict(n_train=2000, n_test=100, n_val=50) if tiny else {}
     tasks = {
@@ -183,7 +191,25 @@ def science_pair(
         ],
     }
     out["budget"] = _estimates(tasks, keys, results, runs, made)
+    if models is not None:
+        _keep_models(models, tasks, keys, results, runs)
+        out["models"] = models.name
     return out
+
+
+def _keep_models(path: Path, tasks: dict, keys: list, results: list, runs: list[Run]) -> None:
+    """Every trained model as a checkpoint, all in one ``.tar.gz`` (a lent GPU returns few
+    files)."""
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        atomic_write(path) as f,
+        tarfile.open(fileobj=f, mode="w:gz") as tar,
+    ):
+        for (name, d, seed), result, run in zip(keys, results, runs, strict=True):
+            member = Path(tmp) / f"{name}-d{d}-seed{seed}.pt"
+            metrics = {"study": name, **result.metrics()}
+            save_checkpoint(member, result.model, tasks[name], run.cfg.to_dict(), metrics)
+            tar.add(member, arcname=member.name)
 
 
 def _seconds_per_step(runs: list[Run], device: torch.device) -> float:
@@ -291,6 +317,7 @@ def summary_markdown(record: dict) -> str:
             f"ADD alone against ADD in MAX+MED+ADD, mod {sci['mod']}, d {sci['sizes'][0]}-"
             f"{sci['sizes'][-1]}, {sci['seeds']} seeds, {sci['steps']} steps a run "
             f"({sci['train_wall_s']} s for {len(sci['runs'])} runs)."
+            + (f" The trained models: `{sci['models']}`." if sci.get("models") else "")
         )
         lines += [
             "",
