@@ -62,11 +62,13 @@ def test_a_trial_trained_four_at_a_time_is_the_trial_trained_alone(tmp_path, rec
 def test_an_interrupted_trial_is_enqueued_again_and_goes_on(tmp_path, monkeypatch, caplog):
     """Ctrl-C mid-run (a real SIGINT to a worker process saving its state every step): the trial
     fails and a copy waits with its size and seed; the next worker continues the run from its
-    saved step, and the trial's value is that of the run trained straight through."""
+    saved step, and the trial's value and reported accuracies are those of the run trained
+    straight through (the ones reported before the cut carried over to the copy)."""
     monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))
     settings = StudySettings.from_options(
         "max", mod=5, n_train=1000, n_test=100, steps=400, d_lo=4, d_hi=16, budget=4
     )
+    settings = replace(settings, train=replace(settings.train, eval_every=100))
     url = f"sqlite:///{tmp_path}/s.db"
     name = create_or_load_study(settings, open_storage(url), "cut").study_name
     execution = Execution(url, 1, 1, "cpu", 5, tmp_path, save_every_s=0)
@@ -84,7 +86,10 @@ def test_an_interrupted_trial_is_enqueued_again_and_goes_on(tmp_path, monkeypatc
     )  # fmt: skip
     states = tmp_path / "art" / "training"
     deadline = time.monotonic() + 120
-    while not list(states.rglob("*.state")) and time.monotonic() < deadline:
+    while time.monotonic() < deadline:  # cut after its first evaluation (step 100 of 400)
+        trials = optuna.load_study(study_name=name, storage=url).get_trials()
+        if trials and trials[0].intermediate_values:
+            break
         time.sleep(0.05)
     (state,) = states.rglob("*.state")
     worker.send_signal(signal.SIGINT)
@@ -93,6 +98,7 @@ def test_an_interrupted_trial_is_enqueued_again_and_goes_on(tmp_path, monkeypatc
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]
     cut, waiting = trials
     assert waiting.params == cut.params and waiting.user_attrs["seed"] == cut.user_attrs["seed"]
+    assert cut.intermediate_values and waiting.intermediate_values == cut.intermediate_values
     assert state.exists()
 
     with caplog.at_level(logging.INFO, logger="threshold.train.engine"):
@@ -103,6 +109,14 @@ def test_an_interrupted_trial_is_enqueued_again_and_goes_on(tmp_path, monkeypatc
     assert done.state == TrialState.COMPLETE and done.user_attrs[record.STEPS] == 400
     data = load_task_data(settings.task, tmp_path)
     cfg = replace(settings.train, seed=done.user_attrs["seed"])
-    alone = train_runs([Run(settings.model_config(done.params["d_model"]), data, cfg)])[0]
+    reported = {}
+
+    def seen(_, progress):
+        if "max" in progress.val_accuracy:
+            reported[progress.step] = progress.val_accuracy["max"]
+
+    run = Run(settings.model_config(done.params["d_model"]), data, cfg)
+    alone = train_runs([run], on_progress=seen, progress_every=cfg.eval_every)[0]
     assert done.value == alone.accuracy["max"]
+    assert done.intermediate_values == reported and min(reported) == 100
     assert json.loads(done.user_attrs[record.ACCURACY]) == alone.accuracy

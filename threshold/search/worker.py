@@ -300,9 +300,10 @@ def _state_path(execution: Execution, run: _Trial) -> Path:
 
 
 def _enqueue_again(study: optuna.Study, trial: optuna.Trial) -> None:
-    """A waiting copy of interrupted ``trial`` (its size, seed and attributes), which the next
-    worker runs first and continues from the trial's saved state. Unlike the retry of a stale
-    trial, an interruption is no fault, so it does not count against that retry's limit."""
+    """A waiting copy of interrupted ``trial`` (its size, seed, attributes and the accuracies it
+    reported so far, so the dashboard's curve has no gap), which the next worker runs first and
+    continues from the trial's saved state. Unlike the retry of a stale trial, an interruption
+    is no fault, so it does not count against that retry's limit."""
     frozen = study._storage.get_trial(trial._trial_id)
     study.add_trial(
         optuna.create_trial(
@@ -311,6 +312,7 @@ def _enqueue_again(study: optuna.Study, trial: optuna.Trial) -> None:
             distributions=frozen.distributions,
             user_attrs=frozen.user_attrs,
             system_attrs=frozen.system_attrs | {"interrupted_trial": frozen.number},
+            intermediate_values=frozen.intermediate_values,
         )
     )
 
