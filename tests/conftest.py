@@ -16,6 +16,12 @@ import time
 
 import pytest
 
+# One torch thread in every test process, as the CLI gives its workers (TrainConfig.threads): the
+# test processes share the cores with each other and with their workers, and a second thread only
+# spins. Measured on a busy 2-core machine (load 6): tests/test_engine.py 159 s of CPU with one
+# thread, 297 s with two. Torch reads it when it loads, after this file.
+os.environ["OMP_NUM_THREADS"] = "1"
+
 # The files that take a minute or more of CPU time (`--cpu-durations`, 2026-11-26), longest
 # first: started first so that no core idles at the end while the last long file runs alone.
 LONG_FIRST = ("test_search_maths.py", "test_suite.py", "test_engine.py", "test_faults.py",
@@ -248,8 +254,7 @@ def browser(tmp_path):
 
 
 # Small real studies for the report tests (tests/test_report*.py), built once per session.
-REPORT_TINY = ["--mod", "5", "--n-train", "2000", "--n-test", "100", "--d-lo", "4", "--d-hi",
-               "16", "--heartbeat", "2", "--steps", "40"]  # fmt: skip
+REPORT_TINY = dict(mod=5, n_train=2000, n_test=100, d_lo=4, d_hi=16, steps=40)
 
 
 def _tiny_analysis(study, number: int, folder) -> None:
@@ -309,38 +314,30 @@ def report_studies(tmp_path_factory):
     and ``few`` (MAX in MAX+MED with 1 run: too few to fit); an analysis of a's trial 0 under
     ``cwd/studies/analysis``; a transfer file. Returns a dict of url, cwd, names, transfer."""
     import json
-    import sys
 
     import optuna
 
+    from threshold.config import Execution
     from threshold.search.fit import transition_estimate
     from threshold.search.sampler import PARAM, policy_settings
     from threshold.search.spec import StudySettings
     from threshold.search.study import SearchConfig, create_or_load_study, open_storage
+    from threshold.search.worker import run_worker
     from threshold.tasks import TaskConfig
     from threshold.train import TrainConfig
 
     tmp = tmp_path_factory.mktemp("report-studies")
     url = f"sqlite:///{tmp}/s.db"
-    env = dict(os.environ, THRESHOLD_CACHE=str(tmp / "cache"))
-    finds = [
-        ["--tasks", "max", "--budget", "5"],
-        ["--tasks", "max,min", "--measure", "max", "--budget", "3"],
-    ]
-    storage = open_storage(url)  # the tables first: two processes creating them would collide
-    procs = []
-    for args in finds:  # both at once: each worker uses one core
-        command = [sys.executable, "-m", "threshold", "find", *REPORT_TINY, *args]
-        proc = subprocess.Popen(
-            [*command, "--storage", url, "--json"], stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, env=env, cwd=tmp,
-        )  # fmt: skip
-        procs.append(proc)
+    storage = open_storage(url, heartbeat_s=2)
     names = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err
-        names.append(json.loads(out)["study"])
+    # `find --tasks TASKS [--measure max] --budget N`, made and run in this process (a fresh
+    # interpreter and its worker process cost about 9 s of CPU more)
+    for tasks, measure, budget in (("max", None, 5), ("max,min", "max", 3)):
+        made = StudySettings.from_options(tasks, measure=measure, budget=budget, **REPORT_TINY)
+        name = create_or_load_study(made, storage).study_name
+        ran = run_worker(name, Execution(url, heartbeat_s=2, cache_dir=tmp / "cache"))
+        assert ran == budget
+        names.append(name)
     task = TaskConfig(ops=("max", "med"), n=5, measure="max", n_train=2000, n_test=100)
     settings = StudySettings(task, TrainConfig(max_steps=40), SearchConfig(d_lo=4, d_hi=16))
     few = create_or_load_study(settings, storage)
@@ -366,16 +363,40 @@ def built_report(report_studies):
     """`threshold report` of every study, baseline a, with the transfer file: (folder, results,
     the --json output)."""
     import json
-    import sys
 
     s = report_studies
     out = s["cwd"] / "reports" / "all"
     args = ["report", "--storage", s["url"], "-o", str(out), "--baseline", s["a"], "--transfer",
             str(s["transfer"]), "--json"]  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "threshold", *args], capture_output=True,
-                          text=True, cwd=s["cwd"])  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    return out, json.loads((out / "results.json").read_text()), json.loads(proc.stdout)
+    result = run_in_process(args, s["cwd"])
+    assert result.exit_code == 0, (result.stderr, result.exception)
+    return out, json.loads((out / "results.json").read_text()), json.loads(result.stdout)
+
+
+@pytest.fixture(scope="session")
+def in_process():
+    """:func:`run_in_process`, for module fixtures (tests take the ``cli`` fixture)."""
+    return run_in_process
+
+
+def run_in_process(args: list[str], cwd, **env):
+    """``threshold ARGS`` in this process from folder ``cwd`` (Typer's runner), for fixtures wider
+    than a test (the ``cli`` fixture is the test's own); the signal handlers are given back."""
+    from typer.testing import CliRunner
+
+    from threshold.cli import app
+
+    saved = {n: signal.getsignal(n) for n in (signal.SIGINT, signal.SIGTERM)}
+    here, threads = os.getcwd(), torch_threads()
+    os.chdir(cwd)
+    try:
+        env = {"THRESHOLD_CACHE": str(cwd / "cache"), "THRESHOLD_STORAGE": None, **env}
+        return CliRunner().invoke(app, [str(a) for a in args], env=env)
+    finally:
+        os.chdir(here)
+        torch_threads(threads)
+        for n, handler in saved.items():
+            signal.signal(n, handler)
 
 
 SLURM_DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/sbatch")

@@ -14,7 +14,9 @@ import re
 from pathlib import Path
 
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.image import imsave
 from matplotlib.text import Text
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
@@ -54,12 +56,16 @@ def study_style(i: int) -> tuple[str, tuple[str, str]]:
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    """Write the PNG, with what a legibility check needs in its metadata (:func:`layout`)."""
+    """Write the PNG, with what a legibility check needs in its metadata (:func:`layout`). Drawn
+    once: the pixels of that drawing are saved, as ``savefig`` would save them after drawing the
+    figure again (half of a report's figure time)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.set_dpi(DPI)  # the layout below is the one saved
-    fig.draw_without_rendering()
-    fig.savefig(path, dpi=DPI, metadata={LAYOUT_KEY: json.dumps(layout(fig))})
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    meta = {LAYOUT_KEY: json.dumps(layout(fig))}
+    imsave(path, canvas.buffer_rgba(), format="png", dpi=DPI, metadata=meta)
     return path
 
 
