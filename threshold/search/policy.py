@@ -125,15 +125,22 @@ class _State(NamedTuple):
     """The posterior after a study's runs so far, in their order: the hypotheses left (H',
     increasing), their per-sd sums of log likelihood over the runs (G, H'), and per size run,
     its own terms (``size_log_likelihood``) on the hypotheses left when it was last summed
-    (a superset of rows): size -> (rows (H'',), terms (G, H''))."""
+    (a superset of rows): size -> (rows (H'',), terms (G, H'')). ``before``: the state before
+    the last runs' group (consecutive runs at one size), which one more run there joins."""
 
     rows: np.ndarray
     sums: np.ndarray
     terms: dict
+    before: _State | None = None
 
     @property
     def nbytes(self) -> int:
-        return sum(r.nbytes + t.nbytes for r, t in self.terms.values()) + self.rows.nbytes * 4
+        """Bytes of its arrays and its ``before``'s, each array it shares with that once."""
+        arrays = {}
+        for state in (self, self.before) if self.before is not None else (self,):
+            for a in (state.rows, state.sums, *(a for pair in state.terms.values() for a in pair)):
+                arrays[id(a)] = a.nbytes
+        return sum(arrays.values())
 
 
 class _States:
@@ -161,6 +168,11 @@ class _States:
             _, old = self.items.popitem(last=False)
             self.nbytes -= old.nbytes
 
+    def pop(self, key: tuple) -> None:
+        old = self.items.pop(key, None)
+        if old is not None:
+            self.nbytes -= old.nbytes
+
     def clear(self) -> None:
         self.items.clear()
         self.nbytes = 0
@@ -175,10 +187,11 @@ _DROPPED = -1e300
 
 
 def _added(grid: Grid, state: _State, runs: tuple) -> _State:
-    """The state with the last of ``runs`` ((x, accuracy) pairs, in order) added: its size's
-    terms, summed again over every run there, replace the ones summed before, and
-    ``add_size`` drops the hypotheses the posterior now puts far below the likeliest. Terms
-    of other sizes keep their own hypotheses until those are more than twice the ones left."""
+    """The state with the last group of ``runs`` ((x, accuracy) pairs, in order; the
+    group at one size) added to ``state``: the size's terms, summed again over every run
+    there, replace the ones summed before, and ``add_size`` drops the hypotheses the posterior
+    now puts far below the likeliest. Terms of other sizes keep their own hypotheses until
+    those are more than twice the ones left."""
     x = runs[-1][0]
     y = np.array([acc for u, acc in runs if u == x])  # (R,) every run at x
     sums = state.sums
@@ -191,7 +204,12 @@ def _added(grid: Grid, state: _State, runs: tuple) -> _State:
         if u != x and u_rows.size > 2 * rows.size:  # rows are a subset of u_rows
             u_rows, u_terms = rows, u_terms[:, np.searchsorted(u_rows, rows)]
         terms.setdefault(u, (u_rows, u_terms))
-    return _State(rows, sums, terms)
+    return _State(rows, sums, terms, state._replace(before=None))
+
+
+def _groups(runs: tuple) -> list[int]:
+    """Where each group of consecutive runs at one size ends: indices into runs, increasing."""
+    return [i + 1 for i in range(len(runs)) if i + 1 == len(runs) or runs[i + 1][0] != runs[i][0]]
 
 
 def _size_sums(settings: SearchSettings, completed, cover: Sequence[int] = ()):
@@ -200,11 +218,11 @@ def _size_sums(settings: SearchSettings, completed, cover: Sequence[int] = ()):
     hypothesis of a kept pair), and the range (d_lo, d_hi) the runs span together with the
     initial range and the sizes in ``cover``.
 
-    Runs are added one at a time in the order they came (``_added``), and after each the
-    hypotheses the posterior so far puts far below the likeliest are dropped: a decision goes
-    on from the state of the runs before its last, and sums again only the last run's size,
-    on the hypotheses left. The state of a list of runs is what this loop computes from
-    nothing, so no result depends on what ``_STATES`` held.
+    Runs are added in the order they came, consecutive runs at one size together (``_added``),
+    and after each group the hypotheses the posterior so far puts far below the likeliest are
+    dropped: a decision goes on from the state of the runs before its last, and sums again
+    only the last run's size, on the hypotheses left. The state of a list of runs is what this
+    loop computes from nothing, so no result depends on what ``_STATES`` held.
     """
     ds, ys = _runs(settings, completed)
     d_lo, d_hi = search_range(settings, [*ds.tolist(), *cover])
@@ -218,18 +236,25 @@ def _size_sums(settings: SearchSettings, completed, cover: Sequence[int] = ()):
     )
     grid = _grid(*key)
     runs = tuple(zip(settings.x_of(ds).tolist(), ys.tolist(), strict=True))
+    ends = _groups(runs)
     start, state = 0, None
     for start in range(len(runs), 0, -1):  # the longest prefix already summed
         state = _STATES.get((key, runs[:start]))
         if state is not None:
+            if start < len(runs):  # superseded: the next decision goes on from these runs
+                _STATES.pop((key, runs[:start]))
             break
-    if state is None:
+    if state is not None and start not in ends:  # its last group goes on: sum it again
+        start = max([0, *(e for e in ends if e < start)])
+        state = state.before
+    if state is None or start == 0:
         start = 0
         n_g = len(grid.settings.size_logit_sds)
         state = _State(np.arange(grid.mid.size), np.zeros((n_g, grid.mid.size)), {})
-    for i in range(start, len(runs)):
-        state = _added(grid, state, runs[: i + 1])
-    _STATES.put((key, runs), state)
+    for end in (e for e in ends if e > start):
+        state, start = _added(grid, state, runs[:end]), end
+    if runs:
+        _STATES.put((key, runs), state)
     sub, sums = spread_out(grid, state.rows, state.sums, _DROPPED)
     return sub, sums, (d_lo, d_hi)
 
