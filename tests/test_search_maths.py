@@ -292,14 +292,14 @@ def test_a_decision_at_48_runs_is_fast_and_its_cache_bounded():
     start = time.process_time()
     decision = decide(s, completed, [64, 80])
     assert time.process_time() - start < 1.0
-    policy._PREFIXES.clear()
+    policy._STATES.clear()
     start = time.process_time()
     assert decide(s, completed, [64, 80]) == decision
     assert time.process_time() - start < 4.0
     assert not decision.stop
     for seed in range(3):  # other studies fill the cache; it drops the oldest
         decide(s, runs_at(s, truth, sizes[seed::3], 2, np.random.default_rng(seed)), [])
-    assert 0 < policy._PREFIXES.nbytes <= policy._PREFIXES.max_bytes <= 100 * 2**20
+    assert 0 < policy._STATES.nbytes <= policy._STATES.max_bytes <= 100 * 2**20
 
 
 def test_the_likelihood_bounds_hold_and_a_subset_gets_the_same_terms():

@@ -33,6 +33,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -120,13 +121,32 @@ def _grid(posterior, chance: float, level: float, corrected: bool, x_lo: float, 
     return make_grid(posterior, chance, level, corrected, x_lo, x_hi)
 
 
-class _Prefixes:
-    """Pruned partial sums of recent searches, least recently used out first, bounded by the
-    bytes of their arrays: (grid key, the runs of a search's first k sizes) -> (the hypotheses
-    left after those sizes, H', and their per-sd sums of log likelihood, (G, H')). A study's
-    next decision sees the same runs plus one, so only the sizes from that run's on are summed
-    afresh, each on the hypotheses its predecessors left. A state is what the loop computes
-    from nothing, so no result depends on what the cache held."""
+class _State(NamedTuple):
+    """The posterior after a study's runs so far, in their order: the hypotheses left (H',
+    increasing), their per-sd sums of log likelihood over the runs (G, H'), and per size run,
+    its own terms (``size_log_likelihood``) on the hypotheses left when it was last summed
+    (a superset of rows): size -> (rows (H'',), terms (G, H'')). ``before``: the state before
+    the last runs' group (consecutive runs at one size), which one more run there joins."""
+
+    rows: np.ndarray
+    sums: np.ndarray
+    terms: dict
+    before: _State | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of its arrays and its ``before``'s, each array it shares with that once."""
+        arrays = {}
+        for state in (self, self.before) if self.before is not None else (self,):
+            for a in (state.rows, state.sums, *(a for pair in state.terms.values() for a in pair)):
+                arrays[id(a)] = a.nbytes
+        return sum(arrays.values())
+
+
+class _States:
+    """The ``_State`` of recent searches by (grid key, runs in order), least recently used out
+    first, bounded by the bytes of their arrays. A study's next decision sees the same runs
+    plus one, and goes on from the state of the runs before it (``_added``)."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -139,26 +159,57 @@ class _Prefixes:
             self.items.move_to_end(key)
         return value
 
-    def put(self, key: tuple, value: tuple[np.ndarray, np.ndarray]) -> None:
-        size = sum(a.nbytes for a in value)
-        if key in self.items or size > self.max_bytes:
+    def put(self, key: tuple, value: _State) -> None:
+        if key in self.items or value.nbytes > self.max_bytes:
             return
         self.items[key] = value
-        self.nbytes += size
+        self.nbytes += value.nbytes
         while self.nbytes > self.max_bytes:
             _, old = self.items.popitem(last=False)
-            self.nbytes -= sum(a.nbytes for a in old)
+            self.nbytes -= old.nbytes
+
+    def pop(self, key: tuple) -> None:
+        old = self.items.pop(key, None)
+        if old is not None:
+            self.nbytes -= old.nbytes
 
     def clear(self) -> None:
         self.items.clear()
         self.nbytes = 0
 
 
-# 64 MiB: a search needs a state per size it has run, most of them small once pruned.
-_PREFIXES = _Prefixes(64 * 2**20)
+# 96 MiB (counting arrays states share once per state): a study's latest state, and that of
+# its widened range, are what the next decisions go on from.
+_STATES = _States(96 * 2**20)
 # Log weight of a hypothesis pruning dropped, where a pair's others are kept: finite, so
 # sums and shifts stay free of inf - inf, and far below any weight exp() can tell from 0.
 _DROPPED = -1e300
+
+
+def _added(grid: Grid, state: _State, runs: tuple) -> _State:
+    """The state with the last group of ``runs`` ((x, accuracy) pairs, in order; the
+    group at one size) added to ``state``: the size's terms, summed again over every run
+    there, replace the ones summed before, and ``add_size`` drops the hypotheses the posterior
+    now puts far below the likeliest. Terms of other sizes keep their own hypotheses until
+    those are more than twice the ones left."""
+    x = runs[-1][0]
+    y = np.array([acc for u, acc in runs if u == x])  # (R,) every run at x
+    sums = state.sums
+    if x in state.terms:
+        old_rows, old = state.terms[x]
+        sums = sums - old[:, np.searchsorted(old_rows, state.rows)]
+    rows, sums, own = add_size(grid, x, y, state.rows, sums)  # (H',), (G, H'), (G, H')
+    terms = {x: (rows, own)}
+    for u, (u_rows, u_terms) in state.terms.items():
+        if u != x and u_rows.size > 2 * rows.size:  # rows are a subset of u_rows
+            u_rows, u_terms = rows, u_terms[:, np.searchsorted(u_rows, rows)]
+        terms.setdefault(u, (u_rows, u_terms))
+    return _State(rows, sums, terms, state._replace(before=None))
+
+
+def _groups(runs: tuple) -> list[int]:
+    """Where each group of consecutive runs at one size ends: indices into runs, increasing."""
+    return [i + 1 for i in range(len(runs)) if i + 1 == len(runs) or runs[i + 1][0] != runs[i][0]]
 
 
 def _size_sums(settings: SearchSettings, completed, cover: Sequence[int] = ()):
@@ -167,9 +218,11 @@ def _size_sums(settings: SearchSettings, completed, cover: Sequence[int] = ()):
     hypothesis of a kept pair), and the range (d_lo, d_hi) the runs span together with the
     initial range and the sizes in ``cover``.
 
-    Sizes are summed from the largest down (each size's runs in sorted order): the largest pin
-    the asymptote and drop most ceilings first. ``add_size`` adds each and drops the hypotheses
-    the posterior so far puts far below the likeliest: the later sizes cost only what is left.
+    Runs are added in the order they came, consecutive runs at one size together (``_added``),
+    and after each group the hypotheses the posterior so far puts far below the likeliest are
+    dropped: a decision goes on from the state of the runs before its last, and sums again
+    only the last run's size, on the hypotheses left. The state of a list of runs is what this
+    loop computes from nothing, so no result depends on what ``_STATES`` held.
     """
     ds, ys = _runs(settings, completed)
     d_lo, d_hi = search_range(settings, [*ds.tolist(), *cover])
@@ -182,24 +235,27 @@ def _size_sums(settings: SearchSettings, completed, cover: Sequence[int] = ()):
         float(settings.x_of(d_hi)),
     )
     grid = _grid(*key)
-    xs = settings.x_of(ds)
-    groups = tuple((float(xu), tuple(sorted(ys[xs == xu].tolist()))) for xu in np.unique(xs)[::-1])
+    runs = tuple(zip(settings.x_of(ds).tolist(), ys.tolist(), strict=True))
+    ends = _groups(runs)
     start, state = 0, None
-    for start in range(len(groups), 0, -1):  # the longest prefix already summed
-        state = _PREFIXES.get((key, groups[:start]))
+    for start in range(len(runs), 0, -1):  # the longest prefix already summed
+        state = _STATES.get((key, runs[:start]))
         if state is not None:
+            if start < len(runs):  # superseded: the next decision goes on from these runs
+                _STATES.pop((key, runs[:start]))
             break
-    if state is None:
+    if state is not None and start not in ends:  # its last group goes on: sum it again
+        start = max([0, *(e for e in ends if e < start)])
+        state = state.before
+    if state is None or start == 0:
         start = 0
-        rows = np.arange(grid.mid.size)  # (H,)
-        sums = np.zeros((len(grid.settings.size_logit_sds), grid.mid.size))  # (G, H)
-    else:
-        rows, sums = state
-    for i in range(start, len(groups)):
-        x, y = groups[i]
-        rows, sums = add_size(grid, x, np.array(y), rows, sums)  # (H',), (G, H')
-        _PREFIXES.put((key, groups[: i + 1]), (rows, sums))
-    sub, sums = spread_out(grid, rows, sums, _DROPPED)
+        n_g = len(grid.settings.size_logit_sds)
+        state = _State(np.arange(grid.mid.size), np.zeros((n_g, grid.mid.size)), {})
+    for end in (e for e in ends if e > start):
+        state, start = _added(grid, state, runs[:end]), end
+    if runs:
+        _STATES.put((key, runs), state)
+    sub, sums = spread_out(grid, state.rows, state.sums, _DROPPED)
     return sub, sums, (d_lo, d_hi)
 
 

@@ -711,11 +711,11 @@ _BOUND_FROM = 30_000
 
 def add_size(
     grid: Grid, x: float, y, rows: np.ndarray, sums: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The hypotheses ``rows`` (H', increasing) with per-sd sums of log likelihood ``sums``
     (G, H') over some sizes: the runs y at one more size x added, and the hypotheses that
     pruning drops (``prune_nats`` below the likeliest, log prior included) dropped: (H'',),
-    (G, H'').
+    (G, H''); and the size's own terms ``size_log_likelihood`` on those: (G, H'').
 
     ``size_log_likelihood_bounds`` first drops those whose upper bound lies below the best
     lower bound by more than ``prune_nats`` (their exact sum would too), and the exact terms
@@ -730,10 +730,11 @@ def add_size(
         floor = (prior + (sums + lo + sd_prior).max(axis=0)).max() - cfg.prune_nats - 1e-6
         maybe = prior + (sums + hi).max(axis=0) >= floor  # (H',)
         rows, sums = rows[maybe], sums[:, maybe]
-    sums = sums + size_log_likelihood(grid, x, y, rows)  # (G, H'')
+    terms = size_log_likelihood(grid, x, y, rows)  # (G, H'')
+    sums = sums + terms
     log_w = grid.log_prior[rows] + pool_offset_sds(cfg, sums)
     keep = log_w >= log_w.max() - cfg.prune_nats
-    return rows[keep], sums[:, keep]
+    return rows[keep], sums[:, keep], terms[:, keep]
 
 
 def _offset_sd_log_prior(settings: PosteriorSettings) -> np.ndarray:
