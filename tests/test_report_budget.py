@@ -8,9 +8,11 @@ import json
 
 import pytest
 
-import threshold
+from threshold.config import Execution
 from threshold.report import collect, load_results, write_report
 from threshold.search.spec import StudySettings
+from threshold.search.study import create_or_load_study, open_storage
+from threshold.search.worker import run_worker
 
 OPTIONS = dict(mod=5, n_train=2000, n_test=100, steps=80, budget=4, d_lo=4, d_hi=16,
                schedule="constant", checkpoints=(0.25, 0.5, 1.0))  # fmt: skip
@@ -18,17 +20,20 @@ OPTIONS = dict(mod=5, n_train=2000, n_test=100, steps=80, budget=4, d_lo=4, d_hi
 
 @pytest.fixture(scope="module")
 def studies(tmp_path_factory):
+    """The three studies as `find --trials-at-once 4` makes and runs them, in this process (its
+    worker process would cost a fresh interpreter each)."""
     tmp = tmp_path_factory.mktemp("budget")
     mp = pytest.MonkeyPatch()
-    mp.setenv("THRESHOLD_CACHE", str(tmp / "cache"))
     mp.setenv("THRESHOLD_ARTIFACTS", str(tmp / "art"))
     url = f"sqlite:///{tmp}/s.db"
+    storage = open_storage(url)
+    execution = Execution(url, trials_at_once=4, device="cpu", cache_dir=tmp / "cache")
     names = []
     for tasks, extra in (("med", {}), ("max,med", {}), ("med", {"weight_decay": 0.01})):
-        threshold.find_threshold(tasks, "med", storage=url, trials_at_once=4, device="cpu",
-                                 **OPTIONS, **extra)  # fmt: skip
         settings = StudySettings.from_options(tasks, measure="med", **OPTIONS, **extra)
-        names.append(settings.default_name())
+        name = create_or_load_study(settings, storage).study_name
+        assert run_worker(name, execution) == OPTIONS["budget"]
+        names.append(name)
     yield url, names, tmp
     mp.undo()
 

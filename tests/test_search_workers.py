@@ -143,7 +143,7 @@ def test_a_batch_worker_trains_its_trials_together(tmp_path):
 
 def test_a_killed_batch_worker_has_its_unfinished_trials_retried(tmp_path):
     url, name, budget = f"sqlite:///{tmp_path}/s.db", "batch-kill", 4
-    make_study(url, name, steps=300, budget=budget)
+    make_study(url, name, steps=200, budget=budget)
     victim = start_worker(url, name, tmp_path, batch=3)
     deadline = time.monotonic() + 240
     running = []

@@ -371,17 +371,19 @@ def test_a_reports_folder_with_other_content_is_refused_before_anything_runs(
 
 
 @pytest.fixture(scope="module")
-def tiny_runs(tmp_path_factory):
-    """The tiny suite, run twice in a fresh folder: (cwd, first record, second record, times)."""
+def tiny_runs(tmp_path_factory, in_process):
+    """The tiny suite, run twice in a fresh folder: (cwd, first record, second record, times).
+    `threshold run` runs in this process (its workers in their own): the real process, its exit
+    code and signals are test_sigterm_stops_workers_and_the_next_run_continues's."""
     cwd = tmp_path_factory.mktemp("suite")
     (cwd / "tiny.toml").write_text(TINY)
     records, walls, counts = [], [], []
     for _ in range(2):
         t0 = time.perf_counter()
-        proc = threshold(["run", "tiny.toml", "--json"], cwd, timeout=900)
+        result = in_process(["run", "tiny.toml", "--json"], cwd)
         walls.append(time.perf_counter() - t0)
-        assert proc.returncode == 0, proc.stderr
-        records.append(json.loads(proc.stdout))
+        assert result.exit_code == 0, (result.stderr, result.exception)
+        records.append(json.loads(result.stdout))
         counts.append(trial_counts(f"sqlite:///{cwd}/s.db"))
     return cwd, records, walls, counts
 
@@ -531,7 +533,7 @@ def running_trials(path: Path) -> int:
 def test_sigterm_stops_workers_and_the_next_run_continues(tmp_path):
     """SIGTERM mid-study: exit 143 and the workers stop; run again and the study finishes its
     budget, nothing left running."""
-    text = TINY.replace("steps = 60", "steps = 300").replace("d_hi = 16", "d_hi = 8")
+    text = TINY.replace("steps = 60", "steps = 150").replace("d_hi = 16", "d_hi = 8")
     text = text.split('[[study]]\nlabel = "b"')[0].split("[[transfer]]")[0]
     text = text.replace('baseline = "a"\n', "")
     (tmp_path / "one.toml").write_text(text)

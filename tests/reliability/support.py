@@ -1,6 +1,6 @@
 """What the reliability tests share: one tiny study, its uninterrupted outcome, and polling.
 
-The study is what ``threshold find`` makes of ``FIND_ARGS`` (MAX mod 5, d 4..16, 200 steps a run,
+The study is what ``threshold find`` makes of ``FIND_ARGS`` (MAX mod 5, d 4..16, 100 steps a run,
 4 runs), so the same settings can be created in-process, run by ``threshold worker`` processes or
 by ``threshold find`` itself, and every run compared with one uninterrupted reference.
 """
@@ -23,7 +23,7 @@ from threshold.search.study import SearchConfig, open_storage
 from threshold.tasks import TaskConfig
 from threshold.train import TrainConfig
 
-STEPS, BUDGET = 200, 4
+STEPS, BUDGET = 100, 4
 # `threshold find` arguments that give SETTINGS; heartbeat 1 s, so a dead trial is stale after 3 s.
 FIND_ARGS = ["--tasks", "max", "--mod", "5", "--n-train", "2000", "--n-test", "100",
              "--d-lo", "4", "--d-hi", "16", "--steps", str(STEPS), "--budget", str(BUDGET),
