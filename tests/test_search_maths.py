@@ -275,12 +275,12 @@ def test_bad_settings_are_refused():
         PosteriorSettings(plateau_gaps=(0.1, -0.1))
 
 
-def test_a_decision_at_48_runs_is_fast_and_its_cache_bounded():
+def test_a_decision_at_48_runs_is_fast_and_its_cache_bounded(monkeypatch):
     """The next decision of a 48-run study (its first 47 runs decided before, the last one in
-    the middle of the sizes) and the same decision from an empty cache take well under a
-    second and a few seconds on one core (0.1-0.4 s and under 1 s on a quiet one: the loose
-    bounds are for busy CI); the likelihood cache stays within its 100 MB, however many
-    studies it has seen."""
+    the middle of the sizes) sums only the new run's size, once, and the same decision from
+    an empty cache is the same; they take well under a second and a few seconds on one core
+    (about 0.05 s and 1 s on a quiet one: the loose bounds are for busy CI); the state cache
+    stays within its 100 MB, however many studies it has seen."""
     from threshold.search import policy
 
     s = make_settings(budget=100, precision=1.01)
@@ -289,9 +289,12 @@ def test_a_decision_at_48_runs_is_fast_and_its_cache_bounded():
     completed = runs_at(s, truth, sizes, 4, np.random.default_rng(13))  # 48 runs
     completed.append(completed.pop(27))  # the last run at d = 64
     decide(s, completed[:-1], [64, 80])  # the decision before: caches warm
+    added, real = [], policy._added
+    monkeypatch.setattr(policy, "_added", lambda *a: added.append(len(a[2]) - a[3]) or real(*a))
     start = time.process_time()
     decision = decide(s, completed, [64, 80])
     assert time.process_time() - start < 1.0
+    assert added == [1]  # one group: the new run, on the state of the 47 before
     policy._STATES.clear()
     start = time.process_time()
     assert decide(s, completed, [64, 80]) == decision
@@ -318,8 +321,8 @@ def test_the_likelihood_bounds_hold_and_a_subset_gets_the_same_terms():
 
 
 def test_pruning_changes_no_estimate():
-    """Hypotheses pruned after each size (30 nats below the likeliest) carry no mass a summary
-    can see: the same medians and intervals as the whole grid, to 1e-4 nats (quantiles are
+    """Hypotheses pruned after each group of runs (30 nats below the likeliest) carry no mass
+    a summary can see: the same medians and intervals as the whole grid, to 1e-4 nats (quantiles are
     interpolated between hypotheses, and the pruned grid has fewer to interpolate between)."""
     from threshold.search.settings import with_overrides
 
@@ -328,8 +331,12 @@ def test_pruning_changes_no_estimate():
     runs = runs_at(s, truth, [8, 16, 24, 32, 48, 64, 128], 2, np.random.default_rng(4))
     pruned, _ = posterior_summary(s, runs)
     whole, _ = posterior_summary(with_overrides(s, {"prune_nats": 1e9}), runs)
+    shuffled, _ = posterior_summary(s, [runs[i] for i in np.random.default_rng(5).permutation(14)])
     for name in ("x80_median", "x80_lo", "x80_hi", "mid_median", "asymptote_mean"):
         assert getattr(pruned, name) == pytest.approx(getattr(whole, name), abs=1e-4)
+        # runs are added in the order they came, pruned after each: another order drops
+        # other hypotheses on the way, none with mass a summary can see
+        assert getattr(shuffled, name) == pytest.approx(getattr(whole, name), abs=1e-4)
 
 
 @hyp_settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])

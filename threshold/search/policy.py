@@ -49,6 +49,7 @@ from threshold.search.posterior import (
     offset_sd_posterior,
     pool_offset_sds,
     seed_variance,
+    size_log_likelihood,
     spread_out,
     summarize,
 )
@@ -178,6 +179,7 @@ class _States:
         self.nbytes = 0
 
 
+_KEEP_FROM = 3  # runs at a size from which its terms are kept in the state
 # 96 MiB (counting arrays states share once per state): a study's latest state, and that of
 # its widened range, are what the next decisions go on from.
 _STATES = _States(96 * 2**20)
@@ -186,24 +188,30 @@ _STATES = _States(96 * 2**20)
 _DROPPED = -1e300
 
 
-def _added(grid: Grid, state: _State, runs: tuple) -> _State:
-    """The state with the last group of ``runs`` ((x, accuracy) pairs, in order; the
-    group at one size) added to ``state``: the size's terms, summed again over every run
-    there, replace the ones summed before, and ``add_size`` drops the hypotheses the posterior
-    now puts far below the likeliest. Terms of other sizes keep their own hypotheses until
-    those are more than twice the ones left."""
+def _added(grid: Grid, state: _State, runs: tuple, start: int) -> _State:
+    """The state with the group ``runs[start:]`` (of (x, accuracy) pairs, in order; runs at
+    one size) added to ``state``, that of ``runs[:start]``: the size's terms, summed again
+    over every run there, replace the ones summed before, and ``add_size`` drops the
+    hypotheses the posterior now puts far below the likeliest. A size's terms are kept where
+    it has ``_KEEP_FROM`` runs or more (those of fewer cost less to sum again than to keep),
+    each on its own hypotheses until those are more than twice the ones left."""
     x = runs[-1][0]
     y = np.array([acc for u, acc in runs if u == x])  # (R,) every run at x
+    n_new = len(runs) - start  # the group's runs
     sums = state.sums
     if x in state.terms:
         old_rows, old = state.terms[x]
         sums = sums - old[:, np.searchsorted(old_rows, state.rows)]
+    elif y.size > n_new:  # runs at x before this group, their terms not kept: sum them again
+        sums = sums - size_log_likelihood(grid, x, y[:-n_new], state.rows)
     rows, sums, own = add_size(grid, x, y, state.rows, sums)  # (H',), (G, H'), (G, H')
-    terms = {x: (rows, own)}
+    terms = {x: (rows, own)} if y.size >= _KEEP_FROM else {}
     for u, (u_rows, u_terms) in state.terms.items():
-        if u != x and u_rows.size > 2 * rows.size:  # rows are a subset of u_rows
+        if u == x:
+            continue
+        if u_rows.size > 2 * rows.size:  # rows are a subset of u_rows
             u_rows, u_terms = rows, u_terms[:, np.searchsorted(u_rows, rows)]
-        terms.setdefault(u, (u_rows, u_terms))
+        terms[u] = (u_rows, u_terms)
     return _State(rows, sums, terms, state._replace(before=None))
 
 
@@ -252,7 +260,7 @@ def _size_sums(settings: SearchSettings, completed, cover: Sequence[int] = ()):
         n_g = len(grid.settings.size_logit_sds)
         state = _State(np.arange(grid.mid.size), np.zeros((n_g, grid.mid.size)), {})
     for end in (e for e in ends if e > start):
-        state, start = _added(grid, state, runs[:end]), end
+        state, start = _added(grid, state, runs[:end], start), end
     if runs:
         _STATES.put((key, runs), state)
     sub, sums = spread_out(grid, state.rows, state.sums, _DROPPED)
