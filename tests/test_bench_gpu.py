@@ -1,17 +1,12 @@
 """``threshold bench gpu`` on the CPU (tiny settings): the wiring CI can prove without a GPU."""
 
 import json
-import subprocess
-import sys
 
 
-def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "threshold", "bench", "gpu", "--device", "cpu", "--out",
-         str(tmp_path), "--cache-dir", str(tmp_path / "cache")],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
+def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path, cli):
+    out = cli(["bench", "gpu", "--device", "cpu", "--out", tmp_path, "--cache-dir",
+               tmp_path / "cache"])  # fmt: skip
+    assert out.exit_code == 0, (out.stderr[-3000:], out.exception)
     (record_path,) = tmp_path.glob("gpu-*.json")
     record = json.loads(record_path.read_text())
     assert record["tiny"] and record["torch"].startswith("2.")
