@@ -7,7 +7,6 @@ from types import SimpleNamespace
 
 import optuna
 import pytest
-from test_search_cli import threshold  # runs `python -m threshold` in a folder
 
 from threshold.search.results import load_analyses
 
@@ -19,7 +18,7 @@ TINY = ["--mod", "5", "--n-train", "1500", "--n-test", "100", "--d-lo", "4", "--
 def run(cli):
     """``run(ARGS, cwd)``: the command in this process (the ``cli`` fixture: an analysis's imports
     alone cost a fresh interpreter about 6 s of CPU), with a process's returncode, stdout, stderr.
-    Real processes here: the studies' `find`, `train` and the refused study."""
+    The studies' `find` runs here too; its workers are real processes."""
 
     def invoke(args, cwd):
         result = cli(args, cwd)
@@ -30,16 +29,17 @@ def run(cli):
 
 
 @pytest.fixture(scope="module")
-def studies(tmp_path_factory):
-    """Two tiny real studies on one storage: ADD from scratch and ADD pretrained on MAX+MED."""
+def studies(tmp_path_factory, in_process):
+    """Two tiny real studies on one storage: ADD from scratch and ADD pretrained on MAX+MED, each
+    made by `find` in this process (its worker in its own)."""
     cwd = tmp_path_factory.mktemp("analysis")
     url = f"sqlite:///{cwd}/s.db"
     names = {}
     for key, extra in (("scratch", []), ("pretrained", ["--pretrain", "max,med"])):
-        proc = threshold(["find", "--tasks", "add", *TINY, *extra, "--storage", url, "--json"],
-                         cwd)  # fmt: skip
-        assert proc.returncode == 0, proc.stderr
-        names[key] = json.loads(proc.stdout)["study"]
+        args = ["find", "--tasks", "add", *TINY, *extra, "--storage", url, "--json"]
+        result = in_process(args, cwd)
+        assert result.exit_code == 0, (result.stderr, result.exception)
+        names[key] = json.loads(result.stdout)["study"]
     return cwd, url, names
 
 
@@ -149,10 +149,10 @@ def test_bad_input_is_one_line_and_exit_2(studies, cli, args, message):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_study_without_checkpoints_is_refused(studies):
+def test_study_without_checkpoints_is_refused(studies, run):
     cwd, url, _ = studies
     optuna.create_study(study_name="empty", storage=url)
-    proc = threshold(["analyze", "empty", "--storage", url], cwd)
+    proc = run(["analyze", "empty", "--storage", url], cwd)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "not a threshold study" in proc.stderr or "no completed run" in proc.stderr
 
@@ -172,9 +172,9 @@ def test_transfer_reuses_the_pretrained_model(tmp_path, run):
 
 
 def test_analyze_checkpoint_files_without_storage(tmp_path, run):
-    train = threshold(["train", "--tasks", "max", "--mod", "5", "--d-model", "8", "--steps", "50",
-                       "--n-train", "500", "--n-test", "50", "--out", "m.ckpt", "--json"],
-                      tmp_path)  # fmt: skip
+    train = run(["train", "--tasks", "max", "--mod", "5", "--d-model", "8", "--steps", "50",
+                 "--n-train", "500", "--n-test", "50", "--out", "m.ckpt", "--json"],
+                tmp_path)  # fmt: skip
     assert train.returncode == 0, train.stderr
     proc = run(["analyze", "--checkpoint", "m.ckpt", "--out", "fig", "--json"], tmp_path)
     assert proc.returncode == 0, proc.stderr

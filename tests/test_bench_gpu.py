@@ -1,20 +1,15 @@
 """``threshold bench gpu`` on the CPU (tiny settings): the wiring CI can prove without a GPU."""
 
 import json
-import subprocess
-import sys
 import tarfile
 
 from threshold.train.checkpoint import load_checkpoint
 
 
-def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "threshold", "bench", "gpu", "--device", "cpu", "--out",
-         str(tmp_path), "--cache-dir", str(tmp_path / "cache")],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
+def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path, cli):
+    out = cli(["bench", "gpu", "--device", "cpu", "--out", tmp_path, "--cache-dir",
+               tmp_path / "cache"])  # fmt: skip
+    assert out.exit_code == 0, (out.stderr[-3000:], out.exception)
     (record_path,) = tmp_path.glob("gpu-*.json")
     record = json.loads(record_path.read_text())
     assert record["tiny"] and record["torch"].startswith("2.")
@@ -41,12 +36,8 @@ def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path):
     assert "| graphs |" in summary
 
 
-def test_bench_gpu_refuses_a_part_it_does_not_have(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "threshold", "bench", "gpu", "--device", "cpu", "--parts",
-         "checks,plots", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert out.returncode != 0
+def test_bench_gpu_refuses_a_part_it_does_not_have(tmp_path, cli):
+    out = cli(["bench", "gpu", "--device", "cpu", "--parts", "checks,plots", "--out", tmp_path])
+    assert out.exit_code != 0
     assert "--parts 'checks,plots' is not allowed" in out.stderr
-    assert "checks, throughput, science" in out.stderr and not list(tmp_path.iterdir())
+    assert "checks, throughput, science" in out.stderr and not list(tmp_path.glob("gpu-*"))

@@ -66,7 +66,7 @@ def test_bad_checkpoint_path_is_refused(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
-def test_out_onto_earlier_checkpoints_is_refused_before_training_unless_forced(tmp_path):
+def test_out_onto_earlier_checkpoints_is_refused_before_training_unless_forced(tmp_path, cli):
     out = tmp_path / "models"
     out.mkdir()
     (out / "d8-seed0.ckpt").write_bytes(b"an earlier, longer run")
@@ -79,13 +79,14 @@ def test_out_onto_earlier_checkpoints_is_refused_before_training_unless_forced(t
     ]
     assert (out / "d8-seed0.ckpt").read_bytes() == b"an earlier, longer run"
     assert not (tmp_path / "cache").exists()  # refused before the data was made
-    run([*args, "--out", str(out), "--force"], tmp_path / "cache", check=True)
+    forced = cli([*args, "--out", out, "--force"])  # in this process: the refusal was a real one
+    assert forced.exit_code == 0, forced.stderr
     assert load_checkpoint(out / "d8-seed0.ckpt").model_config.d_model == 8
 
 
-def test_train_json_and_checkpoint(tmp_path):
+def test_train_json_and_checkpoint(tmp_path, cli):
     out = tmp_path / "m.ckpt"
-    proc = run(
+    proc = cli(
         [
             "train",
             "--tasks",
@@ -100,10 +101,9 @@ def test_train_json_and_checkpoint(tmp_path):
             "--out",
             str(out),
             "--json",
-        ],
-        tmp_path / "cache",
-        check=True,
+        ]
     )
+    assert proc.exit_code == 0, proc.stderr
     report = json.loads(proc.stdout)
     for key in (
         "params_total",

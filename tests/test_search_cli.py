@@ -28,7 +28,7 @@ def threshold(args, tmp_path, **kw):
     )  # fmt: skip
 
 
-def test_find_json_and_status(tmp_path):
+def test_find_json_and_status(tmp_path, cli):
     url = f"sqlite:///{tmp_path}/s.db"
     proc = threshold(["find", *TINY, "--steps", "40", "--budget", "4", "--storage", url,
                       "--workers", "2", "--json"], tmp_path)  # fmt: skip
@@ -40,7 +40,7 @@ def test_find_json_and_status(tmp_path):
         assert key in transition
     lo, hi = transition["interval_params"]
     assert lo <= transition["params_p80"] <= hi
-    status = threshold(["status", "--storage", url, "--json"], tmp_path)
+    status = cli(["status", "--storage", url, "--json"])
     (row,) = json.loads(status.stdout)
     assert row["study"] == report["study"] and row["n_complete"] == 4
     # The plain Optuna CLI reads the same storage.
@@ -64,7 +64,7 @@ def test_find_json_and_status(tmp_path):
     assert all(any(a["key"] == "checkpoint_artifact" for a in t["user_attrs"]) for t in trials)
 
 
-def test_find_without_a_terminal_says_each_run_as_it_ends(tmp_path):
+def test_find_without_a_terminal_says_each_run_as_it_ends(tmp_path, cli):
     """Under nohup, CI or a log file: one plain line per run on stderr while the study runs, and
     a rerun of the finished study says that nothing ran."""
     url = f"sqlite:///{tmp_path}/s.db"
@@ -75,8 +75,8 @@ def test_find_without_a_terminal_says_each_run_as_it_ends(tmp_path):
     assert len(lines) == 3, proc.stderr
     assert all(" params) accuracy " in line and "; " in line for line in lines), lines
     assert "3 runs in" in proc.stdout
-    again = threshold([*args, "--storage", url], tmp_path)
-    assert again.returncode == 0, again.stderr
+    again = cli([*args, "--storage", url])  # the rerun in this process
+    assert again.exit_code == 0, again.stderr
     assert "3 runs, all from before (nothing left to run)" in again.stdout
     assert not [line for line in again.stderr.splitlines() if line.startswith("trial ")]
 
@@ -106,7 +106,7 @@ def dashboard_get(url: str, path: str) -> tuple[str, bytes]:
     return status[0], body
 
 
-def test_ctrl_c_then_resume_keeps_completed_trials(tmp_path):
+def test_ctrl_c_then_resume_keeps_completed_trials(tmp_path, cli):
     url = f"sqlite:///{tmp_path}/s.db"
     args = ["find", *TINY, "--steps", "150", "--budget", "4", "--storage", url, "--json"]
     env = dict(os.environ, THRESHOLD_CACHE=str(tmp_path / "cache"))
@@ -137,8 +137,8 @@ def test_ctrl_c_then_resume_keeps_completed_trials(tmp_path):
         if t.state == TrialState.COMPLETE
     }
     assert before
-    again = threshold(args, tmp_path, timeout=600)
-    assert again.returncode == 0, again.stderr
+    again = cli(args)  # the resume in this process, its worker in its own
+    assert again.exit_code == 0, again.stderr
     assert json.loads(again.stdout)["study"] == name
     after = optuna.load_study(study_name=name, storage=url).get_trials()
     for number, value in before.items():
