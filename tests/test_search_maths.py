@@ -339,12 +339,13 @@ def test_pruning_changes_no_estimate():
         assert getattr(shuffled, name) == pytest.approx(getattr(whole, name), abs=1e-4)
 
 
-@hyp_settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
+_ANY_TRIALS = (
     st.lists(st.tuples(st.integers(4, 512), st.floats(0.0, 1.0)), min_size=3, max_size=12),
     st.lists(st.integers(4, 512), max_size=3),
 )
-def test_any_trials_give_an_allowed_size(completed, pending):
+
+
+def _an_allowed_size(completed, pending):
     s = make_settings()
     decision = decide(s, completed, pending)
     if not decision.stop:
@@ -352,6 +353,17 @@ def test_any_trials_give_an_allowed_size(completed, pending):
         used = [d for d, _ in completed] + pending
         assert decision.replicate == used.count(decision.d)
     json.dumps(decision.to_dict())
+
+
+# Each example sums its runs on a grid of its own (a cold decision): 6 here, 30 in the long form.
+test_any_trials_give_an_allowed_size = hyp_settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)(given(*_ANY_TRIALS)(_an_allowed_size))
+test_any_trials_give_an_allowed_size_long = pytest.mark.slow(
+    hyp_settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])(
+        given(*_ANY_TRIALS)(_an_allowed_size)
+    )
+)
 
 
 def test_bench_search_small():
@@ -367,10 +379,12 @@ def test_bench_search_small():
 
 
 @pytest.mark.parametrize(
-    ("accuracy", "reason", "edge"), [(0.15, "above_range", 512), (0.975, "below_range", 4)]
+    ("accuracy", "reason", "edge"), [(0.15, "above_range", 256), (0.975, "below_range", 4)]
 )
 def test_gives_up_when_the_transition_is_outside_the_allowed_sizes(accuracy, reason, edge):
-    s = make_settings()
+    # sizes up to d = 256, one widening above the initial range: the same claim as with 512,
+    # with fewer runs (every run at chance prunes nothing, so each costs the whole grid)
+    s = SearchSettings(listops_table(4, 256), chance=CHANCE)
     completed, final = [], decide(s, [], [])
     while not final.stop:
         completed.append((final.d, accuracy))

@@ -28,6 +28,7 @@ computed numerically from the family's own model. Sizes follow ``simulate.listop
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy.optimize import brentq
@@ -153,6 +154,7 @@ def _sample_bimodal(t: FamilyTruth, rng, z):
     return sample_accuracy(rng, _BIMODAL, truth, z + truth.mid)
 
 
+@lru_cache(maxsize=64)  # one per study: the oracle samples a truth 42,000 times
 def make_truth_at(t: FamilyTruth):
     """The ``simulate.Truth`` of a bimodal family member, midpoint at 0 (samplers use z)."""
     truth = make_truth(_BIMODAL, 20.0, t.slope)

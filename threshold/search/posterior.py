@@ -128,13 +128,14 @@ class PosteriorSettings:
     size_nodes: int = 5  # Gauss-Hermite nodes for that offset
     n_nodes: int = 21  # learned-share nodes u = 0, 0.05, ..., 1
     n_bins: int = 20  # accuracy bins of a predicted outcome in the look-ahead (0.05 wide)
-    # Pruning: after each size's runs (sizes in increasing order), a (midpoint, slope) pair is
-    # dropped when its likeliest hypothesis lies this many nats below the likeliest of all.
-    # e^-30 per hypothesis, under 1e-7 of the mass for the whole grid: nothing a summary or a
-    # decision can see, while one run moves a hypothesis by at most about 6.5 nats against
-    # another (the outlier share bounds its likelihood ratio), so a dropped pair would need
-    # five runs in a row against the likeliest to matter again. Most pairs go after a dozen
-    # runs, and the later sizes and the look-ahead cost a fraction of the full grid's.
+    # Pruning: as runs are added (in the order they came, consecutive runs at one size
+    # together: ``policy._size_sums``), a hypothesis is dropped for good when it lies this
+    # many nats below the likeliest, log prior included. e^-30 per hypothesis, under 1e-7 of
+    # the mass for the whole grid: nothing a summary or a decision can see, while one run
+    # moves a hypothesis by at most about 6.5 nats against another (the outlier share bounds
+    # its likelihood ratio), so a dropped one would need five runs in a row against the
+    # likeliest to matter again. Most go after a dozen runs, and the later runs and the
+    # look-ahead cost a fraction of the full grid's.
     prune_nats: float = 30.0
 
     def __post_init__(self) -> None:
