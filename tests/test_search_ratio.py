@@ -95,17 +95,21 @@ def test_reduction_factor_of_planted_transitions():
     assert hi / lo > own
 
 
-def test_reduction_interval_covers_the_planted_factor():
-    """Over 20 pairs of simulated studies the 90% interval holds the true factor about 18 times
-    (deterministic seeds: 15 or fewer would be below 2% chance for a calibrated interval)."""
+@pytest.mark.parametrize(
+    ("pairs", "least"), [(10, 7), pytest.param(20, 16, marks=pytest.mark.slow)]
+)
+def test_reduction_interval_covers_the_planted_factor(pairs, least):
+    """Over 10 (slow: 20) pairs of simulated studies the 90% interval holds the true factor about
+    9 (18) times. Deterministic seeds; for a calibrated interval 6 or fewer of 10 has a 1.3%
+    chance, 15 or fewer of 20 4.3%."""
     true_factor = float(np.exp(make_truth(MODEL, 80.0, 3.0).x80 - make_truth(MODEL, 20.0, 3.0).x80))
     hits = 0
-    for i in range(20):
+    for i in range(pairs):
         base = transition_posterior(*study_runs(80.0, seed=100 + i))
         study = transition_posterior(*study_runs(20.0, seed=200 + i))
         lo, hi = reduction_factor(base, study)["interval"]
         hits += lo <= true_factor <= hi
-    assert hits >= 16
+    assert hits >= least, hits
 
 
 def test_a_study_against_itself_is_no_reduction():

@@ -23,7 +23,8 @@ from threshold.suite import ALL_REPORT, SuiteError, key_lines, load_suite, parse
 ROOT = Path(__file__).resolve().parent.parent
 REAL = [ROOT / "studies" / "cpu.toml", ROOT / "studies" / "paper.toml"]
 
-# A suite small enough to run for real: ListOps mod 5, models of d 4..16, 60 steps, 3 runs each.
+# A suite small enough to run for real: ListOps mod 5 of depth 1 (9 tokens), models of d 4..16,
+# 60 steps, 3 runs each.
 TINY = """\
 name = "tiny"
 storage = "sqlite:///s.db"
@@ -33,6 +34,7 @@ baseline = "a"
 
 [defaults]
 mod = 5
+depth = 1
 n_train = 1500
 n_test = 100
 d_lo = 4
@@ -534,6 +536,7 @@ def test_sigterm_stops_workers_and_the_next_run_continues(tmp_path):
     """SIGTERM mid-study: exit 143 and the workers stop; run again and the study finishes its
     budget, nothing left running."""
     text = TINY.replace("steps = 60", "steps = 150").replace("d_hi = 16", "d_hi = 8")
+    text = text.replace("depth = 1\n", "")  # depth 2's longer runs: the signal lands in one
     text = text.split('[[study]]\nlabel = "b"')[0].split("[[transfer]]")[0]
     text = text.replace('baseline = "a"\n', "")
     (tmp_path / "one.toml").write_text(text)
