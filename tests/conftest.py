@@ -255,7 +255,7 @@ def browser(tmp_path):
 
 
 # Small real studies for the report tests (tests/test_report*.py), built once per session.
-# Depth 1: 9-token sequences (depth 2: 60), decoded in a sixth of the time.
+# Depth 1: 9-token sequences (depth 2: 60); decoding them is most of a tiny run's CPU.
 REPORT_TINY = dict(mod=5, depth=1, n_train=2000, n_test=100, d_lo=4, d_hi=16, steps=40)
 
 

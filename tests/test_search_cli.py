@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 
 from threshold.search.sampler import run_seed
 
-# Depth 1: 9-token sequences (depth 2: 60), decoded in a sixth of the time.
+# Depth 1: 9-token sequences (depth 2: 60); decoding them is most of a tiny run's CPU.
 TINY = ["--tasks", "max", "--mod", "5", "--depth", "1", "--n-train", "2000", "--n-test", "100",
         "--d-lo", "4", "--d-hi", "16", "--heartbeat", "2"]  # fmt: skip
 DEPTH_2 = [a for a in TINY if a not in ("--depth", "1")]  # runs long enough to interrupt
