@@ -22,13 +22,14 @@ import pytest
 # thread, 297 s with two. Torch reads it when it loads, after this file.
 os.environ["OMP_NUM_THREADS"] = "1"
 
-# The files that take a minute or more of CPU time (`--cpu-durations`, 2026-11-26), longest
-# first: started first so that no core idles at the end while the last long file runs alone.
-LONG_FIRST = ("test_search_maths.py", "test_suite.py", "test_engine.py", "test_faults.py",
-              "test_report.py", "test_search_cli.py", "test_analysis_cli.py",
-              "test_report_budget.py", "test_cli.py", "test_bench_gpu.py", "test_search_workers.py",
-              "test_recipe.py", "test_search_ratio.py", "test_concurrency.py",
-              "test_cluster.py")  # fmt: skip
+# The files that take half a minute or more of CPU time (`--cpu-durations`, 2026-11-26, after
+# the second round of docs/testing.md), longest first: started first so that no core idles at
+# the end while the last long file runs alone.
+LONG_FIRST = ("test_search_maths.py", "test_engine.py", "test_faults.py", "test_search_cli.py",
+              "test_suite.py", "test_search_workers.py", "test_concurrency.py",
+              "test_bench_gpu.py", "test_cli.py", "test_recipe.py", "test_report.py",
+              "test_analysis_cli.py", "test_cluster.py", "test_api.py", "test_report_bounds.py",
+              "test_determinism.py", "test_dashboard_browser.py")  # fmt: skip
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -254,7 +255,8 @@ def browser(tmp_path):
 
 
 # Small real studies for the report tests (tests/test_report*.py), built once per session.
-REPORT_TINY = dict(mod=5, n_train=2000, n_test=100, d_lo=4, d_hi=16, steps=40)
+# Depth 1: 9-token sequences (depth 2: 60); decoding them is most of a tiny run's CPU.
+REPORT_TINY = dict(mod=5, depth=1, n_train=2000, n_test=100, d_lo=4, d_hi=16, steps=40)
 
 
 def _tiny_analysis(study, number: int, folder) -> None:

@@ -10,8 +10,8 @@ import pytest
 
 from threshold.search.results import load_analyses
 
-TINY = ["--mod", "5", "--n-train", "1500", "--n-test", "100", "--d-lo", "4", "--d-hi", "16",
-        "--budget", "3", "--steps", "60", "--heartbeat", "2"]  # fmt: skip
+TINY = ["--mod", "5", "--depth", "1", "--n-train", "1500", "--n-test", "100", "--d-lo", "4",
+        "--d-hi", "16", "--budget", "3", "--steps", "60", "--heartbeat", "2"]  # fmt: skip
 
 
 @pytest.fixture

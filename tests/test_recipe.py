@@ -283,7 +283,7 @@ def test_the_small_recipe_round_trips_through_a_study_and_a_report(tmp_path, mon
     monkeypatch.setenv("THRESHOLD_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))
     url = f"sqlite:///{tmp_path}/s.db"
-    options = dict(mod=5, n_train=2000, n_test=100, steps=60, budget=3, d_lo=4, d_hi=16,
+    options = dict(mod=5, depth=1, n_train=2000, n_test=100, steps=60, budget=3, d_lo=4, d_hi=16,
                    checkpoints=(0.5, 1.0), recipe="small", device="cpu")  # fmt: skip
     threshold.find_threshold("med", storage=url, **options)
     settings = StudySettings.from_options(

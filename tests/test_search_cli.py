@@ -15,8 +15,10 @@ from optuna.trial import TrialState
 
 from threshold.search.sampler import run_seed
 
-TINY = ["--tasks", "max", "--mod", "5", "--n-train", "2000", "--n-test", "100",
+# Depth 1: 9-token sequences (depth 2: 60); decoding them is most of a tiny run's CPU.
+TINY = ["--tasks", "max", "--mod", "5", "--depth", "1", "--n-train", "2000", "--n-test", "100",
         "--d-lo", "4", "--d-hi", "16", "--heartbeat", "2"]  # fmt: skip
+DEPTH_2 = [a for a in TINY if a not in ("--depth", "1")]  # runs long enough to interrupt
 
 
 def threshold(args, tmp_path, **kw):
@@ -108,7 +110,7 @@ def dashboard_get(url: str, path: str) -> tuple[str, bytes]:
 
 def test_ctrl_c_then_resume_keeps_completed_trials(tmp_path, cli):
     url = f"sqlite:///{tmp_path}/s.db"
-    args = ["find", *TINY, "--steps", "150", "--budget", "4", "--storage", url, "--json"]
+    args = ["find", *DEPTH_2, "--steps", "150", "--budget", "4", "--storage", url, "--json"]
     env = dict(os.environ, THRESHOLD_CACHE=str(tmp_path / "cache"))
     proc = subprocess.Popen(
         [sys.executable, "-m", "threshold", *args], env=env, cwd=tmp_path,

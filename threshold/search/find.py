@@ -106,6 +106,7 @@ def run_search(
             raise_if_interrupted()
             follow.poll()
             time.sleep(poll_s)
+        raise_if_interrupted()  # one dropped here while the workers ended on it (exit 130)
         final = follow.poll(last=True)
     except KeyboardInterrupt:
         stop_workers(procs)
