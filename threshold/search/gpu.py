@@ -142,13 +142,15 @@ def science_pair(
     posterior and the factor with its 90% interval at every budget checkpoint. ``models``: a
     ``.tar.gz`` to keep every trained model in, as ``<study>-d<d>-seed<s>.pt`` checkpoints."""
     mod, sizes = (5, [8, 16]) if tiny else (10, [16, 20, 25, 32, 40, 51, 64, 81, 101, 128])
-    extra = dict(n_train=2000, n_test=100, n_val=50) if tiny else {}
+    extra = dict(n_train=2000, n_test=40, n_val=50) if tiny else {}
     tasks = {
         "add": TaskConfig(ops=("add",), n=mod, **extra),
         "max+med+add": TaskConfig(ops=("max", "med", "add"), n=mod, measure="add", **extra),
     }
     made = make_recipe("small")
-    cfg = replace(made.train, eval_every=500, checkpoints=(0.125, 0.25, 0.5, 1.0))
+    # tiny: two checkpoints, as decoding the test sets at each is most of a tiny run's CPU
+    checkpoints = (0.5, 1.0) if tiny else (0.125, 0.25, 0.5, 1.0)
+    cfg = replace(made.train, eval_every=500, checkpoints=checkpoints)
     data = {name: load_task_data(task, cache_dir) for name, task in tasks.items()}
     runs, keys = [], []
     for name, task in tasks.items():
