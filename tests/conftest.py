@@ -114,19 +114,27 @@ def cli(tmp_path, monkeypatch, restore_signals):
     folder ``cwd`` (default the test's) with its data cache there: milliseconds, where a fresh
     interpreter costs about 3 s of CPU (torch's import). Returns the result: ``exit_code``,
     ``stdout``, ``stderr``, ``exception``. Commands that start workers belong in real processes."""
-    from typer.testing import CliRunner
-
-    from threshold.cli import app
 
     def invoke(args, cwd=None, **env):
         cwd = tmp_path if cwd is None else cwd
         monkeypatch.chdir(cwd)
-        env = {"THRESHOLD_CACHE": str(cwd / "cache"), "THRESHOLD_STORAGE": None, **env}
-        return CliRunner().invoke(app, [str(a) for a in args], env=env)
+        return _invoke(args, cwd, **env)
 
     threads = torch_threads()
     yield invoke
     torch_threads(threads)  # commands set their own (analyze: 1)
+
+
+def _invoke(args: list, cwd, **env):
+    """``threshold ARGS`` by Typer's runner in this process, already in folder ``cwd``, with the
+    data cache there and no storage taken from the environment: what ``cli`` and
+    :func:`run_in_process` share."""
+    from typer.testing import CliRunner
+
+    from threshold.cli import app
+
+    env = {"THRESHOLD_CACHE": str(cwd / "cache"), "THRESHOLD_STORAGE": None, **env}
+    return CliRunner().invoke(app, [str(a) for a in args], env=env)
 
 
 def torch_threads(n: int | None = None) -> int | None:
@@ -384,16 +392,11 @@ def in_process():
 def run_in_process(args: list[str], cwd, **env):
     """``threshold ARGS`` in this process from folder ``cwd`` (Typer's runner), for fixtures wider
     than a test (the ``cli`` fixture is the test's own); the signal handlers are given back."""
-    from typer.testing import CliRunner
-
-    from threshold.cli import app
-
     saved = {n: signal.getsignal(n) for n in (signal.SIGINT, signal.SIGTERM)}
     here, threads = os.getcwd(), torch_threads()
     os.chdir(cwd)
     try:
-        env = {"THRESHOLD_CACHE": str(cwd / "cache"), "THRESHOLD_STORAGE": None, **env}
-        return CliRunner().invoke(app, [str(a) for a in args], env=env)
+        return _invoke(args, cwd, **env)
     finally:
         os.chdir(here)
         torch_threads(threads)
