@@ -24,6 +24,10 @@ def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path, cli):
         assert (
             row["factor"]["interval"][0] <= row["factor"]["factor"] <= row["factor"]["interval"][1]
         )
+        # A side its runs do not locate makes the factor a bound (threshold.search.bounds)
+        kinds = {row["add"]["located"], row["max+med+add"]["located"]}
+        assert kinds <= {"point", "lower bound", "upper bound", "none"}
+        assert (row["factor"]["bound"]["form"] == "point") == (kinds == {"point"})
     (models,) = tmp_path.glob("gpu-*-models.tar.gz")  # every trained model, for the analyses
     assert science["models"] == models.name
     with tarfile.open(models) as tar:
@@ -33,7 +37,7 @@ def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path, cli):
     assert load_checkpoint(tmp_path / names[-1]).metrics["study"] == "max+med+add"
     summary = record_path.with_suffix(".md").read_text()
     assert "## Engine against the CPU" in summary and "## Science pair" in summary
-    assert "| graphs |" in summary
+    assert "| graphs |" in summary and "only bounds it" in summary
 
 
 def test_bench_gpu_refuses_a_part_it_does_not_have(tmp_path, cli):

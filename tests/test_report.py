@@ -77,7 +77,7 @@ def test_reduction_factor_and_its_interval(report_studies, built_report):
     base, b = by_name[report_studies["a"]], by_name[report_studies["b"]]
     assert results["baselines"] == [report_studies["a"]] and base["reduction"] is None
     assert b["baseline"] == base["name"]
-    # These tiny studies learn at none of their sizes (threshold.report.bounds): the factor is
+    # These tiny studies learn at none of their sizes (threshold.search.bounds): the factor is
     # kept as the posteriors' ratio, marked as saying nothing, and the page says why instead.
     assert (base["transition"]["kind"], b["transition"]["kind"]) == ("lower bound",) * 2
     assert b["reduction"]["form"] == "none" and b["reduction"]["bound"] is None

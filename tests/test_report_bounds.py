@@ -17,7 +17,7 @@ import optuna
 import pytest
 
 from threshold.report import collect, load_results, write_report
-from threshold.report.bounds import LOCATING_RUNS, factor_bound, locate
+from threshold.search.bounds import LOCATING_RUNS, factor_bound, locate
 from threshold.search.fit import transition_estimate
 from threshold.search.sampler import PARAM, policy_settings
 from threshold.search.spec import StudySettings

@@ -32,7 +32,7 @@ from scipy.optimize import nnls
 from threshold.config import recipe_words
 from threshold.errors import ConfigError, ThresholdError
 from threshold.meta import git_commit, version
-from threshold.report.bounds import LOCATING_RUNS, NONE, POINT, factor_bound, locate, sizes_only
+from threshold.search.bounds import LOCATING_RUNS, NONE, POINT, factor_bound, locate, sizes_only
 from threshold.search.fit import (
     PLATEAU_GAP,
     reduction_factor,
@@ -130,7 +130,7 @@ class StudyData:
     # at the same steps (step, tokens, and factor's keys).
     budget: list[dict] = field(default_factory=list)
     budget_reduction: list[dict] = field(default_factory=list)
-    # Whether the runs locate the 80% point or only bound it (threshold.report.bounds.locate);
+    # Whether the runs locate the 80% point or only bound it (threshold.search.bounds.locate);
     # None without an estimate. Each budget entry carries its own under "transition".
     transition: dict | None = None
 
@@ -712,7 +712,7 @@ def _fitted(s: StudyData, budget: dict | None = None) -> dict:
 
 def _bounded(base: StudyData, s: StudyData, base_at=None, s_at=None) -> dict:
     """``form`` and ``bound`` of a factor, from the two transitions (at a checkpoint when given):
-    ``bound`` None for a point (:func:`threshold.report.bounds.factor_bound`)."""
+    ``bound`` None for a point (:func:`threshold.search.bounds.factor_bound`)."""
     theirs = base.transition if base_at is None else base_at["transition"]
     mine = s.transition if s_at is None else s_at["transition"]
     out = factor_bound(theirs, _fitted(base, base_at), mine, _fitted(s, s_at))

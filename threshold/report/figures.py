@@ -325,7 +325,7 @@ def curves_figure(studies: list[StudyData], styles: dict, path: Path) -> Path:
 
 
 def _located(s: StudyData) -> bool:
-    """The study's runs locate its 80% point (threshold.report.bounds): drawn filled."""
+    """The study's runs locate its 80% point (threshold.search.bounds): drawn filled."""
     return _kind(s.transition) == "point"
 
 

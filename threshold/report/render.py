@@ -14,7 +14,7 @@ from pathlib import Path
 import jinja2
 
 from threshold.report import text
-from threshold.report.bounds import LOCATING_RUNS
+from threshold.search.bounds import LOCATING_RUNS
 
 __all__ = ["markdown_table", "render"]
 

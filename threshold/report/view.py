@@ -56,7 +56,7 @@ class Ratio:
     hi: float
     p_smaller: float  # posterior probability that the study's 80% point is the smaller
     # "point": both transitions located, the factor and interval above stand; "lower bound" or
-    # "upper bound": a side is only bounded by its runs, and ``bound`` (threshold.report.bounds.
+    # "upper bound": a side is only bounded by its runs, and ``bound`` (threshold.search.bounds.
     # factor_bound: value, at_median, the sizes divided) is what the report says instead.
     form: str = "point"
     bound: dict | None = None
@@ -93,7 +93,7 @@ class Row:
     warning: str  # what makes the estimate doubtful, or why there is none, else ""
     status_text: str
     # Whether the runs locate the 80% point (kind "point") or only bound it ("lower bound":
-    # above params; "upper bound": at or below it; "none"): threshold.report.bounds.locate.
+    # above params; "upper bound": at or below it; "none"): threshold.search.bounds.locate.
     transition: dict | None = None
 
     @property

@@ -36,6 +36,7 @@ import torch
 from threshold.config import make_recipe, model_config_for, param_count
 from threshold.files import atomic_write
 from threshold.meta import git_commit, version
+from threshold.search.bounds import POINT, factor_bound, locate
 from threshold.search.fit import reduction_factor, transition_estimate, transition_posterior
 from threshold.search.settings import SearchSettings
 from threshold.tasks import TaskConfig, load_task_data
@@ -231,13 +232,14 @@ def _seconds_per_step(runs: list[Run], device: torch.device) -> float:
 
 
 def _estimates(tasks, keys, results, runs, made) -> list[dict]:
-    """At each checkpoint: each study's 80% point (posterior median, 90% interval) and the
-    factor ADD alone / mixture with its interval."""
+    """At each checkpoint: each study's 80% point (posterior median, 90% interval), whether its
+    runs locate it (:func:`threshold.search.bounds.locate`), and the factor ADD alone / mixture
+    with its interval, or the bound the runs allow where a side is not located."""
     rows = []
     steps = sorted({b["step"] for r in results for b in r.budget})
     for step in steps:
         row: dict = {"step": step}
-        posts = {}
+        posts, verdicts, estimates = {}, {}, {}
         for name, task in tasks.items():
             completed = [
                 (d, next(b["accuracy"] for b in r.budget if b["step"] == step))
@@ -248,14 +250,21 @@ def _estimates(tasks, keys, results, runs, made) -> list[dict]:
             settings = _search_settings(task, run, made)
             estimate = transition_estimate(settings, completed)
             posts[name] = transition_posterior(settings, completed)
+            params = dict(settings.params_of_d)
+            verdicts[name] = locate([(d, params[d], acc) for d, acc in completed], estimate)
+            estimates[name] = estimate
             row[name] = {
                 "params_p80": estimate["params_p80"],
                 "interval_params": estimate["interval_params"],
                 "d_p80": estimate["d_p80"],
                 "asymptote": estimate.get("asymptote"),
                 "learned_runs": sum(acc > 0.5 for _, acc in completed),
+                "located": verdicts[name]["kind"],
             }
         row["factor"] = reduction_factor(posts["add"], posts["max+med+add"])
+        row["factor"]["bound"] = factor_bound(
+            verdicts["add"], estimates["add"], verdicts["max+med+add"], estimates["max+med+add"]
+        )
         rows.append(row)
     return rows
 
@@ -331,12 +340,30 @@ def summary_markdown(record: dict) -> str:
             a, m, f = row["add"], row["max+med+add"], row["factor"]
             lines.append(
                 f"| {row['step']:,} | {_point(a)} | {a['learned_runs']} | {_point(m)} | "
-                f"{m['learned_runs']} | {f['factor']:.2f}x ({f['interval'][0]:.2f}-"
-                f"{f['interval'][1]:.2f}) |"
+                f"{m['learned_runs']} | {_factor(f)} |"
             )
+        lines += [
+            "",
+            "A side whose runs do not locate its 80% point (fewer than two runs on either side "
+            "of it fall where the fit says) only bounds it, and a factor with such a side is a "
+            "bound, for the sizes and seeds run (`threshold/search/bounds.py`).",
+        ]
     return "\n".join(lines) + "\n"
 
 
 def _point(e: dict) -> str:
     lo, hi = e["interval_params"]
-    return f"{e['params_p80']:,.0f} ({lo:,.0f}-{hi:,.0f})"
+    shown = f"{e['params_p80']:,.0f} ({lo:,.0f}-{hi:,.0f})"
+    located = e.get("located", POINT)  # records before the verdict was kept were not judged
+    return shown if located == POINT else f"{shown}, {located}"
+
+
+def _factor(f: dict) -> str:
+    posterior = f"{f['factor']:.2f}x ({f['interval'][0]:.2f}-{f['interval'][1]:.2f})"
+    bound = f.get("bound", {"form": POINT})
+    if bound["form"] == POINT:
+        return posterior
+    if bound["form"] == "none":
+        return f"none: the runs bound neither side (posterior {posterior})"
+    word = "at least" if bound["form"] == "lower bound" else "at most"
+    return f"{word} {bound['value']:.1f}x ({bound['at_median']:.1f}x at the median)"
