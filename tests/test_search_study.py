@@ -55,8 +55,19 @@ def test_the_value_is_named_for_the_dashboard_also_on_an_older_study(tmp_path):
 def test_reusing_a_name_with_other_settings_is_refused(tmp_path):
     storage = open_storage(f"sqlite:///{tmp_path}/s.db")
     create_or_load_study(settings(), storage, name="mine")
-    with pytest.raises(ConfigError, match=r"'mine' exists with other settings.*budget"):
-        create_or_load_study(settings(budget=9), storage, name="mine")
+    with pytest.raises(ConfigError, match=r"'mine' exists with other settings.*d_hi"):
+        create_or_load_study(settings(d_hi=64, budget=60), storage, name="mine")
+
+
+def test_a_study_found_by_name_takes_a_new_budget_and_precision(tmp_path):
+    """The stopping rules are not what a study measures: a study that used its budget goes on
+    under its name with a larger one (``find --study NAME --budget 60``)."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    create_or_load_study(settings(budget=12), open_storage(url), name="mine")
+    create_or_load_study(settings(budget=18, precision=2.0), open_storage(url), name="mine")
+    _, stored = load_study("mine", open_storage(url))
+    assert (stored.search.budget, stored.search.precision) == (18, 2.0)
+    assert stored == settings(budget=18, precision=2.0)
 
 
 def test_sqlite_storage_is_in_wal_mode_and_readable_by_plain_optuna(tmp_path):

@@ -521,6 +521,23 @@ def test_dry_run_writes_nothing(tiny_runs, tmp_path, cli):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.toml"]
 
 
+def test_a_pinned_name_gives_a_stopped_study_more_runs(tiny_runs, tmp_path, cli):
+    """A [[study]]'s ``name`` keeps it on its stored study when its budget is raised (the name
+    derived from the settings would change with it): the plan says it goes on."""
+    cwd, (first, _), _, _ = tiny_runs
+    with sqlite3.connect(cwd / "s.db") as src, sqlite3.connect(tmp_path / "s.db") as copy:
+        src.backup(copy)
+    a = first["studies"][0]["study"]
+    for pin, study, status in (("", None, "new"), (f'name = "{a}"\n', a, "to continue")):
+        text = TINY.replace('label = "a"\n', f'label = "a"\n{pin}budget = 4\n', 1)
+        (tmp_path / "tiny.toml").write_text(text)
+        proc = cli(["run", "tiny.toml", "--dry-run", "--json"], tmp_path)
+        assert proc.exit_code == 0, proc.stderr
+        planned = json.loads(proc.stdout)["studies"]
+        assert planned[0]["status"] == status and planned[1]["status"] == "done (budget)"
+        assert study is None or planned[0]["study"] == study
+
+
 def running_trials(path: Path) -> int:
     """RUNNING trials in a SQLite storage, read only (0 while it is still being created)."""
     if not path.exists():

@@ -28,6 +28,9 @@ COST_A = 1.0
 COST_B = 1.0 / 2200
 
 
+STOP_RULES = ("budget", "precision")  # when a study stops, not what it measures: may change
+
+
 @dataclass(frozen=True)
 class SearchConfig:
     """How the transition is searched; with the task and training settings it defines a study."""

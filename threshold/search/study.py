@@ -2,7 +2,9 @@
 
 One study per (mixture, measured op, every setting). Its settings are stored as study user
 attributes (task, train, search: one JSON each, under RDB's 2 KB value limit), with the package
-version and git commit; reusing a study name with other settings is refused. The default storage is
+version and git commit; reusing a study name with other settings is refused, but for its stopping
+rules (the run budget and the precision), which a study found again takes from the caller, so a
+study that stopped can be given more runs under its name. The default storage is
 ``sqlite:///studies/threshold.db`` in WAL mode, so several worker processes on one machine can
 share it (readers never block the writer; writers wait up to a busy timeout instead of failing).
 PostgreSQL URLs work unchanged (psycopg). Heartbeats mark trials of a killed worker as failed, and
@@ -34,7 +36,7 @@ from threshold.config import Execution
 from threshold.errors import ConfigError, ThresholdError
 from threshold.files import atomic_write
 from threshold.meta import git_commit, version
-from threshold.search.settings import SearchConfig
+from threshold.search.settings import STOP_RULES, SearchConfig
 from threshold.search.spec import StudySettings
 
 __all__ = [
@@ -233,8 +235,10 @@ def create_or_load_study(
 ) -> optuna.Study:
     """The study named ``name`` (default: derived from the settings), created if new.
 
-    An existing study must have the same settings; otherwise :class:`ConfigError` names the
-    settings that differ.
+    An existing study must have the same settings but for its stopping rules (``STOP_RULES``:
+    the budget and the precision), which it takes from ``settings``: ``find --study NAME
+    --budget 60`` gives a study that stopped at 40 runs 20 more. Any other difference raises
+    :class:`ConfigError` naming the settings that differ.
     """
     name = check_study_name(settings.default_name() if name is None else name)
     attrs = settings.to_attrs()
@@ -243,13 +247,15 @@ def create_or_load_study(
         stored = existing[name].user_attrs
         keys = sorted(set(attrs) | ({"pretrain"} & set(stored)))
         differ = [k for k in keys if stored.get(k) != attrs.get(k)]
-        if differ:
+        if differ and not _stop_rules_only(stored, attrs, differ):
             detail = _differences(stored, attrs, differ)
             raise ConfigError(
                 f"study {name!r} exists with other settings ({detail}): "
                 "choose another --study name or the same settings"
             )
         study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+        if differ:  # the budget or precision changed: the workers read them from the study
+            study.set_user_attr("search", attrs["search"])
         name_metric(study, settings)  # a study made before its value had a name
         return study
     study = optuna.create_study(
@@ -276,6 +282,16 @@ def name_metric(study: optuna.Study, settings: StudySettings) -> None:
     with warnings.catch_warnings():  # "experimental" since Optuna 3.2
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names([metric_name(settings)])
+
+
+def _stop_rules_only(stored: dict, attrs: dict, differ: list[str]) -> bool:
+    """Whether the stored and the given settings differ in the search's stopping rules alone."""
+    if differ != ["search"]:
+        return False
+    old, new = json.loads(stored["search"]), json.loads(attrs["search"])
+    return {k: v for k, v in old.items() if k not in STOP_RULES} == {
+        k: v for k, v in new.items() if k not in STOP_RULES
+    }
 
 
 def _differences(stored: dict, attrs: dict, keys: list[str]) -> str:

@@ -359,7 +359,7 @@ class _Parser:
         out: list[SuiteStudy] = []
         names: dict[str, str] = {}
         for index, entry in entries:
-            kinds = {"label": STR, **self.setting_keys}
+            kinds = {"label": STR, "name": STR, **self.setting_keys}
             where = self.table("study", index, entry, kinds, self.more_settings)
             label = self.require(entry, "label", "study", index, where, 'label = "add"')
             header = self.line("study", index)
@@ -371,7 +371,8 @@ class _Parser:
                     f"key 'tasks' is missing in [[study]] {label!r}: add "
                     'tasks = ["add"] to it or to [defaults]',
                 )
-            study = SuiteStudy(label, self.settings(values, origin, f"[[study]] {label!r}"), header)
+            settings = self.settings(values, origin, f"[[study]] {label!r}")
+            study = SuiteStudy(label, settings, header, entry.get("name"))
             if study.name in names:
                 raise self.fail(
                     header,
@@ -388,7 +389,7 @@ class _Parser:
         from threshold.search.spec import StudySettings
 
         def make(values: dict) -> StudySettings:
-            options = {k: v for k, v in values.items() if k != "label"}
+            options = {k: v for k, v in values.items() if k not in ("label", "name")}
             return StudySettings.from_options(**option_values(options, StudySettings.from_options))
 
         return self.build(make, values, origin, what)

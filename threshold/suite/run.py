@@ -32,7 +32,7 @@ from threshold.errors import ThresholdError
 from threshold.files import atomic_write
 from threshold.meta import version
 from threshold.search.find import Interrupted, run_search
-from threshold.search.record import read_study, study_names
+from threshold.search.record import read_study, stop_status, study_names
 from threshold.search.study import create_or_load_study, open_storage, storage_url
 from threshold.suite.spec import (
     ALL_REPORT,
@@ -159,8 +159,9 @@ def check_reports_folder(suite: Suite) -> None:
 def _state(db, study: SuiteStudy, known: set[str]) -> StudyState:
     """The study's runs and whether its search stopped, read from the storage (no writes).
 
-    Stopped is the record's stop status (the policy's stop rules read off the estimate the worker
-    stored after its last run); a study with running or waiting trials is not done.
+    Stopped is the stop status under the file's stopping rules (the policy's rules read off the
+    estimate the worker stored after its last run: a budget raised in the file makes a stopped
+    study go on); a study with running or waiting trials is not done.
     """
     name = study.name
     if name not in known:
@@ -168,8 +169,9 @@ def _state(db, study: SuiteStudy, known: set[str]) -> StudyState:
     view = read_study(db, name)
     completed, pending = view.split()
     estimate = view.estimate.to_dict() if view.estimate is not None else None
-    done = not pending and view.stop.stopped
-    reason = view.stop.reason if done else None
+    stop = stop_status(study.settings, view.estimate, view.runs)
+    done = not pending and stop.stopped
+    reason = stop.reason if done else None
     return StudyState(study.label, name, True, len(completed), len(pending), done, reason, estimate)
 
 
@@ -263,7 +265,8 @@ def run_suite(
 
 
 def _run_study(study, db, execution: Execution, emit, poll_s, info) -> dict:
-    create_or_load_study(study.settings, db)  # a study found again must have the same settings
+    # A study found again must have the same settings, but for its budget and precision
+    create_or_load_study(study.settings, db, study.name)
     known = set(study_names(db))
     state = _state(db, study, known)
     info = info | {"study": study.name, "n_runs": state.n_complete}

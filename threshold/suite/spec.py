@@ -182,11 +182,13 @@ class SuiteStudy:
     label: str
     settings: StudySettings
     line: int  # of its [[study]] header
+    pinned: str | None = None  # the file's ``name``: a study kept under it as its budget changes
 
     @property
     def name(self) -> str:
-        """The Optuna study name: derived from (a hash of) every setting, as ``find`` does."""
-        return self.settings.default_name()
+        """The Optuna study name: the file's ``name`` where it gives one, else derived from (a
+        hash of) every setting, as ``find`` does."""
+        return self.pinned or self.settings.default_name()
 
 
 @dataclass(frozen=True)
