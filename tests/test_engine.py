@@ -23,7 +23,13 @@ from threshold.train import engine as engine_module
 from threshold.train.batches import IGNORE, batch_arrays, train_batches
 from threshold.train.checkpoint import load_checkpoint, save_checkpoint
 from threshold.train.ensemble import _LAYOUT, Ensemble, EnsembleCache, _slots
-from threshold.train.evaluate import decode, evaluate_greedy, gumbel_noise, teacher_forced
+from threshold.train.evaluate import (
+    decode,
+    decode_greedy_and_sampled,
+    evaluate_greedy,
+    gumbel_noise,
+    teacher_forced,
+)
 from threshold.train.graphs import LENGTH_QUANTUM, static_length
 from threshold.train.memory import pack_bytes, plan_packs, plan_waves
 from threshold.train.optimizer import StackedAdamW
@@ -35,12 +41,21 @@ SIZES = [8, 12, 16, 5]  # mixed widths: the padded path, with a member that is n
 
 @pytest.fixture(scope="module")
 def max5(tmp_path_factory):
+    """Depth 2 (one nesting level): a chain of thought to decode, prompts of 11 lengths."""
     return load_task_data(TaskConfig(ops=("max",), **TINY), tmp_path_factory.mktemp("c"))
 
 
+# The runs below check the engine's bookkeeping, not learning: depth-1 ListOps (9 tokens against
+# depth 2's up to 60) trains and decodes in a fraction of the CPU.
 @pytest.fixture(scope="module")
-def max_add5(tmp_path_factory):
-    return load_task_data(TaskConfig(ops=("max", "add"), **TINY), tmp_path_factory.mktemp("c"))
+def flat_max5(tmp_path_factory):
+    return load_task_data(TaskConfig(ops=("max",), depth=1, **TINY), tmp_path_factory.mktemp("c"))
+
+
+@pytest.fixture(scope="module")
+def flat_max_add5(tmp_path_factory):
+    task = TaskConfig(ops=("max", "add"), depth=1, **TINY)
+    return load_task_data(task, tmp_path_factory.mktemp("c"))
 
 
 # The paper recipe's model side (the group's code): parallel ReLU block, init 0.02, no q/k/v bias.
@@ -239,6 +254,21 @@ def test_sampled_accuracy_does_not_depend_on_pack_mates_or_batch_size(max5):
     assert not np.array_equal(other_seed[0], alone[0])
 
 
+def test_greedy_and_sampled_decoded_together_are_each_decoded_alone(max5):
+    """A run decodes its test sets greedy and sampled in one pass (each batch twice over): the
+    traces are those of the two decodings done one after the other."""
+    seqs = max5.test["max"].subset(np.arange(40))
+    ens = Ensemble.from_models(_models(max5, [12, 8]))
+    eos, seeds = max5.vocab.eos_id, [3, 4]
+    greedy, sampled = decode_greedy_and_sampled(ens, seqs, eos, 16, seeds)
+    for got, want in (
+        (greedy, decode(ens, seqs, eos, 16)),
+        (sampled, decode(ens, seqs, eos, 16, seeds)),
+    ):
+        assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+    assert not np.array_equal(greedy[0], sampled[0])  # sampling is in play
+
+
 # -- a member is its own run ---------------------------------------------------------------
 
 
@@ -248,7 +278,7 @@ def _recipe(name: str, **kw) -> TrainConfig:
 
 
 @pytest.mark.parametrize("recipe", ["fast", "paper"])
-def test_a_run_is_the_same_alone_and_beside_other_runs(max5, max_add5, recipe):
+def test_a_run_is_the_same_alone_and_beside_other_runs(flat_max5, flat_max_add5, recipe):
     """The same (config, seed) alone and as one of four runs of other sizes and mixtures: on the
     CPU each run has a pack of its own, so weights, histories and every accuracy are equal."""
     extra = {"window": 32} if recipe == "paper" else {}
@@ -258,9 +288,9 @@ def test_a_run_is_the_same_alone_and_beside_other_runs(max5, max_add5, recipe):
     def run(data, d, seed):
         return Run(model_config_for(data.config, d, cfg, **shape), data, replace(cfg, seed=seed))
 
-    me = run(max5, 12, 7)
+    me = run(flat_max5, 12, 7)
     alone = train_runs([me])[0]
-    crowd = [run(max_add5, 16, 1), me, run(max5, 8, 2), run(max_add5, 12, 3)]
+    crowd = [run(flat_max_add5, 16, 1), me, run(flat_max5, 8, 2), run(flat_max_add5, 12, 3)]
     beside = train_runs(crowd)[1]
     assert _same_weights(alone.model, beside.model)
     for field in ("accuracy", "strict_accuracy", "sampled_accuracy", "teacher_forced", "budget"):
@@ -270,15 +300,15 @@ def test_a_run_is_the_same_alone_and_beside_other_runs(max5, max_add5, recipe):
     assert alone.sampled_accuracy["max"] != alone.accuracy["max"]  # sampling is in play
 
 
-def test_shared_padded_packs_move_a_run_only_by_rounding(max5, max_add5):
+def test_shared_padded_packs_move_a_run_only_by_rounding(flat_max5, flat_max_add5):
     """On a GPU runs share padded packs; forced on the CPU, the distance a run moves is the
     rounding of the padded reductions, which AdamW's division by sqrt(v) magnifies where a
     gradient is near zero (measured: weights within 2.4e-4 after 60 steps at lr 3e-3)."""
     cfg = TrainConfig(max_steps=60, eval_every=30, lr=3e-3)
     runs = [
-        Run(model_config_for(max5.config, 12), max5, replace(cfg, seed=7)),
-        Run(model_config_for(max_add5.config, 16), max_add5, replace(cfg, seed=1)),
-        Run(model_config_for(max5.config, 8), max5, replace(cfg, seed=2)),
+        Run(model_config_for(flat_max5.config, 12), flat_max5, replace(cfg, seed=7)),
+        Run(model_config_for(flat_max_add5.config, 16), flat_max_add5, replace(cfg, seed=1)),
+        Run(model_config_for(flat_max5.config, 8), flat_max5, replace(cfg, seed=2)),
     ]
     alone = train_runs(runs[:1])[0]
     shared = train_runs(runs, share=True)[0]
@@ -288,32 +318,32 @@ def test_shared_padded_packs_move_a_run_only_by_rounding(max5, max_add5):
     assert shared.accuracy["max"] == pytest.approx(alone.accuracy["max"], abs=0.01)
 
 
-def test_a_transfer_run_is_the_same_alone_and_beside_scratch_runs(max5):
+def test_a_transfer_run_is_the_same_alone_and_beside_scratch_runs(flat_max5):
     cfg = TrainConfig(max_steps=60, eval_every=30, lr=3e-3, seed=5)
-    start = train(model_config_for(max5.config, 12), max5, replace(cfg, seed=9)).model
-    alone = continue_training(start, max5, cfg)
-    runs = [Run(start.cfg, max5, cfg, start), Run(start.cfg, max5, replace(cfg, seed=6))]
+    start = train(model_config_for(flat_max5.config, 12), flat_max5, replace(cfg, seed=9)).model
+    alone = continue_training(start, flat_max5, cfg)
+    runs = [Run(start.cfg, flat_max5, cfg, start), Run(start.cfg, flat_max5, replace(cfg, seed=6))]
     beside = train_runs(runs)[0]
     assert _same_weights(alone.model, beside.model)
     assert alone.accuracy == beside.accuracy and alone.sampled_accuracy == beside.sampled_accuracy
-    assert not _same_weights(alone.model, train(start.cfg, max5, cfg).model)  # it continued
+    assert not _same_weights(alone.model, train(start.cfg, flat_max5, cfg).model)  # it continued
 
 
 # -- bookkeeping, planning and failures ------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def batch_run(max5, max_add5):
+def batch_run(flat_max5, flat_max_add5):
     """Four runs: two mixtures, three sizes, two budgets, trained by one call."""
     cfg = TrainConfig(
-        max_steps=400, eval_every=100, lr=1e-2, warmup_steps=50, learned_acc=1.01, stuck_after=1.0
+        max_steps=200, eval_every=50, lr=1e-2, warmup_steps=50, learned_acc=1.01, stuck_after=1.0
     )
-    short = TrainConfig(max_steps=100, eval_every=50, lr=1e-2, warmup_steps=50, seed=3)
+    short = TrainConfig(max_steps=60, eval_every=30, lr=1e-2, warmup_steps=50, seed=3)
     runs = [
-        Run(model_config_for(max5.config, 32), max5, cfg),
-        Run(model_config_for(max_add5.config, 16), max_add5, replace(cfg, seed=1)),
-        Run(model_config_for(max5.config, 8), max5, short),
-        Run(model_config_for(max_add5.config, 32), max_add5, replace(cfg, seed=2)),
+        Run(model_config_for(flat_max5.config, 32), flat_max5, cfg),
+        Run(model_config_for(flat_max_add5.config, 16), flat_max_add5, replace(cfg, seed=1)),
+        Run(model_config_for(flat_max5.config, 8), flat_max5, short),
+        Run(model_config_for(flat_max_add5.config, 32), flat_max_add5, replace(cfg, seed=2)),
     ]
     order = []
     results = train_runs(runs, on_done=lambda i, r: order.append((i, r.steps)))
@@ -322,8 +352,8 @@ def batch_run(max5, max_add5):
 
 def test_runs_keep_their_own_budget_data_and_fields(batch_run):
     runs, results, order = batch_run
-    assert order[0] == (2, 100)  # the short run is handed over first, before the others end
-    assert [r.steps for r in results] == [400, 400, 100, 400]
+    assert order[0] == (2, 60)  # the short run is handed over first, before the others end
+    assert [r.steps for r in results] == [200, 200, 60, 200]
     assert results[0].accuracy["max"] >= 0.85  # it really learned MAX mod 5
     assert set(results[1].accuracy) == {"max", "add"} and set(results[0].accuracy) == {"max"}
     for run, r in zip(runs, results, strict=True):
@@ -334,13 +364,13 @@ def test_runs_keep_their_own_budget_data_and_fields(batch_run):
         assert r.metrics()["stop_reason"] == r.stop_reason
 
 
-def test_a_runs_checkpoint_loads_as_the_model_of_record(max5, batch_run, tmp_path):
+def test_a_runs_checkpoint_loads_as_the_model_of_record(flat_max5, batch_run, tmp_path):
     _, results, _ = batch_run
     r = results[0]
     path = tmp_path / "member.ckpt"
-    save_checkpoint(path, r.model, max5.config, TrainConfig().to_dict(), r.metrics())
+    save_checkpoint(path, r.model, flat_max5.config, TrainConfig().to_dict(), r.metrics())
     model = load_checkpoint(path).build_model()
-    answer_ok, _ = evaluate_greedy(model, max5.test["max"], max5.vocab.eos_id)
+    answer_ok, _ = evaluate_greedy(model, flat_max5.test["max"], flat_max5.vocab.eos_id)
     assert float(answer_ok.mean()) == pytest.approx(r.accuracy["max"])
 
 
@@ -364,7 +394,7 @@ def test_packs_are_planned_to_fit_memory(max5):
         plan_packs(members, cpu, one // 2)
 
 
-def test_out_of_memory_halves_the_pack_and_loses_no_run(max5, monkeypatch):
+def test_out_of_memory_halves_the_pack_and_loses_no_run(flat_max5, monkeypatch):
     real, calls = engine_module._forward_backward, []
 
     def flaky(ens, *args):
@@ -375,18 +405,19 @@ def test_out_of_memory_halves_the_pack_and_loses_no_run(max5, monkeypatch):
 
     monkeypatch.setattr(engine_module, "_forward_backward", flaky)
     cfg = TrainConfig(max_steps=20, eval_every=10)
-    runs = [Run(model_config_for(max5.config, 8), max5, replace(cfg, seed=i)) for i in range(4)]
+    data = flat_max5
+    runs = [Run(model_config_for(data.config, 8), data, replace(cfg, seed=i)) for i in range(4)]
     results = train_runs(runs, share=True)
     assert [r.steps for r in results] == [20] * 4
     assert calls[:5] == [4] * 5 and set(calls[5:]) == {2}  # went on in two halves
 
 
-def test_a_diverging_run_ends_as_a_recorded_diverged_run(max5, max_add5):
+def test_a_diverging_run_ends_as_a_recorded_diverged_run(flat_max5, flat_max_add5):
     cfg = TrainConfig(max_steps=300, eval_every=50, lr=1e4, warmup_steps=0, seed=1)
     sane = TrainConfig(max_steps=100, eval_every=50)
     runs = [
-        Run(model_config_for(max5.config, 8), max5, cfg),
-        Run(model_config_for(max_add5.config, 8), max_add5, sane),
+        Run(model_config_for(flat_max5.config, 8), flat_max5, cfg),
+        Run(model_config_for(flat_max_add5.config, 8), flat_max_add5, sane),
     ]
     wild, calm = train_runs(runs)
     assert wild.stop_reason == "diverged" and wild.steps == 50  # stopped at the first check

@@ -35,6 +35,7 @@ def make_study(url: str, name: str, steps: int, budget: int) -> StudySettings:
 
 def start_worker(url: str, name: str, cache, env_extra=None, batch=1) -> subprocess.Popen:
     env = dict(os.environ, THRESHOLD_CACHE=str(cache), THRESHOLD_ARTIFACTS=str(cache / "art"))
+    env.update(env_extra or {})
     return subprocess.Popen(
         [sys.executable, "-m", "threshold", "worker", "--study", name, "--storage", url,
          "--heartbeat", "1", "--trials-at-once", str(batch), "--device", "cpu"],

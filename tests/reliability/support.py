@@ -1,8 +1,10 @@
 """What the reliability tests share: one tiny study, its uninterrupted outcome, and polling.
 
-The study is what ``threshold find`` makes of ``FIND_ARGS`` (MAX mod 5, d 4..16, 100 steps a run,
-4 runs), so the same settings can be created in-process, run by ``threshold worker`` processes or
-by ``threshold find`` itself, and every run compared with one uninterrupted reference.
+The study is what ``threshold find`` makes of ``FIND_ARGS`` (MAX mod 5 of depth 1, d 4..16, 100
+steps a run, 4 runs), so the same settings can be created in-process, run by ``threshold worker``
+processes or by ``threshold find`` itself, and every run compared with one uninterrupted
+reference. Its runs take a second; a test that kills or signals a worker mid-run sets
+``THRESHOLD_TEST_HOLD`` (:func:`hold_env`), where the worker stops and waits for it.
 """
 
 from __future__ import annotations
@@ -20,16 +22,18 @@ from optuna.trial import TrialState
 
 from threshold.search.spec import StudySettings
 from threshold.search.study import SearchConfig, open_storage
+from threshold.search.worker import HOLD_ENV
 from threshold.tasks import TaskConfig
 from threshold.train import TrainConfig
 
 STEPS, BUDGET = 100, 4
 # `threshold find` arguments that give SETTINGS; heartbeat 1 s, so a dead trial is stale after 3 s.
-FIND_ARGS = ["--tasks", "max", "--mod", "5", "--n-train", "2000", "--n-test", "100",
-             "--d-lo", "4", "--d-hi", "16", "--steps", str(STEPS), "--budget", str(BUDGET),
+# Depth 1: 9-token sequences (depth 2: up to 60), whose decoding is most of a tiny run's CPU.
+FIND_ARGS = ["--tasks", "max", "--mod", "5", "--depth", "1", "--n-train", "2000", "--n-test",
+             "100", "--d-lo", "4", "--d-hi", "16", "--steps", str(STEPS), "--budget", str(BUDGET),
              "--heartbeat", "1"]  # fmt: skip
 SETTINGS = StudySettings(
-    TaskConfig(ops=("max",), n=5, n_train=2000, n_test=100),
+    TaskConfig(ops=("max",), n=5, depth=1, n_train=2000, n_test=100),
     TrainConfig(max_steps=STEPS),
     SearchConfig(d_lo=4, d_hi=16, budget=BUDGET),
 )
@@ -54,6 +58,23 @@ def wait_until(condition, timeout: float, what: str, every: float = 0.2):
             return value
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def hold_env(path: Path) -> dict:
+    """The environment that makes a worker stop mid-run once the study has a completed trial,
+    write its process id to ``path`` and wait there (``threshold.search.worker._hold``)."""
+    return {HOLD_ENV: str(path)}
+
+
+def wait_for_hold(path: Path, proc: subprocess.Popen, timeout: float = 180) -> int:
+    """The id of the worker process that stopped at its hold (``path``), once it has."""
+
+    def held():
+        if proc.poll() is not None:
+            raise AssertionError(f"the process exited with {proc.returncode} before its hold")
+        return path.exists() and int(path.read_text())
+
+    return wait_until(held, timeout, "a worker to stop mid-run at its hold")
 
 
 def running_in_training(storage, name: str, after_completed: int = 1):

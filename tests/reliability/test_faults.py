@@ -27,12 +27,14 @@ from support import (
     SETTINGS,
     assert_same_estimate,
     cache_with_data,
+    hold_env,
     outcome,
     pid_alive,
     popen_threshold,
     reader,
     running_in_training,
     trials,
+    wait_for_hold,
     wait_until,
 )
 from test_search_cli import threshold
@@ -85,8 +87,10 @@ def test_sigkill_worker_mid_trial_then_resume(tmp_path, shared_cache, reference,
     url, name = new_study(tmp_path)
     cache = cache_with_data(tmp_path, shared_cache)
     db = reader(url)
-    first = start_worker(url, name, cache)
-    victim = wait_until(lambda: running_in_training(db, name), 180, "a trial in training")
+    first = start_worker(url, name, cache, hold_env(tmp_path / "held"))
+    wait_for_hold(tmp_path / "held", first)
+    victim = running_in_training(db, name)
+    assert victim is not None
     before = completed(db, name)
     os.kill(first.pid, signal.SIGKILL)
     first.communicate()
@@ -137,13 +141,16 @@ def kill_group(proc) -> None:
 
 
 def find_until_a_trial_trains(tmp_path, shared_cache) -> tuple:
-    """`threshold find` on the tiny study, running until its second trial is in training."""
+    """`threshold find` on the tiny study, its worker held in its second trial's run."""
     cache_with_data(tmp_path, shared_cache)
     args = ["find", *FIND_ARGS, "--storage", f"sqlite:///{tmp_path}/s.db", "--json"]
-    proc = popen_threshold(args, tmp_path, tmp_path / "first.log")
+    held = tmp_path / "held"
+    proc = popen_threshold(args, tmp_path, tmp_path / "first.log", **hold_env(held))
     try:
         db, name = find_study(tmp_path, proc)
-        victim = wait_until(lambda: running_in_training(db, name), 180, "a trial in training")
+        wait_for_hold(held, proc)
+        victim = running_in_training(db, name)
+        assert victim is not None
     except BaseException:
         kill_group(proc)
         raise

@@ -9,6 +9,9 @@ retried (same size, same seed) before each new round. Each run keeps its trainin
 checkpoints while it trains (:func:`~threshold.search.study.training_state_path`), and a trial
 interrupted (SIGINT, SIGTERM) is enqueued again as it was, so whichever worker runs the retry, of
 an interrupted or of a killed one, continues the run where its state left it.
+
+For the tests of kills and signals, ``THRESHOLD_TEST_HOLD`` naming a file makes a worker stop
+mid-run at a known point (:func:`_hold`), however short its runs are.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+HOLD_ENV = "THRESHOLD_TEST_HOLD"  # tests only: see _hold
 
 
 def quiet_storage_log() -> None:
@@ -240,9 +245,13 @@ def _run_batch(study, settings, data, store, sampler, k, execution, device, note
     live: dict[int, _Trial] = {}
     cancelled = False
     measure = settings.task.measured_op
+    reported: set[int] = set()
 
     def progress(i: int, p) -> None:  # called every eval_every steps and at the last
         _reporter(runs[i].trial, measure)(p)
+        reported.add(i)
+        if os.environ.get(HOLD_ENV) and len(reported) == len(runs):
+            _hold(study, Path(os.environ[HOLD_ENV]))
 
     def done(i: int, result: TrainResult) -> None:
         run = live.pop(i)
@@ -292,6 +301,22 @@ def _run_batch(study, settings, data, store, sampler, k, execution, device, note
                     _enqueue_again(study, run.trial)
             raise
     return len(runs), cancelled
+
+
+def _hold(study: optuna.Study, path: Path) -> None:
+    """Where the kill and signal tests strike (``THRESHOLD_TEST_HOLD=path``): once every run of
+    the batch has reported progress and the study has a completed trial, write this process's
+    id to ``path`` and wait, the runs unfinished and their trials running (heartbeats beating),
+    until a signal ends the process."""
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not trials:
+        return
+    written = path.with_name(f".{path.name}.{os.getpid()}")
+    written.write_text(f"{os.getpid()}\n")
+    written.replace(path)  # whole when it appears
+    while True:
+        raise_if_interrupted()
+        time.sleep(0.05)
 
 
 def _state_path(execution: Execution, run: _Trial) -> Path:

@@ -40,7 +40,12 @@ from threshold.model import RecurrentTransformer
 from threshold.tasks import TaskData
 from threshold.train.batches import IGNORE, drawn_arrays, drawn_length, drawn_tokens, train_batches
 from threshold.train.ensemble import Ensemble, check_members
-from threshold.train.evaluate import decode, majority_rate, teacher_forced
+from threshold.train.evaluate import (
+    decode,
+    decode_greedy_and_sampled,
+    majority_rate,
+    teacher_forced,
+)
 from threshold.train.graphs import StepGraphs, static_length
 from threshold.train.memory import plan_waves
 from threshold.train.optimizer import StackedAdamW, lr_factor
@@ -581,8 +586,8 @@ def _measure_budget(pack: _Pack) -> None:
     for data, group, ens in _groups(pack, at):
         bs, eos = _batch_size(pack, group), data.vocab.eos_id
         test = data.test[data.config.measured_op]
-        greedy = decode(ens, test, eos, bs)[0].mean(1)
-        sampled = decode(ens, test, eos, bs, _seeds(pack, group))[0].mean(1)
+        greedy, sampled = decode_greedy_and_sampled(ens, test, eos, bs, _seeds(pack, group))
+        greedy, sampled = greedy[0].mean(1), sampled[0].mean(1)
         for k, j in enumerate(group):
             m = pack.members[j]
             m.budget.append(_budget_point(m.step, m.tokens, greedy[k], sampled[k], True))
@@ -616,9 +621,10 @@ def _finish(pack: _Pack, ended: list[int]) -> list[TrainResult]:
         bs, eos = _batch_size(pack, group), data.vocab.eos_id
         accuracy, strict, teacher, sampled = ({j: {} for j in group} for _ in range(4))
         for op, s in data.test.items():
-            answer_ok, strict_ok = decode(ens, s, eos, bs)
+            (answer_ok, strict_ok), (draws, _) = decode_greedy_and_sampled(
+                ens, s, eos, bs, _seeds(pack, group)
+            )
             tf = teacher_forced(ens, s, data.vocab.pad_id, bs)[0]
-            draws = decode(ens, s, eos, bs, _seeds(pack, group))[0]
             for k, j in enumerate(group):
                 accuracy[j][op] = float(answer_ok[k].mean())
                 strict[j][op] = float(strict_ok[k].mean())

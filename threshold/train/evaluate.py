@@ -26,6 +26,7 @@ from threshold.train.ensemble import Ensemble, EnsembleCache
 
 __all__ = [
     "decode",
+    "decode_greedy_and_sampled",
     "evaluate_decode",
     "evaluate_greedy",
     "evaluate_teacher_forced",
@@ -110,13 +111,18 @@ def gumbel_noise(
     return -torch.log(-torch.log(u))
 
 
-def _pick(logits: torch.Tensor, seeds, sequences, position: int) -> torch.Tensor:
-    """Next tokens (M, B) from ``logits`` (M, B, V): the argmax, or with ``seeds`` a draw at
-    temperature 1 (Gumbel-max)."""
-    if seeds is None:
-        return logits.argmax(-1)
-    noise = gumbel_noise(seeds, sequences, position, logits.shape[-1])
-    return (logits.float() + noise).argmax(-1)
+def _pick(logits: torch.Tensor, modes: list, sequences, position: int) -> torch.Tensor:
+    """Next tokens (M, B) from ``logits`` (M, B, V), whose batch is ``len(modes)`` equal parts,
+    one per mode: a mode None takes the argmax, a mode of member seeds (M,) draws at temperature
+    1 (Gumbel-max)."""
+    picked = []
+    for seeds, part in zip(modes, logits.chunk(len(modes), 1), strict=True):
+        if seeds is None:
+            picked.append(part.argmax(-1))
+        else:
+            noise = gumbel_noise(seeds, sequences, position, part.shape[-1])
+            picked.append((part.float() + noise).argmax(-1))
+    return picked[0] if len(picked) == 1 else torch.cat(picked, 1)
 
 
 @torch.no_grad()
@@ -132,33 +138,56 @@ def decode(
 
     Returns (M, N) arrays: whether member m got sequence n's final answer, and its whole trace.
     """
+    return _decode(ens, seqs, eos_id, batch_size, [seeds])[0]
+
+
+@torch.no_grad()
+def decode_greedy_and_sampled(
+    ens: Ensemble, seqs: SequenceSet, eos_id: int, batch_size: int, seeds: list[int]
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """:func:`decode` greedy and :func:`decode` with ``seeds``, in one pass: each batch of prompts
+    twice over, so the two cost about one on small models (a decoding step is mostly overhead).
+    Returns (greedy, sampled), each what :func:`decode` returns."""
+    greedy, sampled = _decode(ens, seqs, eos_id, batch_size, [None, seeds])
+    return greedy, sampled
+
+
+def _decode(ens: Ensemble, seqs: SequenceSet, eos_id: int, batch_size: int, modes: list) -> list:
+    """One (answer_ok, strict_ok) pair of (M, N) arrays per mode (None: greedy; member seeds:
+    sampled), every mode's copy of a batch of prompts decoded together."""
 
     def run(bs: int):
-        m, dev, n_ctx = ens.n_members, ens.device, ens.cfg.n_ctx
-        member_seeds = None
-        if seeds is not None:
-            member_seeds = torch.tensor([s % 2**63 for s in seeds], device=dev)  # (M,)
-        answer_ok = np.zeros((m, len(seqs)), dtype=bool)
-        strict_ok = np.zeros((m, len(seqs)), dtype=bool)
+        m, dev, n_ctx, k = ens.n_members, ens.device, ens.cfg.n_ctx, len(modes)
+        member_modes = [
+            None if s is None else torch.tensor([x % 2**63 for x in s], device=dev)  # (M,)
+            for s in modes
+        ]
+        out_ok = [
+            (np.zeros((m, len(seqs)), dtype=bool), np.zeros((m, len(seqs)), dtype=bool))
+            for _ in modes
+        ]
         for p, index in prompt_groups(seqs, bs):
+            b = len(index)
             sequences = torch.from_numpy(index.astype(np.int64)).to(dev)  # (B,)
             prompts = torch.from_numpy(seqs.padded(index, 0)[:, :p]).to(dev)  # (B, P)
-            cache = EnsembleCache.empty(ens, len(index))
-            logits = ens(prompts[None].expand(m, -1, -1), cache)[:, :, -1]  # (M, B, V)
-            next_tok = _pick(logits, member_seeds, sequences, cache.length)  # (M, B)
+            prompts = prompts.repeat(k, 1)  # (K * B, P): one copy per mode
+            cache = EnsembleCache.empty(ens, k * b)
+            logits = ens(prompts[None].expand(m, -1, -1), cache)[:, :, -1]  # (M, K * B, V)
+            next_tok = _pick(logits, member_modes, sequences, cache.length)  # (M, K * B)
             out = [next_tok]
-            done = next_tok == eos_id  # (M, B)
+            done = next_tok == eos_id  # (M, K * B)
             while not bool(done.all()) and cache.length < n_ctx:
-                logits = ens(next_tok[:, :, None], cache)[:, :, -1]  # (M, B, V)
-                next_tok = _pick(logits, member_seeds, sequences, cache.length)  # (M, B)
+                logits = ens(next_tok[:, :, None], cache)[:, :, -1]  # (M, K * B, V)
+                next_tok = _pick(logits, member_modes, sequences, cache.length)  # (M, K * B)
                 out.append(next_tok)
                 done |= next_tok == eos_id
-            generated = torch.stack(out, 2).cpu().numpy()  # (M, B, G)
-            for j in range(m):
-                answer_ok[j, index], strict_ok[j, index] = score_traces(
-                    generated[j], seqs, index, p, eos_id
-                )
-        return answer_ok, strict_ok
+            generated = torch.stack(out, 2).cpu().numpy()  # (M, K * B, G)
+            for i, (answer_ok, strict_ok) in enumerate(out_ok):
+                for j in range(m):
+                    answer_ok[j, index], strict_ok[j, index] = score_traces(
+                        generated[j, i * b : (i + 1) * b], seqs, index, p, eos_id
+                    )
+        return out_ok
 
     return _halving(run, batch_size)
 
