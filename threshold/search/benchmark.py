@@ -307,10 +307,10 @@ def bench_families(
     settings = settings or SearchSettings(listops_table(), chance=CHANCE)
     sizes = sorted({settings.nearest(v) for v in np.geomspace(*grid_range, grid_sizes)})
     grid_compute = float(settings.cost(np.array(sizes)).sum()) * grid_seeds
-    tasks = [
+    tasks = [  # study by study, each family's in turn: a run cut short has some of each
         (settings, family, seed, study, tuple(checkpoints), tuple(sizes), grid_seeds)
-        for family in families
         for study in range(n_studies)
+        for family in families
     ]
     if jobs == 1:
         studies = [_study(*task) for task in tasks]
@@ -362,4 +362,8 @@ def _study(
     row["oracle"] = oracle.scored(settings, truth, rngs[4], max(checkpoints))
     n_stop = oracle.runs_to(settings.precision)
     row["oracle_stop"] = oracle.scored(settings, truth, rngs[5], n_stop)
-    return row | {"seconds": time.process_time() - start}
+    seconds = time.process_time() - start
+    logger.info(
+        "%s study %d: %d runs to the own stop, %.1f CPU s", family, study, own["runs"], seconds
+    )
+    return row | {"seconds": seconds}

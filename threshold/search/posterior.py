@@ -595,13 +595,14 @@ def _offset_nodes(cfg: PosteriorSettings) -> tuple[list, list]:
     return list(slots), per_sd
 
 
-def _table_rows(grid: Grid, x: float, rows: np.ndarray, slots: list) -> list:
-    """Per offset node, the row of the share table (kappa, tabulated logit) each hypothesis
-    ``rows`` (H') reads at size x once the offset moves its logit, as ``_share_probs`` rounds
-    it: (H',) ints. The logit is that of the hypothesis's (midpoint, slope) pair, so it is
-    rounded once per run of consecutive hypotheses of one pair (a pair's hypotheses are
-    consecutive on the grid) and read off by each of them."""
-    block = grid.kappas.size * grid.asymptotes.size  # hypotheses per (midpoint, slope) pair
+def _table_entries(grid: Grid, x: float, rows: np.ndarray, slots: list) -> list:
+    """Per offset node, the entry (kappa, tabulated logit, ceiling) of the (K, Z, A) tables
+    each hypothesis ``rows`` (H') reads at size x once the offset moves its logit, rounded as
+    ``_share_probs`` rounds it: (H',) flat indices. The logit is that of the hypothesis's
+    (midpoint, slope) pair, so it is rounded once per run of consecutive hypotheses of one
+    pair (a pair's hypotheses are consecutive on the grid) and read off by each of them."""
+    n_z, n_a = grid.share_table.shape[1], grid.asymptotes.size
+    block = grid.kappas.size * n_a  # hypotheses per (midpoint, slope) pair
     pair = rows // block  # (H',)
     new = np.empty(pair.size, dtype=bool)
     new[:1] = True
@@ -610,11 +611,11 @@ def _table_rows(grid: Grid, x: float, rows: np.ndarray, slots: list) -> list:
     mid, slope = _pairs(grid)  # (C,) each
     pairs = pair[new]  # (C',)
     z = slope[pairs] * (x - mid[pairs])  # (C',) logit p of each pair at x
-    kz = grid.kappa_index[rows] * grid.share_table.shape[1]  # (H',)
+    base = grid.kappa_index[rows] * (n_z * n_a) + grid.asym_index[rows]  # (H',)
     out = []
     for offset, _ in slots:
         node = np.rint((np.clip(z + offset, -_Z_MAX, _Z_MAX) + _Z_MAX) / _Z_STEP).astype(int)
-        out.append(kz + node[pair_at])
+        out.append(base + (node * n_a)[pair_at])
     return out
 
 
@@ -645,12 +646,11 @@ def size_log_likelihood(grid: Grid, x: float, y, rows=None) -> np.ndarray:
     dens, stalled, outlier = _run_densities(grid, y)  # (R, L, A), (R, A), (R, A)
     # P(score | share below the top node): (R, K * Z * A), each (kappa, logit) row of the table
     below = _below_top(grid, dens).reshape(y.size, -1)
-    learned_table = grid.share_table[:, :, -1].ravel()  # (K * Z,) P(top node)
+    learned_table = np.repeat(grid.share_table[:, :, -1].ravel(), n_a)  # (K * Z * A,)
     passed = _passed_share(grid, [x])[..., 0][rows // block, a]  # (H',) r of each hypothesis
     slots, per_sd = _offset_nodes(cfg)
-    idx = _table_rows(grid, x, rows, slots)  # per node (H',): its row in the table
-    at_below = [i * n_a + a for i in idx]  # per node (H',) into ``below``'s rows
-    top_share = [learned_table[i] for i in idx]  # per node (H',) P(top node)
+    at_below = _table_entries(grid, x, rows, slots)  # per node (H',) into ``below``'s rows
+    top_share = [learned_table.take(i) for i in at_below]  # per node (H',) P(top node)
     # Each node's likelihood is a product over the runs, each factor floored at 1e-75 so that
     # four cannot underflow (a run that unlikely under a hypothesis, 172 nats below its peak,
     # leaves it dropped whatever the floor). Up to four runs, the nodes are summed, weighted,
@@ -693,14 +693,13 @@ def size_log_likelihood_bounds(grid: Grid, x: float, y, rows) -> tuple[np.ndarra
     cfg = grid.settings
     eps = cfg.outlier_weight
     rows = np.asarray(rows, dtype=int)  # (H',)
-    a = grid.asym_index[rows]  # (H',)
     n_k, n_z = grid.share_table.shape[:2]
     n_a = grid.asymptotes.size
     dens, stalled, outlier = _run_densities(grid, y)  # (R, L, A), (R, A), (R, A)
     below = _below_top(grid, dens)  # (R, K, Z, A)
     top_share = grid.share_table[None, :, :, -1, None]  # (1, K, Z, 1)
     slots, per_sd = _offset_nodes(cfg)
-    at = [i * n_a + a for i in _table_rows(grid, x, rows, slots)]  # per node (H',)
+    at = _table_entries(grid, x, rows, slots)  # per node (H',)
     out = []
     for learned in (np.minimum(stalled, dens[:, -1]), np.maximum(stalled, dens[:, -1])):
         mix = (1.0 - eps) * (below + top_share * learned[:, None, None, :])  # (R, K, Z, A)
