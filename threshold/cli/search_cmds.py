@@ -318,6 +318,13 @@ def bench_search(
             "(repeatable; VALUE in JSON, e.g. size_sd=0.05 or plateau_lengths=[0.75,1.5]).",
         ),
     ] = None,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            help="Processes that share the families table's studies (the same result for any"
+            " number; one per free core)."
+        ),
+    ] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Our sampler on simulated studies with known truth, family by family (see README)."""
@@ -366,6 +373,7 @@ def bench_search(
                 families=names,
                 checkpoints=counts,
                 settings=with_overrides(policy_settings(defaults, chance=CHANCE), changed),
+                jobs=jobs,
             )
         result["overrides"] = changed
         if as_json:

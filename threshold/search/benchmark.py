@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 
 import numpy as np
 from scipy.optimize import brentq
@@ -150,15 +152,34 @@ def bench_search(
     }
 
 
-def _drive(settings: SearchSettings, truth, rng: np.random.Generator, max_runs: int):
-    """``decide`` in a loop with one worker until it stops (or max_runs): the runs."""
+def _trajectory(
+    settings: SearchSettings, off: SearchSettings, truth, rng: np.random.Generator, checkpoints
+) -> tuple[dict, dict]:
+    """``decide`` in a loop with one worker: to the tool's own stop (``settings``), then on with
+    the stop off (``off``: the same settings but for the precision and budget) until the largest
+    checkpoint or a stop that ``off`` keeps (the range's edge). Both settings choose the same
+    run wherever neither stops, so the stop-off trajectory goes on from the own stop's runs:
+    one trajectory, read at its own stop and at each checkpoint. Returns the scores
+    (``_scored``) at the own stop and at each checkpoint reached, by run count."""
     completed: list[tuple[int, float]] = []
-    while len(completed) < max_runs:
-        decision = decide(settings, completed, [])
+    own, scores = None, {}
+    while True:
+        n = len(completed)
+        if n in checkpoints:  # read before the decision: it goes on from this state
+            scores[n] = _scored(settings, completed, truth.x80)
+        if n >= max(checkpoints):
+            break
+        if own is None:
+            decision = decide(settings, completed, [])
+            if decision.stop:
+                own = _scored(settings, completed, truth.x80)
+        if own is not None:
+            decision = decide(off, completed, [])
         if decision.stop:
             break
         completed.append((decision.d, truth.sample(rng, float(settings.x_of(decision.d)))))
-    return completed
+    last = _scored(settings, completed, truth.x80)  # where the stop-off trajectory ended early
+    return own or last, {n: scores.get(n, last) for n in checkpoints}
 
 
 def _scored(settings: SearchSettings, runs, truth_x80: float) -> dict:
@@ -254,9 +275,10 @@ def bench_families(
     grid_range: tuple[int, int] = (8, 256),
     grid_sizes: int = 16,
     grid_seeds: int = 3,
+    jobs: int = 1,
 ) -> dict:
-    """The sampler on each truth family: with its stop switched off, scored after each number of
-    runs in ``checkpoints`` (one trajectory per study, read at each count), and at its own stop.
+    """The sampler on each truth family: one trajectory per study, scored after each number of
+    runs in ``checkpoints`` with its stop switched off, and at its own stop (``_trajectory``).
 
     Per family and column: median runs, mean compute over the dense grid's (``grid_sizes`` sizes
     x ``grid_seeds`` seeds), coverage of the 90% interval, median |ln(estimate / truth)| in
@@ -270,45 +292,38 @@ def bench_families(
     reach the stop's precision (``oracle_stop``). No design and no posterior that must also
     learn the curve's shape can do better: where the oracle misses a target, the family's runs
     hold too little information for it.
+
+    ``jobs`` processes share the studies (each study is a function of its seeds alone, so the
+    result is the same for any ``jobs``); ``seconds`` is a family's CPU seconds, its studies'
+    together.
     """
     unknown = set(families) - set(FAMILIES)
     if unknown:
         raise ConfigError(f"unknown families {sorted(unknown)}: choose from {FAMILIES}")
     if not checkpoints or min(checkpoints) < 3:
         raise ConfigError(f"checkpoints {checkpoints}: give run counts of 3 or more")
+    if jobs < 1:
+        raise ConfigError(f"jobs {jobs} is not allowed: use 1 or more")
     settings = settings or SearchSettings(listops_table(), chance=CHANCE)
-    off = dataclasses.replace(settings, precision=1.0 + 1e-9, budget=max(checkpoints))
     sizes = sorted({settings.nearest(v) for v in np.geomspace(*grid_range, grid_sizes)})
     grid_compute = float(settings.cost(np.array(sizes)).sum()) * grid_seeds
+    tasks = [  # study by study, each family's in turn: a run cut short has some of each
+        (settings, family, seed, study, tuple(checkpoints), tuple(sizes), grid_seeds)
+        for study in range(n_studies)
+        for family in families
+    ]
+    if jobs == 1:
+        studies = [_study(*task) for task in tasks]
+    else:
+        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+            studies = list(pool.map(_study, *zip(*tasks, strict=True)))
     out: dict = {}
     for family in families:
-        start = time.perf_counter()
-        cols: dict[str, list[dict]] = {str(n): [] for n in checkpoints}
-        cols |= {"stop": [], "grid": [], "spread": [], "oracle": [], "oracle_stop": []}
-        for study in range(n_studies):
-            streams = np.random.SeedSequence([seed, FAMILIES.index(family), study]).spawn(7)
-            rngs = [np.random.default_rng(s) for s in streams]
-            truth = draw_family_truth(rngs[0], family, settings.level, settings.chance_corrected)
-            runs = _drive(off, truth, rngs[1], max(checkpoints))
-            for n in checkpoints:
-                cols[str(n)].append(_scored(settings, runs[:n], truth.x80))
-            own = _drive(settings, truth, rngs[2], settings.budget)
-            cols["stop"].append(_scored(settings, own, truth.x80))
-            grid_runs = _runs_at(
-                settings, truth, rngs[3], [d for d in sizes for _ in range(grid_seeds)]
-            )
-            # read largest first, as a study's bracket comes: the same posterior (to the
-            # pruning's e^-30), cheaper to sum, since the largest runs rule out most ceilings
-            cols["grid"].append(_scored(settings, grid_runs[::-1], truth.x80))
-            spread = _spread_runs(settings, truth, rngs[6], max(checkpoints))
-            cols["spread"].append(_scored(settings, spread, truth.x80))
-            oracle = _Oracle.of(truth, rngs[4])
-            cols["oracle"].append(oracle.scored(settings, truth, rngs[4], max(checkpoints)))
-            n_stop = oracle.runs_to(settings.precision)
-            cols["oracle_stop"].append(oracle.scored(settings, truth, rngs[5], n_stop))
-        out[family] = {k: _family_row(v, grid_compute) for k, v in cols.items()}
-        out[family]["seconds"] = round(time.perf_counter() - start, 1)
-        logger.info("family %s done in %.0f s", family, out[family]["seconds"])
+        mine = [row for task, row in zip(tasks, studies, strict=True) if task[1] == family]
+        columns = [k for k in mine[0] if k != "seconds"]
+        out[family] = {k: _family_row([row[k] for row in mine], grid_compute) for k in columns}
+        out[family]["seconds"] = round(sum(row["seconds"] for row in mine), 1)
+        logger.info("family %s: %.0f CPU seconds", family, out[family]["seconds"])
     return {
         "n_studies": n_studies,
         "seed": seed,
@@ -317,3 +332,38 @@ def bench_families(
         "grid_seeds": grid_seeds,
         "families": out,
     }
+
+
+def _study(
+    settings: SearchSettings,
+    family: str,
+    seed: int,
+    study: int,
+    checkpoints: tuple[int, ...],
+    sizes: tuple[int, ...],
+    grid_seeds: int,
+) -> dict:
+    """One study of ``bench_families``: each column's score (``_scored``, the oracle's own),
+    by column name, and the CPU ``seconds`` it took."""
+    start = time.process_time()
+    off = dataclasses.replace(settings, precision=1.0 + 1e-9, budget=max(checkpoints))
+    streams = np.random.SeedSequence([seed, FAMILIES.index(family), study]).spawn(7)
+    rngs = [np.random.default_rng(s) for s in streams]  # rngs[2]: the own stop's, before
+    truth = draw_family_truth(rngs[0], family, settings.level, settings.chance_corrected)
+    own, scores = _trajectory(settings, off, truth, rngs[1], checkpoints)
+    row = {str(n): scores[n] for n in checkpoints} | {"stop": own}
+    grid_runs = _runs_at(settings, truth, rngs[3], [d for d in sizes for _ in range(grid_seeds)])
+    # read largest first, as a study's bracket comes: the same posterior (to the pruning's
+    # e^-30), cheaper to sum, since the largest runs rule out most ceilings
+    row["grid"] = _scored(settings, grid_runs[::-1], truth.x80)
+    spread = _spread_runs(settings, truth, rngs[6], max(checkpoints))
+    row["spread"] = _scored(settings, spread, truth.x80)
+    oracle = _Oracle.of(truth, rngs[4])
+    row["oracle"] = oracle.scored(settings, truth, rngs[4], max(checkpoints))
+    n_stop = oracle.runs_to(settings.precision)
+    row["oracle_stop"] = oracle.scored(settings, truth, rngs[5], n_stop)
+    seconds = time.process_time() - start
+    logger.info(
+        "%s study %d: %d runs to the own stop, %.1f CPU s", family, study, own["runs"], seconds
+    )
+    return row | {"seconds": seconds}
