@@ -3,7 +3,8 @@
 Each trial that a worker trained four at a time is trained again alone, from what the trial
 recorded (its size and seed): on the CPU the value, every accuracy and the step count agree
 exactly, under the fast recipe (greedy value) and the paper recipe (sampled value: the decoding
-that once took the first member's seed for the whole batch).
+that once took the first member's seed for the whole batch). Depth-1 ListOps: the runs are
+compared, not their learning, and a 9-token sequence decodes in a fraction of depth 2's CPU.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def test_a_trial_trained_four_at_a_time_is_the_trial_trained_alone(tmp_path, rec
     monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))
     extra = {"window": 32, "batch_size": 16} if recipe == "paper" else {}
     settings = StudySettings.from_options(
-        "max", mod=5, n_train=1000, n_test=100, steps=80, d_lo=4, d_hi=16, budget=4,
+        "max", mod=5, depth=1, n_train=1000, n_test=100, steps=80, d_lo=4, d_hi=16, budget=4,
         precision=1.001, recipe=recipe, **extra,
     )  # fmt: skip
     url = f"sqlite:///{tmp_path}/s.db"
@@ -66,9 +67,9 @@ def test_an_interrupted_trial_is_enqueued_again_and_goes_on(tmp_path, monkeypatc
     straight through (the ones reported before the cut carried over to the copy)."""
     monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))
     settings = StudySettings.from_options(
-        "max", mod=5, n_train=1000, n_test=100, steps=400, d_lo=4, d_hi=16, budget=4
+        "max", mod=5, depth=1, n_train=1000, n_test=100, steps=200, d_lo=4, d_hi=16, budget=4
     )
-    settings = replace(settings, train=replace(settings.train, eval_every=100))
+    settings = replace(settings, train=replace(settings.train, eval_every=50))
     url = f"sqlite:///{tmp_path}/s.db"
     name = create_or_load_study(settings, open_storage(url), "cut").study_name
     execution = Execution(url, 1, 1, "cpu", 5, tmp_path, save_every_s=0)
@@ -86,7 +87,7 @@ def test_an_interrupted_trial_is_enqueued_again_and_goes_on(tmp_path, monkeypatc
     )  # fmt: skip
     states = tmp_path / "art" / "training"
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # cut after its first evaluation (step 100 of 400)
+    while time.monotonic() < deadline:  # cut after its first evaluation (step 50 of 200)
         trials = optuna.load_study(study_name=name, storage=url).get_trials()
         if trials and trials[0].intermediate_values:
             break
@@ -106,7 +107,7 @@ def test_an_interrupted_trial_is_enqueued_again_and_goes_on(tmp_path, monkeypatc
     assert "continues from step" in caplog.text
     assert not state.exists()  # the run was handed on: its state is spent
     done = optuna.load_study(study_name=name, storage=url).get_trials()[1]
-    assert done.state == TrialState.COMPLETE and done.user_attrs[record.STEPS] == 400
+    assert done.state == TrialState.COMPLETE and done.user_attrs[record.STEPS] == 200
     data = load_task_data(settings.task, tmp_path)
     cfg = replace(settings.train, seed=done.user_attrs["seed"])
     reported = {}
@@ -118,5 +119,5 @@ def test_an_interrupted_trial_is_enqueued_again_and_goes_on(tmp_path, monkeypatc
     run = Run(settings.model_config(done.params["d_model"]), data, cfg)
     alone = train_runs([run], on_progress=seen, progress_every=cfg.eval_every)[0]
     assert done.value == alone.accuracy["max"]
-    assert done.intermediate_values == reported and min(reported) == 100
+    assert done.intermediate_values == reported and min(reported) == 50
     assert json.loads(done.user_attrs[record.ACCURACY]) == alone.accuracy

@@ -12,6 +12,7 @@ import time
 import optuna
 import pytest
 from optuna.trial import TrialState
+from reliability.support import hold_env, wait_for_hold
 
 from threshold import ThresholdError
 from threshold.search.record import trial_checkpoint
@@ -20,7 +21,8 @@ from threshold.search.study import SearchConfig, open_storage
 from threshold.tasks import TaskConfig
 from threshold.train import TrainConfig
 
-TASK = TaskConfig(ops=("max",), n=5, n_train=2000, n_test=100, n_val=50)
+# Depth 1: 9-token sequences (depth 2: up to 60), whose decoding is most of a tiny run's CPU.
+TASK = TaskConfig(ops=("max",), n=5, depth=1, n_train=2000, n_test=100, n_val=50)
 
 
 def make_study(url: str, name: str, steps: int, budget: int) -> StudySettings:
@@ -144,16 +146,12 @@ def test_a_batch_worker_trains_its_trials_together(tmp_path):
 
 def test_a_killed_batch_worker_has_its_unfinished_trials_retried(tmp_path):
     url, name, budget = f"sqlite:///{tmp_path}/s.db", "batch-kill", 4
-    make_study(url, name, steps=200, budget=budget)
-    victim = start_worker(url, name, tmp_path, batch=3)
-    deadline = time.monotonic() + 240
-    running = []
-    while time.monotonic() < deadline:
-        running = [t for t in trials_of(url, name) if t.state == TrialState.RUNNING]
-        if len(running) == 3 and all(t.intermediate_values for t in running):
-            break  # three members in one batch, mid-training
-        time.sleep(0.2)
-    assert len(running) == 3, "the batch never reached mid-training"
+    make_study(url, name, steps=100, budget=budget)
+    # held once its batch of three has reported progress (at step 50)
+    victim = start_worker(url, name, tmp_path, hold_env(tmp_path / "held"), batch=3)
+    wait_for_hold(tmp_path / "held", victim)
+    running = [t for t in trials_of(url, name) if t.state == TrialState.RUNNING]
+    assert len(running) == 3 and all(t.intermediate_values for t in running), running
     victim.kill()
     victim.wait()
     survivor = start_worker(url, name, tmp_path, batch=2)

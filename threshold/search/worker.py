@@ -250,8 +250,8 @@ def _run_batch(study, settings, data, store, sampler, k, execution, device, note
     def progress(i: int, p) -> None:  # called every eval_every steps and at the last
         _reporter(runs[i].trial, measure)(p)
         reported.add(i)
-        if os.environ.get(HOLD_ENV) and len(reported) == len(runs):
-            _hold(study, Path(os.environ[HOLD_ENV]))
+        if os.environ.get(HOLD_ENV) and len(reported) == len(live) == len(runs):
+            _hold(study, len(runs), Path(os.environ[HOLD_ENV]))
 
     def done(i: int, result: TrainResult) -> None:
         run = live.pop(i)
@@ -303,13 +303,12 @@ def _run_batch(study, settings, data, store, sampler, k, execution, device, note
     return len(runs), cancelled
 
 
-def _hold(study: optuna.Study, path: Path) -> None:
-    """Where the kill and signal tests strike (``THRESHOLD_TEST_HOLD=path``): once every run of
-    the batch has reported progress and the study has a completed trial, write this process's
-    id to ``path`` and wait, the runs unfinished and their trials running (heartbeats beating),
-    until a signal ends the process."""
-    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if not trials:
+def _hold(study: optuna.Study, runs: int, path: Path) -> None:
+    """Where the kill and signal tests strike (``THRESHOLD_TEST_HOLD=path``): once each of the
+    batch's ``runs`` has reported progress and none has ended, and the study has a completed
+    trial or the batch trains several runs, write this process's id to ``path`` and wait, the
+    runs unfinished and their trials running (heartbeats beating), until a signal ends it."""
+    if runs == 1 and not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         return
     written = path.with_name(f".{path.name}.{os.getpid()}")
     written.write_text(f"{os.getpid()}\n")
