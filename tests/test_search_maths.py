@@ -10,21 +10,17 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
 from threshold.errors import ConfigError
-from threshold.search import (
+from threshold.search.benchmark import bench_search
+from threshold.search.fit import fit_logistic, transition_estimate
+from threshold.search.policy import bracket, decide, posterior_summary, search_range
+from threshold.search.posterior import level_fraction
+from threshold.search.settings import SearchSettings
+from threshold.search.simulate import (
     ResponseModel,
-    SearchSettings,
-    bench_search,
-    bracket,
-    decide,
-    fit_logistic,
-    level_fraction,
     listops_params,
     listops_table,
     make_truth,
-    posterior_summary,
     sample_accuracy,
-    search_range,
-    transition_estimate,
 )
 
 TABLE = listops_table(4, 512)

@@ -6,14 +6,14 @@ import pytest
 from scipy.stats import norm
 
 from threshold.errors import ConfigError
-from threshold.search import ResponseModel, SearchSettings, listops_table, make_truth
 from threshold.search.fit import reduction_factor, transition_estimate, transition_posterior
 from threshold.search.posterior import (
     curve_quantiles,
     difference_distribution,
     weighted_quantiles,
 )
-from threshold.search.simulate import sample_accuracy
+from threshold.search.settings import SearchSettings
+from threshold.search.simulate import ResponseModel, listops_table, make_truth, sample_accuracy
 
 TABLE = listops_table(4, 512)
 MODEL = ResponseModel()

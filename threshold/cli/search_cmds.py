@@ -331,12 +331,12 @@ def bench_search(
 
     def body():
         from threshold.errors import ConfigError
-        from threshold.search import ResponseModel
         from threshold.search.benchmark import bench_families
         from threshold.search.benchmark import bench_search as run_bench
         from threshold.search.families import CHANCE
         from threshold.search.sampler import policy_settings
         from threshold.search.settings import with_overrides
+        from threshold.search.simulate import ResponseModel
         from threshold.search.spec import StudySettings
         from threshold.search.study import SearchConfig
         from threshold.tasks import TaskConfig

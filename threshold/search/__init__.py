@@ -1,48 +1,18 @@
 """Transition search: the maths (grid posterior, policy, fit, benchmark) and the Optuna side.
 
-The names exported here are the maths: plain arrays and numbers, no torch and no Optuna storage
-(the benchmark's Optuna baselines use in-memory studies). The Optuna side is imported by module:
-``study`` (the only one that opens a storage), ``sampler`` (the adapter), ``worker``, ``find``.
+A package face only: it re-exports nothing, so importing any one module of the search (the
+settings of a study, the record) loads that module and what it needs, not the whole search (the
+benchmark and the simulator load scipy.optimize: about 2 s). Import from the modules:
+
+- the maths, plain arrays and numbers, no torch and no Optuna storage: :mod:`~.posterior`
+  (:class:`PosteriorSettings`, ``level_fraction``), :mod:`~.policy` (``decide``, ``bracket``,
+  ``search_range``), :mod:`~.fit` (``fit_logistic``, ``transition_estimate``),
+  :mod:`~.settings` (:class:`SearchSettings`), :mod:`~.simulate` (:class:`ResponseModel`,
+  ``make_truth``, ``listops_table``), :mod:`~.benchmark` (``bench_search``, ``METHODS``);
+- a study's settings: :mod:`~.spec` (:class:`StudySettings`);
+- the Optuna side: :mod:`~.study` (the only one that opens a storage), :mod:`~.record` (what a
+  study stores, read into views), :mod:`~.sampler` (the adapter), :mod:`~.worker`, :mod:`~.find`
+  (a search's worker processes, followed).
 """
 
-from threshold.search.benchmark import METHODS, bench_search
-from threshold.search.fit import LogisticFit, bootstrap_interval, fit_logistic, transition_estimate
-from threshold.search.policy import Decision, bracket, decide, posterior_summary, search_range
-from threshold.search.posterior import PosteriorSettings, PosteriorSummary, level_fraction
-from threshold.search.settings import SearchSettings
-from threshold.search.simulate import (
-    ResponseModel,
-    Truth,
-    draw_truth,
-    listops_params,
-    listops_table,
-    make_truth,
-    run_policy,
-    sample_accuracy,
-)
-
-__all__ = [
-    "METHODS",
-    "Decision",
-    "LogisticFit",
-    "PosteriorSettings",
-    "PosteriorSummary",
-    "ResponseModel",
-    "SearchSettings",
-    "Truth",
-    "bench_search",
-    "bootstrap_interval",
-    "bracket",
-    "decide",
-    "draw_truth",
-    "fit_logistic",
-    "level_fraction",
-    "listops_params",
-    "listops_table",
-    "make_truth",
-    "posterior_summary",
-    "run_policy",
-    "sample_accuracy",
-    "search_range",
-    "transition_estimate",
-]
+__all__: list[str] = []
