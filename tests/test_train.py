@@ -21,7 +21,9 @@ def max5(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def add5(tmp_path_factory):
-    return load_task_data(TaskConfig(ops=("add",), n=5, **TINY), tmp_path_factory.mktemp("c"))
+    """Depth 1: the stuck run's untrained model decodes to the end of its context (9 tokens)."""
+    task = TaskConfig(ops=("add",), n=5, depth=1, **TINY)
+    return load_task_data(task, tmp_path_factory.mktemp("c"))
 
 
 @pytest.fixture(scope="module")
