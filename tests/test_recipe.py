@@ -177,7 +177,8 @@ def test_a_run_that_stops_learned_carries_its_accuracy_to_later_checkpoints(max5
 
 
 def test_a_run_stopped_at_a_checkpoint_keeps_one_entry_there(tmp_path):
-    data = load_task_data(TaskConfig(ops=("add",), n=5, **TINY), tmp_path)
+    # depth 1: an untrained model decodes to the end of its context (9 tokens, not 60)
+    data = load_task_data(TaskConfig(ops=("add",), n=5, depth=1, **TINY), tmp_path)
     cfg = TrainConfig(max_steps=200, eval_every=10, lr=1e-9, warmup_steps=0, schedule="constant",
                       checkpoints=(0.5, 1))  # fmt: skip
     result = train(model_config_for(data.config, 8), data, cfg)
@@ -204,7 +205,7 @@ def test_the_stuck_rule_keeps_a_mixture_run_whose_other_op_improves():
 
 
 def test_a_real_mixture_run_at_chance_everywhere_is_still_stopped_as_stuck(tmp_path):
-    data = load_task_data(TaskConfig(ops=("max", "add"), n=5, **TINY), tmp_path)
+    data = load_task_data(TaskConfig(ops=("max", "add"), n=5, depth=1, **TINY), tmp_path)
     cfg = TrainConfig(max_steps=200, eval_every=10, lr=1e-9, warmup_steps=0)
     assert train(model_config_for(data.config, 8), data, cfg).stop_reason == "stuck"
 

@@ -12,13 +12,13 @@ import time
 import optuna
 import pytest
 from optuna.trial import TrialState
+from reliability.support import hold_env, wait_for_hold
 
 from threshold.search.sampler import run_seed
 
 # Depth 1: 9-token sequences (depth 2: 60); decoding them is most of a tiny run's CPU.
 TINY = ["--tasks", "max", "--mod", "5", "--depth", "1", "--n-train", "2000", "--n-test", "100",
         "--d-lo", "4", "--d-hi", "16", "--heartbeat", "2"]  # fmt: skip
-DEPTH_2 = [a for a in TINY if a not in ("--depth", "1")]  # runs long enough to interrupt
 
 
 def threshold(args, tmp_path, **kw):
@@ -31,11 +31,12 @@ def threshold(args, tmp_path, **kw):
 
 
 def test_find_json_and_status(tmp_path, cli):
+    """`find` in this process (Typer's runner), its two workers in their own."""
     url = f"sqlite:///{tmp_path}/s.db"
-    proc = threshold(["find", *TINY, "--steps", "40", "--budget", "4", "--storage", url,
-                      "--workers", "2", "--json"], tmp_path)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout)
+    found = cli(["find", *TINY, "--steps", "40", "--budget", "4", "--storage", url,
+                 "--workers", "2", "--json"])  # fmt: skip
+    assert found.exit_code == 0, (found.stderr, found.exception)
+    report = json.loads(found.stdout)
     assert report["n_trials"] == 4 and report["wall_s"] > 0
     transition = report["transition"]
     for key in ("params_p80", "d_p80", "interval_params", "midpoint_params"):
@@ -110,25 +111,16 @@ def dashboard_get(url: str, path: str) -> tuple[str, bytes]:
 
 def test_ctrl_c_then_resume_keeps_completed_trials(tmp_path, cli):
     url = f"sqlite:///{tmp_path}/s.db"
-    args = ["find", *DEPTH_2, "--steps", "150", "--budget", "4", "--storage", url, "--json"]
-    env = dict(os.environ, THRESHOLD_CACHE=str(tmp_path / "cache"))
+    args = ["find", *TINY, "--steps", "150", "--budget", "4", "--storage", url, "--json"]
+    held = tmp_path / "held"  # the worker stops mid-run in its second trial: see hold_env
+    env = dict(os.environ, THRESHOLD_CACHE=str(tmp_path / "cache"), **hold_env(held))
     proc = subprocess.Popen(
         [sys.executable, "-m", "threshold", *args], env=env, cwd=tmp_path,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
-    deadline, name = time.monotonic() + 300, None
-    while time.monotonic() < deadline:
-        time.sleep(0.5)
-        try:
-            (summary,) = optuna.get_all_study_summaries(url)
-        except (ValueError, Exception):
-            continue
-        trials = optuna.load_study(study_name=summary.study_name, storage=url).get_trials()
-        done = [t for t in trials if t.state == TrialState.COMPLETE]
-        if done and any(t.state == TrialState.RUNNING for t in trials):
-            name = summary.study_name
-            break
-    assert name is not None, "no trial completed in time"
+    wait_for_hold(held, proc, timeout=300)
+    (summary,) = optuna.get_all_study_summaries(url)
+    name = summary.study_name
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does in a terminal
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
@@ -185,18 +177,14 @@ def test_bad_input(tmp_path, cli, args, message):
     assert not (tmp_path / "s.db").exists() and not (tmp_path / "missing.db").exists()
 
 
-def test_status_in_a_fresh_checkout_lists_no_studies(tmp_path):
-    """No storage named and no default file yet: no studies, a hint, exit 0, nothing written."""
-    env_free = {k: v for k, v in os.environ.items() if k != "THRESHOLD_STORAGE"}
-    run = dict(capture_output=True, text=True, env=env_free, cwd=tmp_path)
-    table = subprocess.run([sys.executable, "-m", "threshold", "status"], **run)
-    assert (
-        table.returncode == 0
-        and "no studies yet" in table.stdout
-        and "threshold find" in table.stdout
-    )
-    listed = subprocess.run([sys.executable, "-m", "threshold", "status", "--json"], **run)
-    assert listed.returncode == 0 and json.loads(listed.stdout) == []
+def test_status_in_a_fresh_checkout_lists_no_studies(tmp_path, cli):
+    """No storage named and no default file yet: no studies, a hint, exit 0, nothing written
+    (in this process: the ``cli`` fixture takes no storage from the environment)."""
+    table = cli(["status"])
+    assert table.exit_code == 0 and "no studies yet" in table.stdout, table.stdout
+    assert "threshold find" in table.stdout
+    listed = cli(["status", "--json"])
+    assert listed.exit_code == 0 and json.loads(listed.stdout) == []
     assert not list(tmp_path.iterdir())
 
 

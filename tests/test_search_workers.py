@@ -167,14 +167,10 @@ def test_a_killed_batch_worker_has_its_unfinished_trials_retried(tmp_path):
     check_recorded_once(trials, budget)
 
 
-def test_find_refuses_negative_workers(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "threshold", "find", "--workers", "-1",
-         "--storage", f"sqlite:///{tmp_path}/s.db"],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert proc.returncode == 2
-    assert proc.stderr.strip() == "error: --workers -1 is not allowed: use 1 or more"
+def test_find_refuses_negative_workers(tmp_path, cli):
+    result = cli(["find", "--workers", "-1", "--storage", f"sqlite:///{tmp_path}/s.db"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "error: --workers -1 is not allowed: use 1 or more"
     assert not (tmp_path / "s.db").exists()
 
 

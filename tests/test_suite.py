@@ -15,6 +15,7 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.trial import TrialState
+from reliability.support import hold_env, wait_for_hold
 from typer.testing import CliRunner
 
 from threshold.cli import app
@@ -72,18 +73,6 @@ name = "b-vs-a"
 baseline = "b"
 studies = ["a"]
 """
-
-
-def threshold(args, cwd, **kw) -> subprocess.CompletedProcess:
-    env = dict(os.environ, THRESHOLD_CACHE=str(cwd / "cache"))
-    return subprocess.run(
-        [sys.executable, "-m", "threshold", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        **kw,
-    )
 
 
 def trial_counts(url: str) -> dict[str, dict[str, int]]:
@@ -538,27 +527,16 @@ def test_a_pinned_name_gives_a_stopped_study_more_runs(tiny_runs, tmp_path, cli)
         assert study is None or planned[0]["study"] == study
 
 
-def running_trials(path: Path) -> int:
-    """RUNNING trials in a SQLite storage, read only (0 while it is still being created)."""
-    if not path.exists():
-        return 0
-    try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as con:
-            return con.execute("SELECT count(*) FROM trials WHERE state = 'RUNNING'").fetchone()[0]
-    except sqlite3.OperationalError:  # no tables yet
-        return 0
-
-
-def test_sigterm_stops_workers_and_the_next_run_continues(tmp_path):
+def test_sigterm_stops_workers_and_the_next_run_continues(tmp_path, in_process):
     """SIGTERM mid-study: exit 143 and the workers stop; run again and the study finishes its
     budget, nothing left running."""
     text = TINY.replace("steps = 60", "steps = 150").replace("d_hi = 16", "d_hi = 8")
-    text = text.replace("depth = 1\n", "")  # depth 2's longer runs: the signal lands in one
     text = text.split('[[study]]\nlabel = "b"')[0].split("[[transfer]]")[0]
     text = text.replace('baseline = "a"\n', "")
     (tmp_path / "one.toml").write_text(text)
     url = f"sqlite:///{tmp_path}/s.db"
-    env = dict(os.environ, THRESHOLD_CACHE=str(tmp_path / "cache"))
+    held = tmp_path / "held"  # the worker stops mid-run in its second trial: see hold_env
+    env = dict(os.environ, THRESHOLD_CACHE=str(tmp_path / "cache"), **hold_env(held))
     proc = subprocess.Popen(
         [sys.executable, "-m", "threshold", "run", "one.toml"],
         cwd=tmp_path,
@@ -568,12 +546,7 @@ def test_sigterm_stops_workers_and_the_next_run_continues(tmp_path):
         text=True,
     )
     try:
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            if running_trials(tmp_path / "s.db"):
-                break
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.2)
+        wait_for_hold(held, proc, timeout=300)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -586,8 +559,8 @@ def test_sigterm_stops_workers_and_the_next_run_continues(tmp_path):
     # creating it (Optuna's ask, before the objective runs) is it left running, without a
     # heartbeat, to be found stale and retried by the next run.
     assert counts.get("FAIL", 0) + counts.get("RUNNING", 0) >= 1 and counts.get("RUNNING", 0) <= 1
-    again = threshold(["run", "one.toml", "--json"], tmp_path, timeout=600)
-    assert again.returncode == 0, again.stderr
+    again = in_process(["run", "one.toml", "--json"], tmp_path)  # its workers in their own
+    assert again.exit_code == 0, (again.stderr, again.exception)
     (study,) = json.loads(again.stdout)["studies"]
     assert study["ran"] and study["n_runs"] >= 3 and study["done"]
     study_obj = optuna.load_study(study_name=study["study"], storage=url)
