@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import plotly.graph_objects as go
+
 from threshold.config import recipe_words
 from threshold.report.render import render
 from threshold.search.fit import MIN_POINTS
@@ -185,9 +188,6 @@ def _round(values) -> list[float]:
 def transition_figure(estimate: dict | None, runs: Sequence[Run], level: float = 0.8):
     """Accuracy against total parameters (log x): the runs, the fitted logistic and the
     80% point (the fit's on its curve; the posterior's as a line in its shaded 90% interval)."""
-    import numpy as np
-    import plotly.graph_objects as go
-
     point = f"{level:.0%} point"
     fig = go.Figure()
     est = estimate or {}
