@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 
 from threshold.config import recipe_words
 from threshold.report.render import render
+from threshold.report.text import near_transition_words
 from threshold.search.fit import MIN_POINTS
 from threshold.search.notes import MIN_RUNS, NoteRender, Run, curve_sizes, fit_accuracy
 from threshold.search.spec import StudySettings
@@ -58,19 +59,6 @@ class Note:
     estimate_runs: int | None  # runs the estimate is from, when not the runs done
     status: str
     settings: tuple[str, ...]  # the settings' bullet lines
-
-
-def near_transition_words(estimate: dict) -> str | None:
-    """The runs near the 80% point in words ("N runs, accuracy sd S, P% learned"), or None."""
-    spread = estimate.get("seed_spread") or {}
-    if not spread.get("n_near"):
-        return None
-    sd, share = spread.get("acc_sd"), spread.get("learned_share")
-    return (
-        f"{spread['n_near']} runs"
-        + (f", accuracy sd {sd:.3f}" if sd is not None else "")
-        + (f", {share:.0%} learned" if share is not None else "")
-    )
 
 
 def _title(settings: StudySettings) -> str:
