@@ -38,6 +38,7 @@ import zlib
 from collections.abc import Sequence
 
 from threshold.errors import ConfigError
+from threshold.tasks import get_testbed
 
 __all__ = [
     "COMPRESSORS",
@@ -218,8 +219,6 @@ def _sadd_table(n: int, sadd_seed: int) -> list[int]:
     """
     if n < 2:
         raise ConfigError(f"modulus {n} is not allowed: ListOps needs a modulus of at least 2")
-    from threshold.tasks import get_testbed  # numpy; only sadd needs the task's relabelling
-
     sadd = get_testbed("listops", n, sadd_seed).ops["sadd"]
     zero = next(v for v in range(n) if sadd([v, v]) == v)
     for g in range(n):

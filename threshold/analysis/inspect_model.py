@@ -2,7 +2,8 @@
 
 :func:`analyze_model` gathers the scores of :mod:`threshold.analysis.embedding` and
 :mod:`threshold.analysis.layers` for a model and its task data into one JSON-ready dict;
-:func:`summary` keeps the few numbers small enough to store beside the trial.
+:func:`summary` (:mod:`threshold.search.headline`, re-exported here) keeps the few numbers small
+enough to store beside the trial.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from threshold.analysis.embedding import embedding_scores
 from threshold.analysis.layers import ablation, layer_usage, number_embeddings
 from threshold.errors import ConfigError
 from threshold.model import RecurrentTransformer
+from threshold.search.headline import embedding_headline, summary
 from threshold.tasks import TaskData
 
 __all__ = ["analyze_model", "embedding_headline", "summary"]
@@ -39,39 +41,3 @@ def analyze_model(
         "layer_usage": layer_usage(model, test, data.vocab.pad_id, max_sequences=max_sequences),
         "ablation": ablation(model, test, data.vocab.eos_id, max_sequences=max_sequences),
     }
-
-
-def embedding_headline(emb: dict) -> dict:
-    """The few numbers of :func:`~threshold.analysis.embedding.embedding_scores` that tables show:
-    separation ratios to the null's 95th percentile, ordering and cyclic order (value, ratio to
-    the null's 95th percentile) and the cyclic frequency; None where a score is absent (ordering
-    and cyclic order for perm, cyclic order in analyses older than the score)."""
-    ordering, cyclic = emb["ordering"] or {}, emb.get("cyclic") or {}
-    return {
-        "separation": {k: v["vs_p95"] for k, v in emb["separation"].items()},
-        "ordering": ordering.get("value"),
-        "ordering_vs_p95": ordering.get("vs_p95"),
-        "cyclic": cyclic.get("value"),
-        "cyclic_vs_p95": cyclic.get("vs_p95"),
-        "cyclic_frequency": cyclic.get("frequency"),
-    }
-
-
-def summary(scores: dict) -> dict:
-    """The headline numbers stored with an analysis: :func:`embedding_headline` (separation and
-    ordering to 3 decimals, no ordering ratio), attention share and ablation."""
-    head = embedding_headline(scores["embedding"])
-    out = {
-        "separation": {k: round(v, 3) for k, v in head["separation"].items()},
-        "ordering": None if head["ordering"] is None else round(head["ordering"], 3),
-        "cyclic": head["cyclic"],
-        "cyclic_vs_p95": head["cyclic_vs_p95"],
-        "cyclic_frequency": head["cyclic_frequency"],
-        "attn_share": round(scores["layer_usage"]["attn_share_all"], 3),
-        "ablation": {
-            "intact": scores["ablation"]["intact"],
-            "attn": scores["ablation"]["attn"]["all"],
-            "mlp": scores["ablation"]["mlp"]["all"],
-        },
-    }
-    return out

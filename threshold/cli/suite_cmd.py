@@ -79,7 +79,7 @@ def run_suite_cmd(
         worker_devices(execution)
         refuse_old_batch(batch)
         if dry_run:
-            from threshold.suite.run import plan
+            from threshold.suite.plan import plan
 
             planned = plan(suite, labels)
             if as_json:

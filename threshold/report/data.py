@@ -28,6 +28,7 @@ from types import SimpleNamespace
 
 import numpy as np
 from scipy.optimize import nnls
+from sqlalchemy.engine import make_url
 
 from threshold.config import recipe_words
 from threshold.errors import ConfigError, ThresholdError
@@ -41,6 +42,7 @@ from threshold.search.fit import (
     transition_estimate,
     transition_posterior,
 )
+from threshold.search.headline import summary as summarize_scores
 from threshold.search.notes import MIN_RUNS, curve_sizes
 from threshold.search.posterior import (
     curve_quantiles,
@@ -244,8 +246,6 @@ def label(studies: list[StudyData]) -> None:
 
 def _public_url(url: str) -> str:
     try:
-        from sqlalchemy.engine import make_url
-
         return make_url(url).render_as_string(hide_password=True)
     except Exception:  # not a URL sqlalchemy parses: show it as given
         return url
@@ -350,8 +350,6 @@ def _analyses(view: StudyView, runs: list[dict], analysis_dir: Path) -> list[dic
             except ValueError:
                 log.warning("%s: unreadable scores.json, left out", folder)
         if summary is None and scores is not None:
-            from threshold.analysis.inspect_model import summary as summarize_scores
-
             try:
                 summary = summarize_scores(scores) | {"d_model": scores.get("d_model")}
             except (KeyError, TypeError):

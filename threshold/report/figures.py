@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import plotly.graph_objects as go
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.image import imsave
@@ -591,8 +592,6 @@ def comparison_plotly(studies: list[StudyData], styles: dict):
     """The interactive figure: each fitted study's median curve and 90% band, its 80% point
     with its interval, and its runs. One legend entry a study (band, point and runs go with it);
     two buttons show or hide every study's runs."""
-    import plotly.graph_objects as go
-
     fig = go.Figure()
     runs_traces = []
     for s in studies:

@@ -13,8 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import plotly.graph_objects as go
+
 from threshold.config import recipe_words
 from threshold.report.render import render
+from threshold.report.text import near_transition_words
 from threshold.search.fit import MIN_POINTS
 from threshold.search.notes import MIN_RUNS, NoteRender, Run, curve_sizes, fit_accuracy
 from threshold.search.spec import StudySettings
@@ -55,19 +59,6 @@ class Note:
     estimate_runs: int | None  # runs the estimate is from, when not the runs done
     status: str
     settings: tuple[str, ...]  # the settings' bullet lines
-
-
-def near_transition_words(estimate: dict) -> str | None:
-    """The runs near the 80% point in words ("N runs, accuracy sd S, P% learned"), or None."""
-    spread = estimate.get("seed_spread") or {}
-    if not spread.get("n_near"):
-        return None
-    sd, share = spread.get("acc_sd"), spread.get("learned_share")
-    return (
-        f"{spread['n_near']} runs"
-        + (f", accuracy sd {sd:.3f}" if sd is not None else "")
-        + (f", {share:.0%} learned" if share is not None else "")
-    )
 
 
 def _title(settings: StudySettings) -> str:
@@ -185,9 +176,6 @@ def _round(values) -> list[float]:
 def transition_figure(estimate: dict | None, runs: Sequence[Run], level: float = 0.8):
     """Accuracy against total parameters (log x): the runs, the fitted logistic and the
     80% point (the fit's on its curve; the posterior's as a line in its shaded 90% interval)."""
-    import numpy as np
-    import plotly.graph_objects as go
-
     point = f"{level:.0%} point"
     fig = go.Figure()
     est = estimate or {}

@@ -9,6 +9,7 @@ __all__ = [
     "duration",
     "factor",
     "interval",
+    "near_transition_words",
     "number",
     "point",
     "point_d",
@@ -132,3 +133,16 @@ def terminal_cells(row: dict, with_factor) -> list[str]:
         return [*cells, "-" if row.get("baseline") else ""]
     kind = ", another op" if ratio["kind"] == "size ratio" else ""
     return [*cells, factor(ratio) + kind]
+
+
+def near_transition_words(estimate: dict) -> str | None:
+    """The runs near the 80% point in words ("N runs, accuracy sd S, P% learned"), or None."""
+    spread = estimate.get("seed_spread") or {}
+    if not spread.get("n_near"):
+        return None
+    sd, share = spread.get("acc_sd"), spread.get("learned_share")
+    return (
+        f"{spread['n_near']} runs"
+        + (f", accuracy sd {sd:.3f}" if sd is not None else "")
+        + (f", {share:.0%} learned" if share is not None else "")
+    )

@@ -26,8 +26,8 @@ from threshold.report.data import (
     study_title,
     where,
 )
-from threshold.report.notes import near_transition_words
 from threshold.report.results import FORMAT
+from threshold.report.text import near_transition_words
 from threshold.search.record import Estimate
 
 __all__ = [

@@ -84,7 +84,7 @@ def _plotly_script(out: Path) -> str:
     bundle), so a folder copied or moved alone still draws its figure; git keeps one blob for
     every identical copy, so the repository does not grow with them.
     """
-    from plotly.offline import get_plotlyjs
+    from plotly.offline import get_plotlyjs  # pending: see tests/test_layers.py
 
     (out / PLOTLY_JS).write_text(get_plotlyjs(), encoding="utf-8")
     return PLOTLY_JS
@@ -127,7 +127,7 @@ def write_report(
 
 
 def _write(collected, out, earlier, on_progress, rendered_from) -> dict:
-    from threshold.report import figures
+    from threshold.report import figures  # matplotlib, plotly: pending, see tests/test_layers.py
 
     studies = collected.studies
     # Analysis figures are copied from their folders, or from this very folder when a report

@@ -3,11 +3,14 @@
 :func:`run_search` is the one loop behind ``threshold find``, ``threshold run`` and
 :func:`threshold.find_threshold`: the study is made (or found again with the same settings), its
 worker processes are started (``python -m threshold.cli.worker_process``, no command-line
-parsing), followed until they end, and stopped on an interrupt, leaving none behind.
+parsing), followed until they end, and stopped on an interrupt, leaving none behind. No torch
+here: which devices the workers get is asked of a child process (:mod:`~.device_probe`), so the
+process that follows a search never loads torch nor holds a GPU.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -31,6 +34,7 @@ __all__ = [
     "SearchOutcome",
     "die_with_parent",
     "prepare_study",
+    "probe_device",
     "run_search",
     "snapshot",
     "start_workers",
@@ -164,21 +168,21 @@ def prepare_study(
 
 def worker_devices(execution: Execution) -> list[str]:
     """The device of each worker process; more workers than the machine runs at once (one a
-    core on the CPU, one a GPU on CUDA) are refused unless ``execution.oversubscribe``."""
-    from threshold.train.device import resolve_device  # torch: loaded only when workers start
-
+    core on the CPU, one a GPU on CUDA) are refused unless ``execution.oversubscribe``. A device
+    other than ``cpu`` is checked by :func:`probe_device` (a child process: torch's import)."""
     workers, device = execution.workers, execution.device
-    resolved = None if device == "cpu" else resolve_device(device)
-    if resolved is not None and resolved.type == "cuda":
-        count = 1 if resolved.index is not None else torch_cuda_count()
+    resolved = None if device == "cpu" else probe_device(device)
+    if resolved is not None and resolved["type"] == "cuda":
+        index = resolved["index"]
+        count = 1 if index is not None else resolved["count"]
         if workers > count and not execution.oversubscribe:
             raise ConfigError(
                 f"--workers {workers} on {device}: one worker a GPU (processes that share one slow "
                 f"each other 3-4x), and there are {count}; use --workers {count} and "
                 "--trials-at-once to fill a GPU, or --oversubscribe to start them anyway"
             )
-        if resolved.index is not None:
-            return [str(resolved)] * workers
+        if index is not None:
+            return [f"cuda:{index}"] * workers
         return [f"cuda:{i % count}" for i in range(workers)]
     cores = os.cpu_count() or 1
     if workers > cores and not execution.oversubscribe:
@@ -189,10 +193,23 @@ def worker_devices(execution: Execution) -> list[str]:
     return [device] * workers
 
 
-def torch_cuda_count() -> int:
-    import torch
-
-    return torch.cuda.device_count()
+def probe_device(name: str) -> dict:
+    """Device ``name`` as torch resolves it on this machine (``type``, and on CUDA its ``index``
+    and the GPUs' ``count``), asked of ``python -m threshold.search.device_probe``; a device torch
+    refuses is a :class:`ConfigError` with its reason."""
+    command = [sys.executable, "-m", "threshold.search.device_probe", name]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        why = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ThresholdError(
+            f"device {name!r} could not be checked: python -m threshold.search.device_probe "
+            f"exited {done.returncode} ({why}); run it to see why"
+        )
+    answer = json.loads(lines[-1])
+    if "error" in answer:
+        raise ConfigError(answer["error"])
+    return answer
 
 
 def start_workers(name: str, execution: Execution) -> list[subprocess.Popen]:
@@ -221,8 +238,6 @@ def die_with_parent() -> None:
     parent = os.environ.get(PARENT_ENV)
     if parent is None or not sys.platform.startswith("linux"):
         return
-    import ctypes
-
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     if os.getppid() != int(parent):  # the parent ended before the line above

@@ -3,7 +3,8 @@
 The names exported here describe, parse and check suite files (:mod:`threshold.suite.spec`,
 :mod:`threshold.suite.parse`, :mod:`threshold.suite.toml_lines`; no torch or Optuna at import).
 Running a suite is imported by module, as the search's Optuna side is:
-``from threshold.suite.run import run_suite``.
+``from threshold.suite.run import run_suite`` (it loads the training, analysis and report layers);
+its dry run, ``from threshold.suite.plan import plan``, reads the storage only.
 """
 
 from threshold.suite.parse import load_suite, parse_suite

@@ -7,8 +7,8 @@ to ``StudySettings.from_options``, the one mapping from ``find``'s options to a 
 study and a ``find`` run with the same settings are one study (its name is a hash of every
 setting); its keywords are the keys a ``[[study]]`` and ``[defaults]`` take, so a new one is a
 suite key with no change here. An error it raises is put on the line of the key it is about: the
-key whose value, left out, lets the settings build (else changes the error). Building the settings
-imports the modules that define them (no torch at this module's import).
+key whose value, left out, lets the settings build (else changes the error). No torch or Optuna at
+import: the settings' module (:mod:`threshold.search.spec`) loads numpy and scipy only.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from threshold.config import Execution
+from threshold.config import Execution, TrainConfig, pretrain_task, transfer_model_config
 from threshold.errors import ConfigError
+from threshold.search.spec import StudySettings
 from threshold.suite.spec import (
     ALL_REPORT,
     ANALYSIS_KEYS,
@@ -59,9 +59,6 @@ from threshold.suite.spec import (
 )
 from threshold.suite.toml_lines import KEY, find_line, key_lines, unquote
 from threshold.tasks import TaskConfig
-
-if TYPE_CHECKING:
-    from threshold.search.spec import StudySettings
 
 __all__ = ["load_suite", "parse_suite"]
 
@@ -386,7 +383,6 @@ class _Parser:
 
     def settings(self, values: dict, origin: dict, what: str) -> StudySettings:
         """The study's settings, built as ``threshold find`` builds them from its options."""
-        from threshold.search.spec import StudySettings
 
         def make(values: dict) -> StudySettings:
             options = {k: v for k, v in values.items() if k not in ("label", "name")}
@@ -555,18 +551,13 @@ class _Parser:
 
 def _setting_keys() -> tuple[dict[str, str | None], bool]:
     """The keys of a study's settings with their kinds: ``StudySettings.from_options``' keywords,
-    and whether it takes others (``**kwargs``) too. Its module holds Optuna: imported when a file
-    is read, not with this one."""
-    from threshold.search.spec import StudySettings
-
+    and whether it takes others (``**kwargs``) too."""
     return option_kinds(StudySettings.from_options), takes_more(StudySettings.from_options)
 
 
 def _transfer_task(values: dict) -> TaskConfig:
     """A ``[[transfer]]``'s target task, checked as ``threshold transfer`` checks it: its step
     counts, and a source mixture that exists and shares the target's vocabulary."""
-    from threshold.config import TrainConfig, pretrain_task, transfer_model_config
-
     options = {k: v for k, v in values.items() if k in TASK_KEYS}
     task = TaskConfig.from_options(**option_values(options, TaskConfig.from_options))
     steps = values.get("steps", 20_000)

@@ -13,7 +13,9 @@ text hash and a copy beside it), the git commit and what each step did.
 
 Progress goes to a callback as :class:`Event` records; nothing here prints. Interrupting
 (KeyboardInterrupt, which ``threshold run`` also raises on SIGTERM) stops the workers the way
-``find`` does: their running trials are marked failed, never left running.
+``find`` does: their running trials are marked failed, never left running. This module loads the
+training, analysis and report layers at import; what a run would do, read without writing (the
+dry run), is :mod:`threshold.suite.plan`, which loads none of them.
 """
 
 from __future__ import annotations
@@ -27,42 +29,41 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from threshold.config import Execution
+from threshold.analysis.studies import (
+    SURVEY_FORMAT,
+    analyze_trial,
+    matched_pair,
+    survey,
+    survey_trials,
+)
+from threshold.analysis.transfer import summarize, transfer_experiment
+from threshold.config import Execution, pretrain_task, transfer_model_config
 from threshold.errors import ThresholdError
 from threshold.files import atomic_write
 from threshold.meta import version
+from threshold.model import param_count
+from threshold.report import collect, write_report
+from threshold.report.suite import suite_readme
 from threshold.search.find import Interrupted, run_search
-from threshold.search.record import read_study, stop_status, study_names
-from threshold.search.study import create_or_load_study, open_storage, storage_url
-from threshold.suite.spec import (
-    ALL_REPORT,
-    Analysis,
-    Suite,
-    SuiteError,
-    SuiteStudy,
-    TransferSpec,
+from threshold.search.record import read_study, study_names
+from threshold.search.results import load_analyses, pick_trial
+from threshold.search.study import create_or_load_study, open_storage
+from threshold.suite.plan import (
+    ANALYSIS_DIR,
+    SUITE_JSON,
+    SURVEY_DIR,
+    check_reports_folder,
+    public_url,
+    storage_of,
+    study_state,
+    transfer_file,
 )
+from threshold.suite.spec import ALL_REPORT, Analysis, Suite, TransferSpec
+from threshold.train import TrainConfig
+from threshold.train.device import resolve_device
 
-__all__ = [
-    "ANALYSIS_DIR",
-    "SUITE_JSON",
-    "SURVEY_DIR",
-    "TRANSFER_DIR",
-    "Event",
-    "StudyState",
-    "SuiteRunError",
-    "check_reports_folder",
-    "git_state",
-    "plan",
-    "run_suite",
-    "study_states",
-    "transfer_file",
-]
+__all__ = ["Event", "SuiteRunError", "git_state", "run_suite"]
 
-ANALYSIS_DIR = Path("studies/analysis")  # where `threshold analyze` writes and the report reads
-TRANSFER_DIR = Path("studies/transfer")  # one JSON per transfer experiment (its settings' hash)
-SUITE_JSON = "suite.json"  # the record of a suite's last run, in its reports folder
-SURVEY_DIR = "surveys"  # in the reports folder: one JSON per [[survey]], every scored run
 FORMAT = "threshold-suite/1"
 
 
@@ -86,142 +87,6 @@ class Event:
     info: dict = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class StudyState:
-    """Where a suite study stands in the storage."""
-
-    label: str
-    name: str
-    exists: bool
-    n_complete: int = 0
-    n_pending: int = 0  # running or waiting trials
-    done: bool = False  # the policy stops: nothing left to run
-    reason: str | None = None  # why it stopped (precision, budget, ...)
-    estimate: dict | None = None
-
-    @property
-    def status(self) -> str:
-        if not self.exists:
-            return "new"
-        if self.done:
-            return f"done ({self.reason})"
-        return "to continue"
-
-    def to_json(self) -> dict:
-        return {
-            "label": self.label,
-            "study": self.name,
-            "status": self.status,
-            "exists": self.exists,
-            "done": self.done,
-            "stop_reason": self.reason,
-            "n_runs": self.n_complete,
-            "n_pending": self.n_pending,
-            "estimate": self.estimate,
-        }
-
-
-def _resolve(suite: Suite) -> str:
-    """The suite's storage (--storage, else its ``storage`` key), else $THRESHOLD_STORAGE, else
-    the default."""
-    return storage_url(suite.execution.storage)
-
-
-def _sqlite_missing(url: str) -> bool:
-    return url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists()
-
-
-def transfer_file(suite: Suite, spec: TransferSpec) -> Path:
-    """Where a transfer experiment's result goes: named by the suite, its label and settings."""
-    return TRANSFER_DIR / f"{suite.name}-{spec.label}-{spec.key()}.json"
-
-
-def check_reports_folder(suite: Suite) -> None:
-    """Refuse a reports folder that holds something other than this suite's reports."""
-    out = suite.reports_dir
-    where = f"{suite.path}:{suite.line_of('reports')}"
-    if out.exists() and not out.is_dir():
-        raise SuiteError(f"{where}: reports folder {str(out)!r} is a file: set reports to a folder")
-    if not out.is_dir() or not any(out.iterdir()):
-        return
-    record = out / SUITE_JSON
-    try:
-        owner = json.loads(record.read_text()).get("name") if record.is_file() else None
-    except (OSError, ValueError, AttributeError):
-        owner = None
-    if owner != suite.name:
-        raise SuiteError(
-            f"{where}: reports folder {str(out)!r} is not empty and holds no report of suite "
-            f"{suite.name!r}: set reports to a new folder, or empty that one"
-        )
-
-
-def _state(db, study: SuiteStudy, known: set[str]) -> StudyState:
-    """The study's runs and whether its search stopped, read from the storage (no writes).
-
-    Stopped is the stop status under the file's stopping rules (the policy's rules read off the
-    estimate the worker stored after its last run: a budget raised in the file makes a stopped
-    study go on); a study with running or waiting trials is not done.
-    """
-    name = study.name
-    if name not in known:
-        return StudyState(study.label, name, exists=False)
-    view = read_study(db, name)
-    completed, pending = view.split()
-    estimate = view.estimate.to_dict() if view.estimate is not None else None
-    stop = stop_status(study.settings, view.estimate, view.runs)
-    done = not pending and stop.stopped
-    reason = stop.reason if done else None
-    return StudyState(study.label, name, True, len(completed), len(pending), done, reason, estimate)
-
-
-def study_states(suite: Suite) -> list[StudyState]:
-    """Every study of the suite with its state; a storage that does not exist is not created."""
-    url = _resolve(suite)
-    if _sqlite_missing(url):
-        return [StudyState(s.label, s.name, exists=False) for s in suite.studies]
-    db = open_storage(url, create=False)
-    known = set(study_names(db))
-    return [_state(db, s, known) for s in suite.studies]
-
-
-def plan(suite: Suite, only: list[str] | None = None) -> dict:
-    """What ``run_suite`` would do, read without writing anything: the dry run."""
-    selected = suite.select(only)
-    url = _resolve(suite)
-    check_reports_folder(suite)
-    return {
-        "suite": str(suite.path),
-        "name": suite.name,
-        "storage": _public(url),
-        "storage_exists": not _sqlite_missing(url),
-        "studies": [s.to_json() for s in study_states(selected)],
-        "transfers": [
-            {
-                "label": t.label,
-                "file": str(transfer_file(suite, t)),
-                "done": transfer_file(suite, t).is_file(),
-            }
-            for t in selected.transfers
-        ],
-        "analyses": [{"study": a.study, "pick": a.pick, "d": a.d} for a in selected.analyses],
-        "comparisons": [
-            {"studies": list(c.studies), "match": c.match, "d": c.d} for c in selected.comparisons
-        ],
-        "surveys": [{"study": v.study, "min_accuracy": v.min_accuracy} for v in selected.surveys],
-        "reports": [
-            {
-                "name": r.name,
-                "folder": str(suite.reports_dir / r.name),
-                "baseline": r.baseline,
-                "studies": list(r.studies),
-                "transfers": list(r.transfers),
-            }
-            for r in suite.reports
-        ],
-    }
-
-
 def run_suite(
     suite: Suite,
     only: list[str] | None = None,
@@ -238,7 +103,7 @@ def run_suite(
     selected = suite.select(only)
     execution = suite.execution
     check_reports_folder(suite)  # before hours of training, not after
-    url = _resolve(suite)
+    url = storage_of(suite)
     execution = replace(execution, storage=url)
     emit = on_event or (lambda event: None)
     started, t0 = datetime.now(UTC), time.perf_counter()
@@ -268,7 +133,7 @@ def _run_study(study, db, execution: Execution, emit, poll_s, info) -> dict:
     # A study found again must have the same settings, but for its budget and precision
     create_or_load_study(study.settings, db, study.name)
     known = set(study_names(db))
-    state = _state(db, study, known)
+    state = study_state(db, study, known)
     info = info | {"study": study.name, "n_runs": state.n_complete}
     if state.done:
         emit(
@@ -300,7 +165,7 @@ def _run_study(study, db, execution: Execution, emit, poll_s, info) -> dict:
         raise KeyboardInterrupt from None
     except ThresholdError as e:
         raise SuiteRunError(f"{study.label!r}: {e}") from None
-    state = _state(db, study, known | {study.name})
+    state = study_state(db, study, known | {study.name})
     emit(
         Event(
             "study_end",
@@ -326,12 +191,6 @@ def _run_transfer(suite: Suite, spec: TransferSpec, cache_dir, emit, device) -> 
     if path.is_file():
         emit(Event("transfer_skip", spec.label, {"file": str(path)}))
         return row | {"ran": False}
-    from threshold.analysis.transfer import summarize, transfer_experiment
-    from threshold.config import pretrain_task, transfer_model_config
-    from threshold.model import param_count
-    from threshold.train import TrainConfig
-    from threshold.train.device import resolve_device
-
     emit(Event("transfer_start", spec.label, {"d": spec.d, "seeds": list(spec.seeds)}))
     t0 = time.perf_counter()
 
@@ -388,9 +247,6 @@ def _run_transfer(suite: Suite, spec: TransferSpec, cache_dir, emit, device) -> 
 def _run_analyses(
     suite: Suite, db, url: str, analyze: bool, emit, cache_dir: Path | None
 ) -> list[dict]:
-    from threshold.analysis.studies import analyze_trial, matched_pair
-    from threshold.search.results import load_analyses, pick_trial
-
     known = set(study_names(db))
     jobs: list = [(a.study, a.pick if a.d is None else f"d = {a.d}", a) for a in suite.analyses]
     jobs += [(" vs ".join(c.studies), f"matched by {c.match}", c) for c in suite.comparisons]
@@ -436,8 +292,6 @@ def _run_surveys(
     """Every ``[[survey]]``: all learned runs of a study scored, each written to
     ``<reports>/surveys/LABEL.json``; kept when that file already scores the same runs (the scores
     are deterministic), redone when the study has new runs."""
-    from threshold.analysis.studies import SURVEY_FORMAT, survey, survey_trials
-
     known = set(study_names(db))
     out = []
     for spec in suite.surveys:
@@ -494,8 +348,6 @@ def _report_baselines(suite: Suite, spec) -> list[str]:
 
 def _write_reports(suite: Suite, db, url: str, emit) -> list[dict]:
     """Every report of the suite, by :mod:`threshold.report` (the one call site of it here)."""
-    from threshold.report import collect, write_report
-
     known = set(study_names(db))
     transfers = {t.label: transfer_file(suite, t) for t in suite.transfers}
     out = []
@@ -530,8 +382,6 @@ def _write_reports(suite: Suite, db, url: str, emit) -> list[dict]:
 
 def _write_record(suite: Suite, url: str, record: dict) -> dict:
     """``suite.json`` (what ran, from which file and commit), ``suite.toml`` and a README."""
-    from threshold.report.suite import suite_readme
-
     commit, dirty = git_state(Path(__file__).resolve().parent, ignore=suite.reports_dir)
     record = {
         "format": FORMAT,
@@ -541,7 +391,7 @@ def _write_record(suite: Suite, url: str, record: dict) -> dict:
         "git_commit": commit,
         "git_dirty": dirty,
         "version": version(),
-        "storage": _public(url),
+        "storage": public_url(url),
         "finished": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         **record,
     }
@@ -578,13 +428,3 @@ def git_state(where: Path, ignore: Path | None = None) -> tuple[str, bool]:
     # Porcelain lines are "XY path" (or "XY old -> new"), paths relative to the checkout's top.
     paths = [(root / line[3:].split(" -> ")[-1].strip('"')).resolve() for line in changed]
     return head.stdout.strip(), any(skip is None or not p.is_relative_to(skip) for p in paths)
-
-
-def _public(url: str) -> str:
-    """The storage URL with any password hidden."""
-    try:
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not a URL sqlalchemy reads: nothing to hide
-        return url

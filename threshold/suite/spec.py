@@ -23,15 +23,12 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from threshold.config import Execution
 from threshold.errors import ConfigError
+from threshold.search.spec import StudySettings
 from threshold.suite.toml_lines import find_line
 from threshold.tasks import TaskConfig
-
-if TYPE_CHECKING:
-    from threshold.search.spec import StudySettings
 
 __all__ = [
     "ALL_REPORT",
