@@ -23,13 +23,15 @@ import pytest
 os.environ["OMP_NUM_THREADS"] = "1"
 
 # The files that take half a minute or more of CPU time (`--cpu-durations`, 2026-11-26, after
-# the second round of docs/testing.md), longest first: started first so that no core idles at
-# the end while the last long file runs alone.
-LONG_FIRST = ("test_search_maths.py", "test_engine.py", "test_faults.py", "test_search_cli.py",
-              "test_suite.py", "test_search_workers.py", "test_concurrency.py",
-              "test_bench_gpu.py", "test_cli.py", "test_recipe.py", "test_report.py",
-              "test_analysis_cli.py", "test_cluster.py", "test_api.py", "test_report_bounds.py",
-              "test_determinism.py", "test_dashboard_browser.py")  # fmt: skip
+# the third round of docs/testing.md), longest first: started first so that no core idles at
+# the end while the last long file runs alone. test_cluster.py takes little CPU but 40 s of wall
+# time (its SLURM daemons are not its children).
+LONG_FIRST = ("test_search_maths.py", "test_search_cli.py", "test_faults.py", "test_suite.py",
+              "test_engine.py", "test_cli.py", "test_recipe.py", "test_search_workers.py",
+              "test_concurrency.py", "test_cluster.py", "test_engine_search.py", "test_report.py",
+              "test_search_ratio.py", "test_analysis_cli.py", "test_windows.py", "test_api.py",
+              "test_dashboard_browser.py", "test_layers.py", "test_train.py",
+              "test_determinism.py")  # fmt: skip
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -11,7 +11,8 @@ def test_find_threshold_runs_a_tiny_search_and_resumes_it(tmp_path, monkeypatch)
     monkeypatch.setenv("THRESHOLD_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))
     url = f"sqlite:///{tmp_path}/s.db"
-    options = dict(mod=5, n_train=2000, n_test=100, steps=60, budget=3, d_lo=4, d_hi=16)
+    # depth 1: 9-token sequences (depth 2: up to 60), whose decoding is most of a tiny run's CPU
+    options = dict(mod=5, depth=1, n_train=2000, n_test=100, steps=60, budget=3, d_lo=4, d_hi=16)
     estimate = threshold.find_threshold(
         "max", storage=url, device="cpu", trials_at_once=3, **options
     )
@@ -32,7 +33,9 @@ def test_a_diverging_study_records_its_runs_and_says_each_as_it_ends(tmp_path, m
     monkeypatch.setenv("THRESHOLD_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))
     url = f"sqlite:///{tmp_path}/s.db"
-    options = dict(mod=5, n_train=2000, n_test=100, steps=30, budget=3, d_lo=4, d_hi=16, lr=1e4)
+    # depth 1: a diverged model decodes to the end of its context (9 tokens, not 60)
+    options = dict(mod=5, depth=1, n_train=2000, n_test=100, steps=30, budget=3, d_lo=4, d_hi=16,
+                   lr=1e4)  # fmt: skip
     ended = []
     threshold.find_threshold(
         "max", storage=url, device="cpu", trials_at_once=3, on_run=lambda run, _: ended.append(run),

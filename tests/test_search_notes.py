@@ -186,3 +186,24 @@ def test_the_dashboard_names_the_value_of_a_study_made_before(tmp_path):
 def test_worker_import_stays_light(loaded_by):
     imports = ["threshold.search.worker", "threshold.search.notes"]
     assert loaded_by(imports, ["optuna_dashboard", "plotly", "rich", "threshold.cli"]) == []
+
+
+def test_notes_and_figures_are_written_as_optuna_dashboard_writes_them(tmp_path):
+    """threshold.search.dashboard_attrs writes a note and a figure without importing
+    optuna-dashboard (scikit-learn comes with it): optuna-dashboard's own functions read them,
+    longer and then shorter (stale pieces emptied), and ours read what it writes."""
+    from optuna_dashboard import save_note as dashboard_save_note
+    from optuna_dashboard._custom_plot_data import get_plotly_graph_objects
+
+    from threshold.search import dashboard_attrs
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/s.db", study_name="n")
+    for body in ("x" * 5000 + "end", "short", ""):
+        dashboard_attrs.save_note(study, body)
+        assert get_note(study) == body == dashboard_attrs.get_note(study)
+    assert system_attrs(study)["dashboard:note_ver"] == 3
+    dashboard_save_note(study, "theirs " * 700)
+    assert dashboard_attrs.get_note(study) == "theirs " * 700
+    for figure in ('{"data": [' + "1, " * 2000 + "1]}", '{"data": []}'):
+        dashboard_attrs.save_figure(study, FIGURE_ID, figure)
+        assert get_plotly_graph_objects(system_attrs(study)) == {FIGURE_ID: figure}

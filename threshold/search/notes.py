@@ -18,8 +18,9 @@ the dashboard are overwritten at the next refresh. Where the search stands is th
 status (:func:`threshold.search.record.stop_status`), read off the estimate without the policy's
 look-ahead.
 
-optuna-dashboard (it loads scikit-learn and rich) is imported on first use, so that importing the
-worker stays light.
+The note and figure are written where optuna-dashboard reads them by
+:mod:`threshold.search.dashboard_attrs`, without importing optuna-dashboard (its server and, through
+Optuna's fANOVA, scikit-learn: 1-1.5 s of CPU in every worker process).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import numpy as np
 import optuna
 
 from threshold.errors import ThresholdError
+from threshold.search.dashboard_attrs import get_note, save_figure, save_note
 from threshold.search.fit import logistic
 from threshold.search.policy import bracket
 from threshold.search.record import StudyView, read_studies, read_study
@@ -120,8 +122,6 @@ def write_note(
     """Write the study's note and figure for its current trials and ``estimate``; returns the
     note. Nothing is written when the note's text is unchanged (figure first, then note, so an
     unchanged note means its figure is current)."""
-    from optuna_dashboard import get_note, save_note, save_plotly_graph_object
-
     view = read_study(study, study.study_name)
     body = render.markdown(
         settings,
@@ -134,7 +134,7 @@ def write_note(
     )
     if body != get_note(study):
         figure = render.figure(estimate, completed_runs(view, policy), settings.search.level)
-        save_plotly_graph_object(study, figure, graph_object_id=FIGURE_ID)
+        save_figure(study, FIGURE_ID, figure.to_json())
         save_note(study, body)
     result = render.result(estimate, completed_runs(view, policy))
     if view.attrs.get(RESULT_ATTR) != result:  # the study page's attribute table shows it
