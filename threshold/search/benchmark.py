@@ -356,11 +356,12 @@ def _study(
     own, scores = _trajectory(settings, off, truth, rngs[1], checkpoints)
     row = {str(n): scores[n] for n in checkpoints} | {"stop": own}
     grid_runs = _runs_at(settings, truth, rngs[3], [d for d in sizes for _ in range(grid_seeds)])
-    # read largest first, as a study's bracket comes: the same posterior (to the pruning's
-    # e^-30), cheaper to sum, since the largest runs rule out most ceilings
+    # Both read largest first, a size's runs together, as a study's bracket comes: the same
+    # posterior (to the pruning's e^-30), cheaper to sum, since the largest runs rule out most
+    # ceilings and a size's runs are summed once (the spread design runs its sizes in turn).
     row["grid"] = _scored(settings, grid_runs[::-1], truth.x80)
     spread = _spread_runs(settings, truth, rngs[6], max(checkpoints))
-    row["spread"] = _scored(settings, spread, truth.x80)
+    row["spread"] = _scored(settings, sorted(spread, reverse=True), truth.x80)
     oracle = _Oracle.of(truth, rngs[4])
     row["oracle"] = oracle.scored(settings, truth, rngs[4], max(checkpoints))
     n_stop = oracle.runs_to(settings.precision)
