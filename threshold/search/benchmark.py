@@ -155,31 +155,34 @@ def bench_search(
 def _trajectory(
     settings: SearchSettings, off: SearchSettings, truth, rng: np.random.Generator, checkpoints
 ) -> tuple[dict, dict]:
-    """``decide`` in a loop with one worker: to the tool's own stop (``settings``), then on with
-    the stop off (``off``: the same settings but for the precision and budget) until the largest
-    checkpoint or a stop that ``off`` keeps (the range's edge). Both settings choose the same
-    run wherever neither stops, so the stop-off trajectory goes on from the own stop's runs:
-    one trajectory, read at its own stop and at each checkpoint. Returns the scores
-    (``_scored``) at the own stop and at each checkpoint reached, by run count."""
+    """``decide`` in a loop with one worker, one trajectory read twice: to the tool's own stop
+    (``settings``), and with the stop off (``off``: the same settings but for the precision and
+    budget) to the largest checkpoint or a stop that ``off`` keeps (the range's edge). Both
+    choose the same run wherever neither stops, so whichever ends first, the other goes on
+    from its runs. Returns the scores (``_scored``) at the own stop and at each checkpoint (a
+    checkpoint the stop-off trajectory did not reach: its last runs), by run count."""
     completed: list[tuple[int, float]] = []
     own, scores = None, {}
     while True:
         n = len(completed)
         if n in checkpoints:  # read before the decision: it goes on from this state
             scores[n] = _scored(settings, completed, truth.x80)
-        if n >= max(checkpoints):
-            break
         if own is None:
             decision = decide(settings, completed, [])
             if decision.stop:
                 own = _scored(settings, completed, truth.x80)
         if own is not None:
+            if n >= max(checkpoints):
+                break
             decision = decide(off, completed, [])
         if decision.stop:
             break
         completed.append((decision.d, truth.sample(rng, float(settings.x_of(decision.d)))))
-    last = _scored(settings, completed, truth.x80)  # where the stop-off trajectory ended early
-    return own or last, {n: scores.get(n, last) for n in checkpoints}
+    missing = [k for k in checkpoints if k not in scores]
+    if missing:  # the stop-off trajectory ended early: each such checkpoint reads all its runs
+        last = _scored(settings, completed[: max(checkpoints)], truth.x80)
+        scores |= dict.fromkeys(missing, last)
+    return own, scores
 
 
 def _scored(settings: SearchSettings, runs, truth_x80: float) -> dict:
@@ -353,11 +356,12 @@ def _study(
     own, scores = _trajectory(settings, off, truth, rngs[1], checkpoints)
     row = {str(n): scores[n] for n in checkpoints} | {"stop": own}
     grid_runs = _runs_at(settings, truth, rngs[3], [d for d in sizes for _ in range(grid_seeds)])
-    # read largest first, as a study's bracket comes: the same posterior (to the pruning's
-    # e^-30), cheaper to sum, since the largest runs rule out most ceilings
+    # Both read largest first, a size's runs together, as a study's bracket comes: the same
+    # posterior (to the pruning's e^-30), cheaper to sum, since the largest runs rule out most
+    # ceilings and a size's runs are summed once (the spread design runs its sizes in turn).
     row["grid"] = _scored(settings, grid_runs[::-1], truth.x80)
     spread = _spread_runs(settings, truth, rngs[6], max(checkpoints))
-    row["spread"] = _scored(settings, spread, truth.x80)
+    row["spread"] = _scored(settings, sorted(spread, reverse=True), truth.x80)
     oracle = _Oracle.of(truth, rngs[4])
     row["oracle"] = oracle.scored(settings, truth, rngs[4], max(checkpoints))
     n_stop = oracle.runs_to(settings.precision)

@@ -392,7 +392,7 @@ def decide(settings: SearchSettings, completed, pending: Sequence[int]) -> Decis
         return normalize(log_w)  # (H,)
 
     w = fantasised(grid, log_w)
-    now = _summary(settings, grid, w, d_range)
+    now = _summary(settings, grid, w, d_range) if pending else observed  # no pending: the same
     wide = _widen(settings, now, d_range)
     if wide != d_range:  # rebuild so the grid's margin lies beyond the new edges
         grid, log_w, _ = posterior_of(settings, completed, [*pending, *wide])

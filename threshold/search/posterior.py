@@ -483,15 +483,20 @@ def restricted(grid: Grid, pairs: np.ndarray, kappas=None, ceilings=None) -> Gri
     )
 
 
+def _present(index: np.ndarray, n: int) -> np.ndarray:
+    """The values in 0..n - 1 that ``index`` holds, increasing (``np.unique`` without a sort)."""
+    return np.flatnonzero(np.bincount(index, minlength=n))
+
+
 def spread_out(grid: Grid, rows: np.ndarray, values: np.ndarray, fill: float) -> tuple:
     """The grid restricted to the (midpoint, slope) pairs, concentrations and ceilings of the
     hypotheses ``rows`` (H', increasing), and values (..., H') of those hypotheses laid out on
     it, ``fill`` for its other hypotheses."""
     n_a = grid.asymptotes.size
     block = grid.kappas.size * n_a
-    pairs = np.unique(rows // block)  # (C',)
-    ks = np.unique(grid.kappa_index[rows])  # (K',)
-    cs = np.unique(grid.asym_index[rows])  # (A',)
+    pairs = _present(rows // block, grid.mid.size // block)  # (C',)
+    ks = _present(grid.kappa_index[rows], grid.kappas.size)  # (K',)
+    cs = _present(grid.asym_index[rows], n_a)  # (A',)
     sub = restricted(grid, pairs, ks, cs)
     at_pair = np.searchsorted(pairs, rows // block)  # (H',) places in sub
     at_kappa = np.searchsorted(ks, grid.kappa_index[rows])
