@@ -182,7 +182,6 @@ IMPORT_IN_FUNCTION_ALLOWED = {
 IMPORT_IN_FUNCTION_PENDING = (
     "threshold/cli/",
     "threshold/report/write.py",
-    "threshold/search/notes.py",
     "threshold/search/record.py",
     "threshold/search/simulate.py",
 )

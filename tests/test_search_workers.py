@@ -188,5 +188,5 @@ def test_find_with_no_workers_creates_the_study_and_trains_nothing(tmp_path, cli
     assert not (tmp_path / "cache").exists()  # no data made, nothing trained
     again = cli(args)  # the same settings again: found, not made twice
     assert again.exit_code == 0 and json.loads(again.stdout)["study"] == "later"
-    other = cli([*args[:-3], "--budget", "5", "--workers", "0"])
+    other = cli([*args[:-3], "--d-hi", "20", "--workers", "0"])  # a new budget alone is taken
     assert other.exit_code == 2 and "later" in other.stderr

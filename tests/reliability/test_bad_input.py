@@ -116,8 +116,8 @@ CASES = {
     "study: newline in name": (["find", "--study", "a\nb"], "'a\\nb'"),
     "study: unknown to worker": (["worker", "--study", "other"], "'other' is not in this storage"),
     "study: same name, other settings": (
-        ["find", "--study", "existing", "--budget", "5"],
-        "budget: 4 -> 5",
+        ["find", "--study", "existing", "--d-hi", "20"],  # a budget may change: not a d range
+        "d_hi: 16 -> 20",
     ),
     "checkpoint: --out under a file": (
         ["train", "--out", "{tmp}/notes.txt/model.ckpt"],
