@@ -15,6 +15,8 @@ from optuna.trial import TrialState
 from reliability.support import hold_env, wait_for_hold
 
 from threshold import ThresholdError
+from threshold.config import Execution
+from threshold.search import find
 from threshold.search.record import trial_checkpoint
 from threshold.search.spec import StudySettings
 from threshold.search.study import SearchConfig, open_storage
@@ -190,3 +192,13 @@ def test_find_with_no_workers_creates_the_study_and_trains_nothing(tmp_path, cli
     assert again.exit_code == 0 and json.loads(again.stdout)["study"] == "later"
     other = cli([*args[:-3], "--d-hi", "20", "--workers", "0"])  # a new budget alone is taken
     assert other.exit_code == 2 and "later" in other.stderr
+
+
+def test_auto_without_an_nvidia_driver_is_the_cpu_asked_of_no_child(monkeypatch, tmp_path):
+    """`--device auto` where no NVIDIA driver is loaded: each worker takes the CPU itself, and no
+    child process imports torch to say so (3-4 s of CPU at every start of workers)."""
+    monkeypatch.setattr(find, "NVIDIA_GPUS", tmp_path / "no-driver")
+    monkeypatch.setattr(find, "probe_device", lambda name: pytest.fail(f"probed {name}"))
+    assert find.worker_devices(Execution(workers=2, device="auto")) == ["auto", "auto"]
+    with pytest.raises(ThresholdError, match="more than this machine runs at once"):
+        find.worker_devices(Execution(workers=(os.cpu_count() or 1) + 1, device="auto"))

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from optuna.storages import BaseStorage
 
@@ -43,6 +44,7 @@ __all__ = [
 ]
 
 PARENT_ENV = "THRESHOLD_WORKER_PARENT"  # set on workers started by find and run: their parent
+NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")  # a folder a GPU the NVIDIA driver sees (Linux)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -169,9 +171,11 @@ def prepare_study(
 def worker_devices(execution: Execution) -> list[str]:
     """The device of each worker process; more workers than the machine runs at once (one a
     core on the CPU, one a GPU on CUDA) are refused unless ``execution.oversubscribe``. A device
-    other than ``cpu`` is checked by :func:`probe_device` (a child process: torch's import)."""
+    other than ``cpu`` is checked by :func:`probe_device` (a child process: torch's import), but
+    ``auto`` where no NVIDIA driver is loaded: that is the CPU, and each worker says so itself."""
     workers, device = execution.workers, execution.device
-    resolved = None if device == "cpu" else probe_device(device)
+    cpu_only = device == "cpu" or (device == "auto" and not any(NVIDIA_GPUS.glob("*")))
+    resolved = None if cpu_only else probe_device(device)
     if resolved is not None and resolved["type"] == "cuda":
         index = resolved["index"]
         count = 1 if index is not None else resolved["count"]
