@@ -239,21 +239,26 @@ def _estimates(tasks, keys, results, runs, made) -> list[dict]:
     with its interval, or the bound the runs allow where a side is not located."""
     rows = []
     steps = sorted({b["step"] for r in results for b in r.budget})
+    settings = {  # each study's search settings (a parameter count a d), the same at every step
+        name: _search_settings(
+            task, next(r for r, (n, _, _) in zip(runs, keys, strict=True) if n == name), made
+        )
+        for name, task in tasks.items()
+    }
+    params = {name: dict(s.params_of_d) for name, s in settings.items()}
     for step in steps:
         row: dict = {"step": step}
         posts, verdicts, estimates = {}, {}, {}
-        for name, task in tasks.items():
+        for name in tasks:
             completed = [
                 (d, next(b["accuracy"] for b in r.budget if b["step"] == step))
                 for (n, d, _), r in zip(keys, results, strict=True)
                 if n == name
             ]
-            run = next(r for r, (n, _, _) in zip(runs, keys, strict=True) if n == name)
-            settings = _search_settings(task, run, made)
-            estimate = transition_estimate(settings, completed)
-            posts[name] = transition_posterior(settings, completed)
-            params = dict(settings.params_of_d)
-            verdicts[name] = locate([(d, params[d], acc) for d, acc in completed], estimate)
+            estimate = transition_estimate(settings[name], completed)
+            posts[name] = transition_posterior(settings[name], completed)
+            runs_at = [(d, params[name][d], acc) for d, acc in completed]
+            verdicts[name] = locate(runs_at, estimate)
             estimates[name] = estimate
             row[name] = {
                 "params_p80": estimate["params_p80"],

@@ -35,6 +35,7 @@ from optuna.trial import TrialState
 
 from threshold.config import Execution, ModelConfig, TrainConfig, param_count, pretrain_task
 from threshold.errors import ThresholdError
+from threshold.files import atomic_write
 from threshold.interrupt import raise_if_interrupted
 from threshold.model import RecurrentTransformer
 from threshold.search import record
@@ -310,9 +311,8 @@ def _hold(study: optuna.Study, runs: int, path: Path) -> None:
     runs unfinished and their trials running (heartbeats beating), until a signal ends it."""
     if runs == 1 and not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         return
-    written = path.with_name(f".{path.name}.{os.getpid()}")
-    written.write_text(f"{os.getpid()}\n")
-    written.replace(path)  # whole when it appears
+    with atomic_write(path, text=True) as f:  # whole when it appears
+        f.write(f"{os.getpid()}\n")
     while True:
         raise_if_interrupted()
         time.sleep(0.05)
