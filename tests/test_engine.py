@@ -7,6 +7,7 @@ AdamW, decoding without a cache), and against itself across ways of batching.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -345,13 +346,13 @@ def batch_run(flat_max5, flat_max_add5):
         Run(model_config_for(flat_max5.config, 8), flat_max5, short),
         Run(model_config_for(flat_max_add5.config, 32), flat_max_add5, replace(cfg, seed=2)),
     ]
-    order = []
+    order, cpu = [], time.process_time()
     results = train_runs(runs, on_done=lambda i, r: order.append((i, r.steps)))
-    return runs, results, order
+    return runs, results, order, time.process_time() - cpu
 
 
 def test_runs_keep_their_own_budget_data_and_fields(batch_run):
-    runs, results, order = batch_run
+    runs, results, order, _ = batch_run
     assert order[0] == (2, 60)  # the short run is handed over first, before the others end
     assert [r.steps for r in results] == [200, 200, 60, 200]
     assert results[0].accuracy["max"] >= 0.85  # it really learned MAX mod 5
@@ -364,8 +365,18 @@ def test_runs_keep_their_own_budget_data_and_fields(batch_run):
         assert r.metrics()["stop_reason"] == r.stop_reason
 
 
+def test_runs_share_the_process_cpu_among_them(batch_run):
+    """Each run's CPU seconds are its share of its pack's: together no more than the call's,
+    and most of it (the rest is planning and data outside any pack)."""
+    _, results, _, call_cpu = batch_run
+    shares = [r.cpu_s for r in results]
+    assert all(s > 0 for s in shares)
+    assert 0.8 * call_cpu <= sum(shares) <= call_cpu + 1e-6
+    assert results[2].cpu_s < min(results[k].cpu_s for k in (0, 1, 3))  # 60 steps of 200
+
+
 def test_a_runs_checkpoint_loads_as_the_model_of_record(flat_max5, batch_run, tmp_path):
-    _, results, _ = batch_run
+    _, results, _, _ = batch_run
     r = results[0]
     path = tmp_path / "member.ckpt"
     save_checkpoint(path, r.model, flat_max5.config, TrainConfig().to_dict(), r.metrics())

@@ -57,7 +57,21 @@ def test_an_interrupted_run_continues_bit_for_bit(max5, tmp_path, recipe):
     assert straight.history == resumed.history
     assert resumed.steps == straight.steps == 60 and resumed.tokens == straight.tokens
     assert resumed.wall_s > resumed.train_s > 0
+    assert resumed.cpu_s > saved.cpu_s > 0  # the CPU before the stop is counted once, kept
     assert not kept.state.exists()  # handed on: the state is spent
+
+
+def test_a_state_saved_without_cpu_seconds_continues_with_them_unknown(max5, tmp_path):
+    """A state written before runs kept their CPU seconds still continues; the run's CPU is
+    then unknown (None), not the part after the restart passed off as the whole."""
+    kept = replace(_run(max5, "fast"), state=tmp_path / "run.state")
+    with pytest.raises(KeyboardInterrupt):
+        train_runs([kept], on_progress=_interrupt_at(40), progress_every=10, save_every_s=0)
+    old = torch.load(kept.state, weights_only=True)
+    del old["cpu_s"]
+    torch.save(old, kept.state)
+    resumed = train_runs([kept])[0]
+    assert resumed.steps == 60 and resumed.cpu_s is None and resumed.metrics()["cpu_s"] is None
 
 
 def test_a_state_for_other_settings_is_set_aside(max5, tmp_path):

@@ -58,6 +58,9 @@ def test_numbers_are_the_stored_estimates(report_studies, built_report):
             sum(t.user_attrs["train_s"] for t in done), abs=0.1
         )
         assert s["efficiency"]["steps"] == sum(t.user_attrs["steps"] for t in done)
+        cpu = [t.user_attrs["cpu_s"] for t in done]  # every run recorded its CPU seconds
+        assert s["efficiency"]["runs_with_cpu"] == len(done) and min(cpu) > 0
+        assert s["efficiency"]["cpu_s"] == pytest.approx(sum(cpu), abs=0.1)
         lo, mid, hi = (s["band"][k] for k in ("lo", "median", "hi"))
         assert all(a <= b <= c for a, b, c in zip(lo, mid, hi, strict=True))
     assert printed["comparison"] == results["comparison"]

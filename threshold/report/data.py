@@ -265,6 +265,7 @@ def _run_rows(view: StudyView) -> list[dict]:
             "seed": r.seed,
             "steps": r.steps,
             "train_s": r.train_s,
+            "cpu_s": r.cpu_s,
             "stop_reason": r.stop_reason,
         }
         for r in view.completed
@@ -304,6 +305,7 @@ def _efficiency(runs: list[dict], settings: StudySettings, d_range, n_failed: in
     timed = [r for r in runs if r["train_s"] is not None and r["steps"]]
     used_s = float(sum(r["train_s"] for r in timed))
     used_steps = int(sum(r["steps"] for r in timed))
+    with_cpu = [r["cpu_s"] for r in runs if r.get("cpu_s") is not None]
     fitted = step_cost(
         [r["d"] for r in timed], [r["train_s"] for r in timed], [r["steps"] for r in timed]
     )
@@ -317,6 +319,8 @@ def _efficiency(runs: list[dict], settings: StudySettings, d_range, n_failed: in
         "failed": n_failed,
         "steps": used_steps,
         "train_s": round(used_s, 1),
+        "cpu_s": round(float(sum(with_cpu)), 1),  # of the runs that recorded it (runs_with_cpu)
+        "runs_with_cpu": len(with_cpu),
         "d_range": [int(d_range[0]), int(d_range[1])],
         "grid": grid,
         "cost_model": {"a_s": cost[0], "b_s": cost[1], "source": source},

@@ -212,6 +212,8 @@ class EfficiencyRow:
     failed: int
     steps: int
     train_s: float
+    cpu_s: float  # of the runs_with_cpu runs that recorded their CPU seconds
+    runs_with_cpu: int
     grid_runs: int
     grid_sizes: int
     grid_d: tuple[int, int]
@@ -708,6 +710,8 @@ def _efficiency(s: StudyData) -> EfficiencyRow:
         failed=e["failed"],
         steps=e["steps"],
         train_s=e["train_s"],
+        cpu_s=e.get("cpu_s", 0.0),
+        runs_with_cpu=e.get("runs_with_cpu", 0),
         grid_runs=g["runs"],
         grid_sizes=len(g["sizes"]),
         grid_d=(g["sizes"][0], g["sizes"][-1]),

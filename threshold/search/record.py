@@ -75,6 +75,7 @@ ACCURACY, STRICT_ACCURACY = "accuracy", "strict_accuracy"
 SAMPLED_ACCURACY = "sampled_accuracy"  # per op, decoded at temperature 1
 BUDGET = "budget"  # the measured op's accuracy at the recipe's checkpoints (TrainResult.budget)
 STEPS, STOP_REASON, TRAIN_S = "steps", "stop_reason", "train_s"
+CPU_S = "cpu_s"  # the run's CPU seconds (TrainResult.cpu_s); absent where not known
 # Study user attributes besides the settings, which StudySettings writes and reads whole
 # (to_attrs, from_attrs: task, train, search, pretrain) with version and git_commit beside them.
 ESTIMATE, CHANCE = "estimate", "chance"
@@ -121,7 +122,8 @@ class Run:
     budget: tuple = ()  # {"step", "tokens", "accuracy", "sampled_accuracy", "reached"} dicts
     steps: int | None = None
     stop_reason: str | None = None  # why training ended: max_steps, learned, stuck, time_limit
-    train_s: float | None = None
+    train_s: float | None = None  # wall seconds of the run (TrainResult.wall_s)
+    cpu_s: float | None = None  # its CPU seconds; None where not recorded
     worker: str | None = None  # host:pid
     checkpoint: str | None = None  # the artifact id of its checkpoint
     checkpoint_sha256: str | None = None
@@ -167,6 +169,7 @@ def read_run(t: FrozenTrial) -> Run:
         steps=_int(a.get(STEPS)),
         stop_reason=a.get(STOP_REASON),
         train_s=a.get(TRAIN_S),
+        cpu_s=a.get(CPU_S),
         worker=a.get(WORKER),
         checkpoint=a.get(CHECKPOINT),
         checkpoint_sha256=a.get(CHECKPOINT_SHA256),
@@ -540,6 +543,8 @@ def write_result(trial: optuna.Trial, artifact_id: str, sha256: str, metrics: di
     trial.set_user_attr(STEPS, metrics["steps"])
     trial.set_user_attr(STOP_REASON, metrics["stop_reason"])
     trial.set_user_attr(TRAIN_S, metrics["wall_s"])
+    if metrics.get("cpu_s") is not None:
+        trial.set_user_attr(CPU_S, metrics["cpu_s"])
 
 
 def write_estimate(study: optuna.Study, estimate: dict, chance: float) -> None:

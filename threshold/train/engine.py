@@ -90,6 +90,9 @@ class TrainResult:
     stop_reason: str  # one of STOP_REASONS
     wall_s: float
     train_s: float  # seconds in the training steps it took part in, without evaluation
+    # Its share of the process's CPU seconds (a pack's CPU split evenly among its members),
+    # evaluation included; None when it continued from a state saved without it.
+    cpu_s: float | None
     tokens: int  # non-padding tokens trained on
     accuracy: dict[str, float]  # greedy final-answer accuracy on each op's test set
     strict_accuracy: dict[str, float]  # the whole chain of thought right
@@ -116,6 +119,7 @@ class TrainResult:
             "steps": self.steps,
             "stop_reason": self.stop_reason,
             "wall_s": round(self.wall_s, 2),
+            "cpu_s": None if self.cpu_s is None else round(self.cpu_s, 2),
             "tokens_per_s": round(self.tokens_per_s),
         }
 
@@ -260,6 +264,7 @@ class _Member:
     step: int = 0
     tokens: int = 0
     train_s: float = 0.0
+    cpu_s: float | None = 0.0  # see TrainResult.cpu_s
     history: list[dict] = field(default_factory=list)
     budget: list[dict] = field(default_factory=list)  # see TrainResult.budget
     val_acc: dict[str, float] = field(default_factory=dict)
@@ -311,7 +316,7 @@ class _Pack:
 
 def start_pack(indexed: list[tuple[int, Run]], device: torch.device, static: bool = False) -> _Pack:
     """A pack of the runs (with their positions) at step 0, stacked on ``device``."""
-    models, members, start = [], [], time.perf_counter()
+    models, members, start, cpu = [], [], time.perf_counter(), time.process_time()
     for i, run in indexed:
         model = run.init if run.init is not None else init_model(run.model_cfg, run.cfg.seed)
         if param_count(model.cfg) != model.num_params():
@@ -333,7 +338,9 @@ def start_pack(indexed: list[tuple[int, Run]], device: torch.device, static: boo
         state = None if m.run.state is None else load_state(m.run.state, m.run.state_key())
         if state is not None:
             _resume(ens, opt, smooth, k, m, state)
-    return _Pack(ens, opt, members, smooth, static)
+    pack = _Pack(ens, opt, members, smooth, static)
+    _charge_cpu(members, cpu)
+    return pack
 
 
 def _resume(
@@ -348,7 +355,7 @@ def _resume(
         smooth[k] = state.smooth_loss
     for _ in range(state.step):  # its batches, drawn again from its seed up to where it was
         next(m.batches)
-    m.step, m.tokens, m.train_s = state.step, state.tokens, state.train_s
+    m.step, m.tokens, m.train_s, m.cpu_s = state.step, state.tokens, state.train_s, state.cpu_s
     m.start -= state.wall_s
     m.history, m.budget, m.val_acc = state.history, state.budget, state.val_accuracy
     log.info("run %d continues from step %d (%s)", m.index, m.step, m.run.state)
@@ -377,6 +384,7 @@ def _save_states(pack: _Pack) -> None:
             tokens=m.tokens,
             train_s=m.train_s,
             wall_s=now - m.start,
+            cpu_s=m.cpu_s,
             history=m.history,
             budget=m.budget,
             val_accuracy=m.val_acc,
@@ -388,8 +396,10 @@ def _save_states(pack: _Pack) -> None:
 def _advance(pack: _Pack, on_progress, done, progress_every: int) -> None:
     """One step of the pack and its stopping rules; a member that stops is handed to ``done``
     and cut out of the pack (which is empty when the last one has stopped)."""
+    cpu = time.process_time()
     step_pack(pack)
     _check(pack)
+    _charge_cpu(pack.members, cpu)
     smooth = None
     for j, m in enumerate(pack.members):
         at_end = m.stop_reason is not None
@@ -413,6 +423,14 @@ def _advance(pack: _Pack, on_progress, done, progress_every: int) -> None:
     new = pack.keep(left)
     pack.ens, pack.opt, pack.members, pack.smooth = new.ens, new.opt, new.members, new.smooth
     pack.graphs = new.graphs
+
+
+def _charge_cpu(members: list[_Member], since: float) -> None:
+    """The process's CPU seconds since ``since``, shared evenly among ``members``."""
+    share = (time.process_time() - since) / len(members)
+    for m in members:
+        if m.cpu_s is not None:
+            m.cpu_s += share
 
 
 def step_pack(pack: _Pack) -> None:
@@ -618,6 +636,7 @@ def _finish(pack: _Pack, ended: list[int]) -> list[TrainResult]:
     """Test-set measurements and the trained model of each member in ``ended``."""
     results = {}
     for data, group, ens in _groups(pack, ended):
+        cpu = time.process_time()
         bs, eos = _batch_size(pack, group), data.vocab.eos_id
         accuracy, strict, teacher, sampled = ({j: {} for j in group} for _ in range(4))
         for op, s in data.test.items():
@@ -630,6 +649,7 @@ def _finish(pack: _Pack, ended: list[int]) -> list[TrainResult]:
                 strict[j][op] = float(strict_ok[k].mean())
                 teacher[j][op] = float(tf[k])
                 sampled[j][op] = float(draws[k].mean())
+        _charge_cpu([pack.members[j] for j in group], cpu)
         for k, j in enumerate(group):
             m = pack.members[j]
             _complete_budget(m, accuracy[j][m.measure], sampled[j][m.measure])
@@ -639,6 +659,7 @@ def _finish(pack: _Pack, ended: list[int]) -> list[TrainResult]:
                 stop_reason=m.stop_reason,
                 wall_s=time.perf_counter() - m.start,
                 train_s=m.train_s,
+                cpu_s=m.cpu_s,
                 tokens=m.tokens,
                 accuracy=accuracy[j],
                 strict_accuracy=strict[j],

@@ -46,6 +46,7 @@ class RunState:
     history: list[dict]
     budget: list[dict]
     val_accuracy: dict[str, float]
+    cpu_s: float | None = None  # none in states saved before it was kept: the CPU is unknown
 
 
 def save_state(path: Path, state: RunState) -> None:
