@@ -23,7 +23,6 @@ from threshold.cli.common import (
     Tasks,
     Testbed,
     TrainingBars,
-    app,
     run_guarded,
     task_config,
     val_accuracy_words,
@@ -32,7 +31,6 @@ from threshold.cli.common import (
 Pretrain = Annotated[str, typer.Option(help="Comma-separated ops to pretrain on, e.g. max,med.")]
 
 
-@app.command()
 def transfer(
     pretrain: Pretrain = "max,med",
     tasks: Tasks = "add",
@@ -136,7 +134,6 @@ def _print_transfer(report: dict) -> None:
     Console().print(table)
 
 
-@app.command()
 def analyze(
     studies: Annotated[
         list[str] | None, typer.Argument(help="Study name (two with --compare).")
@@ -261,7 +258,6 @@ def _print_analyses(reports: list[dict]) -> None:
         console.print(f"figures: {', '.join(r['figures'])}")
 
 
-@app.command()
 def survey(
     studies: Annotated[list[str], typer.Argument(help="Study names.")],
     min_accuracy: Annotated[

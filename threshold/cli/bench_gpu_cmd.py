@@ -7,10 +7,9 @@ from typing import Annotated
 
 import typer
 
-from threshold.cli.common import CacheDir, Device, bench_app, run_guarded
+from threshold.cli.common import CacheDir, Device, run_guarded
 
 
-@bench_app.command("gpu")
 def bench_gpu(
     out: Annotated[
         Path, typer.Option(help="Folder for gpu-<date>-<commit>.json and its Markdown summary.")

@@ -15,13 +15,8 @@ from typing import Annotated
 
 import typer
 
-from threshold.cli.common import CacheDir, Heartbeat, Storage, TrialsAtOnce, app, run_guarded
+from threshold.cli.common import CacheDir, Heartbeat, Storage, TrialsAtOnce, run_guarded
 from threshold.errors import ConfigError
-
-cluster_app = typer.Typer(
-    help="Run a study's workers on a cluster (docs/cluster.md).", no_args_is_help=True
-)
-app.add_typer(cluster_app, name="cluster")
 
 
 def slurm_script(
@@ -99,7 +94,6 @@ def slurm_script(
     return "\n".join(lines) + "\n"
 
 
-@cluster_app.command("slurm")
 def slurm(
     study: Annotated[str, typer.Option(help="Name of the study the workers join.")],
     storage: Storage = None,

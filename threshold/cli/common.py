@@ -1,43 +1,17 @@
-"""The app, the options every command shares, and one-line error handling."""
+"""The options every command shares, and one-line error handling."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from threshold.cli.commands import STATE
 from threshold.errors import ThresholdError
 from threshold.interrupt import exit_status
 
-app = typer.Typer(
-    help="Find the smallest recurrent transformer that learns a task mixture.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-bench_app = typer.Typer(help="Throughput benchmarks.", no_args_is_help=True)
-app.add_typer(bench_app, name="bench")
-
 EXIT_USAGE = 2
-
-
-@dataclass
-class _State:
-    debug: bool = False
-
-
-STATE = _State()
-
-
-@app.callback()
-def _main(
-    debug: Annotated[
-        bool, typer.Option(help="Show tracebacks instead of one-line errors.")
-    ] = False,
-) -> None:
-    STATE.debug = debug
 
 
 # Task options shared by every command that makes data.

@@ -7,10 +7,9 @@ from typing import Annotated
 
 import typer
 
-from threshold.cli.common import Mod, Tasks, Testbed, app, run_guarded
+from threshold.cli.common import Mod, Tasks, Testbed, run_guarded
 
 
-@app.command()
 def complexity(
     tasks: Tasks = "max",
     testbed: Testbed = "listops",

@@ -6,10 +6,9 @@ from typing import Annotated
 
 import typer
 
-from threshold.cli.common import Storage, app, run_guarded
+from threshold.cli.common import Storage, run_guarded
 
 
-@app.command()
 def dashboard(
     storage: Storage = None,
     port: Annotated[int, typer.Option(help="Port to listen on; 0 picks a free one.")] = 8080,

@@ -8,10 +8,9 @@ from typing import Annotated
 
 import typer
 
-from threshold.cli.common import Storage, app, run_guarded, wide_console
+from threshold.cli.common import Storage, run_guarded, wide_console
 
 
-@app.command()
 def refit(
     storage: Storage = None,
     results: Annotated[

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from threshold.cli.common import Storage, app, run_guarded
+from threshold.cli.common import Storage, run_guarded
 
 
 class _Steps:
@@ -55,7 +55,6 @@ class _Steps:
         self.progress.update(self.bars[stage], completed=done, total=total)
 
 
-@app.command()
 def report(
     out: Annotated[Path, typer.Option("-o", "--out", help="Report folder, e.g. reports/NAME.")],
     studies: Annotated[

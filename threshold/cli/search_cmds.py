@@ -49,8 +49,6 @@ from threshold.cli.common import (
     WeightDecay,
     Weights,
     Window,
-    app,
-    bench_app,
     estimate_words,
     recipe_overrides,
     refuse_old_batch,
@@ -61,7 +59,6 @@ from threshold.cli.common import (
 from threshold.interrupt import exit_status
 
 
-@app.command()
 def find(
     tasks: Tasks = "max",
     testbed: Testbed = "listops",
@@ -202,7 +199,6 @@ def find(
     run_guarded(body)
 
 
-@app.command()
 def worker(
     study: Annotated[str, typer.Option(help="Name of the study to join.")],
     storage: Storage = None,
@@ -237,7 +233,6 @@ def worker(
     run_guarded(body)
 
 
-@app.command()
 def status(
     storage: Storage = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
@@ -280,7 +275,6 @@ def status(
     run_guarded(body)
 
 
-@bench_app.command("search")
 def bench_search(
     studies: Annotated[int, typer.Option(help="Simulated studies per family.")] = 100,
     seed: Annotated[int, typer.Option(help="Seed of the simulated truths.")] = 0,

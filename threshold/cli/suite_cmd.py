@@ -13,7 +13,6 @@ from threshold.cli.common import (
     CacheDir,
     Device,
     OldBatch,
-    app,
     estimate_words,
     refuse_old_batch,
     run_guarded,
@@ -22,7 +21,6 @@ from threshold.cli.common import (
 from threshold.interrupt import exit_status
 
 
-@app.command("run")
 def run_suite_cmd(
     suite_file: Annotated[
         Path, typer.Argument(metavar="SUITE.toml", help="Suite file, e.g. studies/cpu.toml.")

@@ -47,8 +47,6 @@ from threshold.cli.common import (
     WeightDecay,
     Weights,
     Window,
-    app,
-    bench_app,
     recipe_overrides,
     run_guarded,
     task_config,
@@ -56,7 +54,6 @@ from threshold.cli.common import (
 )
 
 
-@app.command()
 def train(
     tasks: Tasks = "max",
     testbed: Testbed = "listops",
@@ -332,7 +329,6 @@ def _print_train_report(report: dict) -> None:
         console.print(f"checkpoint: {report['checkpoint']}")
 
 
-@app.command()
 def data(
     tasks: Tasks = "max",
     testbed: Testbed = "listops",
@@ -388,7 +384,6 @@ def data(
     run_guarded(body)
 
 
-@bench_app.command("train")
 def bench_train(
     tasks: Tasks = "max,med,add",
     mod: Mod = 10,
