@@ -261,7 +261,7 @@ def test_help_lists_the_commands_and_imports_none(args):
 
 def test_find_loads_no_torch():
     """The process that follows a search asks a child for its devices: torch stays out of it."""
-    code = "import sys, threshold.cli.search_cmds; assert 'torch' not in sys.modules"
+    code = "import sys, threshold.cli.find_cmd; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -62,15 +62,15 @@ COMMANDS = {
         "Transitions, curves, reduction factors, analyses, transfer and search cost as a report.",
     ),
     "find": Command(
-        "threshold.cli.search_cmds:find",
+        "threshold.cli.find_cmd:find",
         "Locate the learning transition of a mixture with an Optuna study.",
     ),
     "worker": Command(
-        "threshold.cli.search_cmds:worker",
+        "threshold.cli.worker_cmd:worker",
         "Join a study (from this or another machine) and run its trials until it is done.",
     ),
     "status": Command(
-        "threshold.cli.search_cmds:status",
+        "threshold.cli.status_cmd:status",
         "List the studies in a storage with their current transition estimates.",
     ),
     "run": Command(
@@ -82,7 +82,7 @@ COMMANDS = {
         "Train one model, or every size x seed of the lists as one batch; report per-op accuracy.",
     ),
     "data": Command(
-        "threshold.cli.train_cmds:data",
+        "threshold.cli.data_cmd:data",
         "Print example sequences exactly as the model sees them.",
     ),
     "bench gpu": Command(
