@@ -259,12 +259,6 @@ def test_help_lists_the_commands_and_imports_none(args):
     assert listed and all(f" {name} " in proc.stdout for name in listed), proc.stdout
 
 
-def test_find_loads_no_torch():
-    """The process that follows a search asks a child for its devices: torch stays out of it."""
-    code = "import sys, threshold.cli.find_cmd; assert 'torch' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True)
-
-
 def test_bench_search_with_a_changed_setting(cli):
     proc = cli(
         [

@@ -17,6 +17,7 @@ import typer
 
 from threshold.cli.common import CacheDir, Heartbeat, Storage, TrialsAtOnce, run_guarded
 from threshold.errors import ConfigError
+from threshold.search.study import check_study_name
 
 
 def slurm_script(
@@ -37,7 +38,6 @@ def slurm_script(
     command: str,
 ) -> str:
     """The text of an ``sbatch --array`` script: ``workers`` array tasks, each one worker."""
-    from threshold.search.study import check_study_name
 
     check_study_name(study)
     if workers < 1:
