@@ -19,8 +19,9 @@ from rich.table import Table
 
 from threshold.cli.common import Storage, run_guarded
 from threshold.errors import ConfigError
-from threshold.report import check_output, collect, load_results, write_report
+from threshold.report import collect, load_results
 from threshold.report.text import terminal_cells
+from threshold.report.write import check_output, write_report
 
 
 class _Steps:
