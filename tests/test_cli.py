@@ -193,26 +193,70 @@ def test_bench_train_batched_json(cli):
     assert "grouped_step_s" in result["batched"][-1]
 
 
+def _command(name: str):
+    """The command ``threshold NAME`` runs (``bench train``: gpu of the group bench), its module
+    imported as running it would."""
+    import typer
+    import typer.main
+
+    from threshold.cli import app
+
+    command = typer.main.get_command(app)
+    for word in name.split():
+        command = command.get_command(typer.Context(command), word)
+    return command
+
+
 @pytest.mark.parametrize("command", ["train", "find"])
 def test_every_recipe_field_is_an_option_that_says_its_default(command):
     """The README's promise: every recipe field can be set where runs are made; an option whose
     default is the recipe's says so in --help (none shows no value)."""
-    import typer.main
-
-    from threshold.cli import app
     from threshold.config import MODEL_FIELDS, TRAIN_FIELDS
 
-    cmd = typer.main.get_command(app).commands[command]
-    params = {p.name: p for p in cmd.params}
+    params = {p.name: p for p in _command(command).params}
     fields = {"steps" if f == "max_steps" else f for f in (*TRAIN_FIELDS, *MODEL_FIELDS)}
     assert fields <= set(params), sorted(fields - set(params))
     for name in fields:
         assert "default" in params[name].help or params[name].show_default, name
 
 
-def test_help_is_fast_and_does_not_import_torch():
-    code = "import sys; from threshold.cli import app; assert 'torch' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True)
+def test_every_registered_command_resolves():
+    """Each name of the registry imports its module and finds its function there, and the line
+    the listing shows is its docstring's first paragraph: a typo in the registry fails here."""
+    from threshold.cli.commands import COMMANDS
+
+    for name, entry in COMMANDS.items():
+        command = _command(name)
+        assert command.name == name.split()[-1], name
+        assert command.params and command.callback is not None, name  # the command, not its line
+        first = command.help.split("\n\n")[0]
+        assert " ".join(first.split()) == entry.help, name
+
+
+@pytest.mark.parametrize("args", [["--help"], ["bench", "--help"], ["cluster", "--help"]])
+def test_help_lists_the_commands_and_imports_none(args):
+    """`threshold --help` is instant: it lists the registry's commands without importing their
+    modules, nor torch, Optuna, SciPy or NumPy (read from the process's own -X importtime)."""
+    from threshold.cli.commands import COMMANDS
+
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "threshold", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    loaded = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    heavy = {"torch", "optuna", "scipy", "numpy"} & loaded
+    commands = {entry.target.split(":")[0] for entry in COMMANDS.values()} & loaded
+    assert not heavy and not commands, (heavy, commands)
+    prefix = "" if args == ["--help"] else args[0] + " "
+    listed = {n.removeprefix(prefix).split()[0] for n in COMMANDS if n.startswith(prefix)}
+    assert listed and all(f" {name} " in proc.stdout for name in listed), proc.stdout
 
 
 def test_bench_search_with_a_changed_setting(cli):

@@ -12,6 +12,7 @@ import sys
 import optuna
 import pytest
 from optuna.trial import TrialState
+from typer import Context
 from typer.main import get_command
 
 from threshold.cli import app
@@ -49,7 +50,8 @@ def test_the_script_is_a_job_array_of_one_gpu_worker_each(cli):
     assert options["--storage"] == PG and options["--device"] == "cuda"
     assert options["--trials-at-once"] == "16"
     # Every option the script passes is one `threshold worker` has (a renamed option fails here).
-    get_command(app).commands["worker"].make_context("worker", worker[2:])
+    group = get_command(app)
+    group.get_command(Context(group), "worker").make_context("worker", worker[2:])
 
 
 def test_a_cpu_array_asks_no_gpu_and_storage_may_come_from_the_environment(cli):

@@ -279,7 +279,8 @@ def test_the_small_recipe_is_fast_in_the_regime_where_joint_training_helps():
 
 def test_the_small_recipe_round_trips_through_a_study_and_a_report(tmp_path, monkeypatch):
     import threshold
-    from threshold.report import collect, write_report
+    from threshold.report import collect
+    from threshold.report.write import write_report
 
     monkeypatch.setenv("THRESHOLD_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))

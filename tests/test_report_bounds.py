@@ -16,7 +16,8 @@ import json
 import optuna
 import pytest
 
-from threshold.report import collect, load_results, write_report
+from threshold.report import collect, load_results
+from threshold.report.write import write_report
 from threshold.search.bounds import LOCATING_RUNS, factor_bound, locate
 from threshold.search.fit import transition_estimate
 from threshold.search.sampler import PARAM, policy_settings

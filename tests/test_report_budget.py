@@ -9,7 +9,8 @@ import json
 import pytest
 
 from threshold.config import Execution
-from threshold.report import collect, load_results, write_report
+from threshold.report import collect, load_results
+from threshold.report.write import write_report
 from threshold.search.spec import StudySettings
 from threshold.search.study import create_or_load_study, open_storage
 from threshold.search.worker import run_worker

@@ -248,7 +248,7 @@ def test_unknown_study(tmp_path, cli):
 def test_the_live_table_says_when_sizes_stray():
     from rich.console import Console
 
-    from threshold.cli.search_cmds import _trials_table
+    from threshold.cli.find_cmd import _trials_table
 
     def caption(weights):
         est = {"params_p80": 9884.0, "d_p80": 24.4, "interval_params": [5456.0, 38900.0]}
@@ -266,7 +266,7 @@ def test_the_live_table_says_when_sizes_stray():
 def test_the_live_table_says_how_long_a_dead_workers_trial_shows_running():
     from rich.console import Console
 
-    from threshold.cli.search_cmds import _trials_table
+    from threshold.cli.find_cmd import _trials_table
 
     row = {"number": 0, "state": "RUNNING", "d_model": 8, "params_total": 100, "seed": 1,
            "accuracy": None, "val_accuracy": None, "step": None, "seconds": 5.0,

@@ -17,7 +17,7 @@ from reliability.support import hold_env, wait_for_hold
 from threshold import ThresholdError
 from threshold.config import Execution
 from threshold.search import find
-from threshold.search.record import trial_checkpoint
+from threshold.search.artifacts import trial_checkpoint
 from threshold.search.spec import StudySettings
 from threshold.search.study import SearchConfig, open_storage
 from threshold.tasks import TaskConfig

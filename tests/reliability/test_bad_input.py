@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from threshold import CheckpointError, ThresholdError
 from threshold.cli import app
-from threshold.search.record import trial_checkpoint
+from threshold.search.artifacts import trial_checkpoint
 from threshold.search.study import create_or_load_study, open_storage
 from threshold.train.checkpoint import MAGIC, load_checkpoint
 

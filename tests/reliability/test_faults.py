@@ -42,7 +42,7 @@ from test_search_workers import check_recorded_once, start_worker
 
 from threshold import CheckpointError, ThresholdError
 from threshold.model import ModelConfig, RecurrentTransformer
-from threshold.search.record import trial_checkpoint
+from threshold.search.artifacts import trial_checkpoint
 from threshold.search.sampler import run_seed
 from threshold.search.study import create_or_load_study, open_storage
 from threshold.train import TrainConfig

@@ -21,7 +21,8 @@ from threshold.analysis.inspect_model import analyze_model, embedding_headline, 
 from threshold.analysis.layers import layer_usage, number_embeddings
 from threshold.errors import ConfigError, ThresholdError
 from threshold.model import param_count
-from threshold.search.record import Run, StudyView, load_checkpoint
+from threshold.search.artifacts import load_checkpoint
+from threshold.search.record import Run, StudyView
 from threshold.search.results import pick_trial, runs, save_analysis
 from threshold.tasks import load_task_data
 from threshold.train.checkpoint import Checkpoint

@@ -1,22 +1,14 @@
-"""Command line: the only package that parses arguments or prints. Nothing imports it."""
+"""Command line: the only package that parses arguments or prints. Nothing imports it.
+
+:mod:`threshold.cli.commands` names every command and the module that holds it: ``threshold
+--help`` imports none of them, ``threshold X`` imports X's module only.
+"""
 
 from __future__ import annotations
 
 import sys
 
-from threshold.cli import (  # noqa: F401  (importing them registers their commands)
-    analysis_cmds,
-    bench_gpu_cmd,
-    cluster_cmd,
-    complexity_cmd,
-    dashboard_cmd,
-    refit_cmd,
-    report_cmd,
-    search_cmds,
-    suite_cmd,
-    train_cmds,
-)
-from threshold.cli.common import app
+from threshold.cli.commands import app
 
 __all__ = ["app", "main"]
 

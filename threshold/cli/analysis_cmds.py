@@ -6,8 +6,15 @@ import json
 from pathlib import Path
 from typing import Annotated
 
+import torch
 import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
 
+from threshold.analysis.studies import analyze_checkpoint, analyze_trial, matched_pair
+from threshold.analysis.studies import survey as survey_study
+from threshold.analysis.transfer import summarize, transfer_experiment
 from threshold.cli.common import (
     Arity,
     CacheDir,
@@ -23,16 +30,24 @@ from threshold.cli.common import (
     Tasks,
     Testbed,
     TrainingBars,
-    app,
     run_guarded,
     task_config,
     val_accuracy_words,
 )
+from threshold.config import pretrain_task, transfer_model_config
+from threshold.errors import ConfigError
+from threshold.model import param_count
+from threshold.report.text import cyclic_words, spread_words
+from threshold.search.record import read_study
+from threshold.search.results import pick_trial
+from threshold.search.study import open_storage
+from threshold.train import TrainConfig
+from threshold.train.checkpoint import load_checkpoint
+from threshold.train.device import resolve_device
 
 Pretrain = Annotated[str, typer.Option(help="Comma-separated ops to pretrain on, e.g. max,med.")]
 
 
-@app.command()
 def transfer(
     pretrain: Pretrain = "max,med",
     tasks: Tasks = "add",
@@ -60,13 +75,6 @@ def transfer(
     """Target accuracy after pretraining on other ops vs from scratch, same size and seeds."""
 
     def body():
-        from threshold.analysis.transfer import summarize, transfer_experiment
-        from threshold.config import pretrain_task, transfer_model_config
-        from threshold.errors import ConfigError
-        from threshold.model import param_count
-        from threshold.train import TrainConfig
-        from threshold.train.device import resolve_device
-
         if seeds is not None:  # a count here, a list in train: one name, two meanings
             raise ConfigError(
                 f"--seeds {seeds}: transfer's count of seeds is now --n-seeds (seeds --seed,"
@@ -113,9 +121,6 @@ def transfer(
 
 
 def _print_transfer(report: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     title = (
         f"{report['measure']} at d={report['d_model']} ({report['params_total']:,} params): "
         f"pretrained on {'+'.join(report['pretrain'])} vs from scratch"
@@ -136,7 +141,6 @@ def _print_transfer(report: dict) -> None:
     Console().print(table)
 
 
-@app.command()
 def analyze(
     studies: Annotated[
         list[str] | None, typer.Argument(help="Study name (two with --compare).")
@@ -169,19 +173,9 @@ def analyze(
     """Embedding structure and layer usage of a study's model; scores stored on the study."""
 
     def body():
-        import torch
-
-        from threshold.analysis.studies import analyze_checkpoint, analyze_trial, matched_pair
-        from threshold.errors import ConfigError
-        from threshold.search.record import read_study
-        from threshold.search.results import pick_trial
-        from threshold.search.study import open_storage
-
         if threads < 1:
             raise ConfigError(f"--threads {threads} is not allowed: use 1 or more")
         torch.set_num_threads(threads)  # one thread: several threads spin on a busy machine
-
-        from rich.console import Console
 
         console = Console(stderr=True, quiet=as_json)
         base = out or Path("studies") / "analysis"
@@ -189,8 +183,6 @@ def analyze(
         if checkpoint:
             if studies or compare or trial is not None or at_transition or largest:
                 raise ConfigError("--checkpoint takes no study, --compare or trial choice")
-            from threshold.train.checkpoint import load_checkpoint
-
             for path in checkpoint:
                 ckpt = load_checkpoint(path)  # refused here if tampered with
                 folder = out if out is not None and len(checkpoint) == 1 else base / path.stem
@@ -233,11 +225,6 @@ def analyze(
 
 
 def _print_analyses(reports: list[dict]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from threshold.report.text import cyclic_words
-
     table = Table(title="separation: score / null 95th percentile (> 1: beyond chance)")
     table.add_column("")
     for r in reports:
@@ -261,7 +248,6 @@ def _print_analyses(reports: list[dict]) -> None:
         console.print(f"figures: {', '.join(r['figures'])}")
 
 
-@app.command()
 def survey(
     studies: Annotated[list[str], typer.Argument(help="Study names.")],
     min_accuracy: Annotated[
@@ -276,14 +262,6 @@ def survey(
     """Embedding structure and attention share of every learned run of studies; stores nothing."""
 
     def body():
-        import torch
-        from rich.progress import Progress
-
-        from threshold.analysis.studies import survey as survey_study
-        from threshold.errors import ConfigError
-        from threshold.search.record import read_study
-        from threshold.search.study import open_storage
-
         if threads < 1:
             raise ConfigError(f"--threads {threads} is not allowed: use 1 or more")
         torch.set_num_threads(threads)
@@ -310,11 +288,6 @@ def survey(
 
 
 def _print_survey(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from threshold.report.text import spread_words
-
     rows, summ = result["runs"], result["summary"]
     table = Table(
         title=f"{result['study']}: {summ['n_runs']} runs with accuracy >= "

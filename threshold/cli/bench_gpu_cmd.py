@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
-from threshold.cli.common import CacheDir, Device, bench_app, run_guarded
+from threshold.cli.common import CacheDir, Device, run_guarded
+from threshold.errors import ConfigError
+from threshold.search.gpu import PARTS
+from threshold.search.gpu import bench_gpu as run
+from threshold.train.device import resolve_device
 
 
-@bench_app.command("gpu")
 def bench_gpu(
     out: Annotated[
         Path, typer.Option(help="Folder for gpu-<date>-<commit>.json and its Markdown summary.")
@@ -28,15 +33,6 @@ def bench_gpu(
     small-init science pair in the minutes left; with --device cpu, tiny settings (CI)."""
 
     def body():
-        import logging
-
-        from rich.console import Console
-
-        from threshold.errors import ConfigError
-        from threshold.search.gpu import PARTS
-        from threshold.search.gpu import bench_gpu as run
-        from threshold.train.device import resolve_device
-
         if not minutes > 0:
             raise ConfigError(f"--minutes {minutes} is not allowed: use a positive number")
         asked = tuple(p.strip() for p in parts.split(",") if p.strip())

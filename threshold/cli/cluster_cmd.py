@@ -15,13 +15,9 @@ from typing import Annotated
 
 import typer
 
-from threshold.cli.common import CacheDir, Heartbeat, Storage, TrialsAtOnce, app, run_guarded
+from threshold.cli.common import CacheDir, Heartbeat, Storage, TrialsAtOnce, run_guarded
 from threshold.errors import ConfigError
-
-cluster_app = typer.Typer(
-    help="Run a study's workers on a cluster (docs/cluster.md).", no_args_is_help=True
-)
-app.add_typer(cluster_app, name="cluster")
+from threshold.search.study import check_study_name
 
 
 def slurm_script(
@@ -42,7 +38,6 @@ def slurm_script(
     command: str,
 ) -> str:
     """The text of an ``sbatch --array`` script: ``workers`` array tasks, each one worker."""
-    from threshold.search.study import check_study_name
 
     check_study_name(study)
     if workers < 1:
@@ -99,7 +94,6 @@ def slurm_script(
     return "\n".join(lines) + "\n"
 
 
-@cluster_app.command("slurm")
 def slurm(
     study: Annotated[str, typer.Option(help="Name of the study the workers join.")],
     storage: Storage = None,

@@ -1,43 +1,23 @@
-"""The app, the options every command shares, and one-line error handling."""
+"""The options every command shares, and one-line error handling.
+
+Every command module imports this one: it loads typer, rich and :mod:`threshold.tasks` (numpy),
+never torch, Optuna or SciPy; ``threshold --help`` does not import it (:mod:`.commands`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from threshold.errors import ThresholdError
-from threshold.interrupt import exit_status
-
-app = typer.Typer(
-    help="Find the smallest recurrent transformer that learns a task mixture.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-bench_app = typer.Typer(help="Throughput benchmarks.", no_args_is_help=True)
-app.add_typer(bench_app, name="bench")
+from threshold.cli.commands import STATE
+from threshold.errors import ConfigError, ThresholdError
+from threshold.interrupt import exit_status, install
+from threshold.tasks import TaskConfig
 
 EXIT_USAGE = 2
-
-
-@dataclass
-class _State:
-    debug: bool = False
-
-
-STATE = _State()
-
-
-@app.callback()
-def _main(
-    debug: Annotated[
-        bool, typer.Option(help="Show tracebacks instead of one-line errors.")
-    ] = False,
-) -> None:
-    STATE.debug = debug
 
 
 # Task options shared by every command that makes data.
@@ -196,8 +176,6 @@ OldBatch = Annotated[int | None, typer.Option("--batch", hidden=True)]
 
 def refuse_old_batch(value: int | None) -> None:
     """``--batch`` (renamed): refused with the two options it could have meant."""
-    from threshold.errors import ConfigError
-
     if value is not None:
         raise ConfigError(
             f"--batch {value}: the option is now --trials-at-once {value} (trials trained"
@@ -239,8 +217,6 @@ RECIPE_OPTIONS = (
 def recipe_overrides(options: dict) -> dict:
     """The recipe fields that a command's options set: ``options`` is the command's ``locals()``
     (``None``: not set); ``checkpoints`` as text ``0.25,0.5,1`` becomes shares."""
-    from threshold.errors import ConfigError
-
     out = {k: options[k] for k in RECIPE_OPTIONS if options.get(k) is not None}
     if "checkpoints" in out:
         try:
@@ -265,9 +241,6 @@ class TrainingBars:
     """
 
     def __init__(self, enabled: bool, first_column: str = "{task.description}") -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
         self.progress = Progress(
             TextColumn(first_column),
             BarColumn(),
@@ -303,8 +276,6 @@ def wide_console(*texts: str, rest: int = 60):
     """A rich Console for a table whose first column holds ``texts`` whole (study names, which
     users copy): as wide as the terminal, or wider where a name and ``rest`` columns need it
     (piped output is 80 columns otherwise, and a name would wrap)."""
-    from rich.console import Console
-
     console = Console()
     need = max((len(t) for t in texts), default=0) + rest
     return console if console.width >= need else Console(width=need)
@@ -333,8 +304,6 @@ def estimate_words(est: dict | None) -> str:
 
 
 def task_config(tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed):
-    from threshold.tasks import TaskConfig
-
     return TaskConfig.from_options(
         tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
     )
@@ -351,8 +320,6 @@ def run_guarded(body):
     SIGINT and SIGTERM both raise KeyboardInterrupt (also in a process started with SIGINT
     ignored, as background jobs are), so a running trial is marked failed, never left running.
     """
-    from threshold.interrupt import install
-
     install()
     try:
         return body()

@@ -6,11 +6,13 @@ import json
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
-from threshold.cli.common import Mod, Tasks, Testbed, app, run_guarded
+from threshold.analysis.complexity import complexity as measure
+from threshold.cli.common import Mod, Tasks, Testbed, run_guarded
 
 
-@app.command()
 def complexity(
     tasks: Tasks = "max",
     testbed: Testbed = "listops",
@@ -20,8 +22,6 @@ def complexity(
     """Kolmogorov-complexity proxy of one mixture: compressed bytes of its program, per op too."""
 
     def body():
-        from threshold.analysis.complexity import complexity as measure
-
         ops = [op.strip() for op in tasks.split(",") if op.strip()]
         report = measure(testbed, ops, mod)
         if as_json:
@@ -33,9 +33,6 @@ def complexity(
 
 
 def _print_complexity(report: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     size = f"mod {report['size']}" if report["testbed"] == "listops" else f"S_{report['size']}"
     table = Table(
         title=f"{','.join(report['ops'])} ({size}): compressed bytes",

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import errno
+import socket
+from socketserver import ThreadingMixIn
 from typing import Annotated
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 import typer
+from optuna_dashboard import wsgi
 
-from threshold.cli.common import Storage, app, run_guarded
+from threshold.cli.common import Storage, run_guarded
+from threshold.errors import ConfigError
+from threshold.report.notes import NOTE_RENDER
+from threshold.search.notes import write_all_notes
+from threshold.search.study import artifact_store, open_storage, storage_url
 
 
-@app.command()
 def dashboard(
     storage: Storage = None,
     port: Annotated[int, typer.Option(help="Port to listen on; 0 picks a free one.")] = 8080,
@@ -21,21 +29,12 @@ def dashboard(
     curve, and the checkpoints in the artifact store."""
 
     def body():
-        from threshold.errors import ConfigError
-
         if not 0 <= port <= 65535:
             raise ConfigError(f"--port {port} is not allowed: use 1 to 65535 (0: any free port)")
-        server = _listen(host, port)  # first: a taken port fails in a second, before any write
+        server = _listen(host, port)  # first: a taken port fails before anything is written
         try:
-            from threshold.search.study import artifact_store, open_storage, storage_url
-
             url = storage_url(storage)
-            db = open_storage(url, create=False)  # before optuna-dashboard's seconds of imports
-            from optuna_dashboard import wsgi
-
-            from threshold.report.notes import NOTE_RENDER
-            from threshold.search.notes import write_all_notes
-
+            db = open_storage(url, create=False)  # a missing storage fails before any note
             studies = write_all_notes(db, NOTE_RENDER)
             server.set_app(wsgi(db, artifact_store=artifact_store(url)))
             base = f"http://{host}:{server.server_port}/"
@@ -57,12 +56,6 @@ def dashboard(
 def _listen(host: str, port: int):
     """A threaded WSGI server bound to (host, port), app not yet set; a bind failure becomes a
     ConfigError naming the port or host and a fix."""
-    import errno
-    import socket
-    from socketserver import ThreadingMixIn
-    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
-
-    from threshold.errors import ConfigError
 
     class Server(ThreadingMixIn, WSGIServer):
         daemon_threads = True  # Ctrl-C does not wait for open browser connections
@@ -99,7 +92,6 @@ def _listen(host: str, port: int):
 
 def _free_port_after(host: str, port: int, tries: int = 50) -> int | None:
     """The first port after ``port`` that binds on ``host``, or None."""
-    import socket
 
     for candidate in range(port + 1, min(port + 1 + tries, 65536)):
         with socket.socket() as s:

@@ -7,11 +7,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.table import Table
 
-from threshold.cli.common import Storage, app, run_guarded, wide_console
+from threshold.cli.common import Storage, run_guarded, wide_console
+from threshold.report.results import read_results
+from threshold.search.refit import refit_results, refit_storage
 
 
-@app.command()
 def refit(
     storage: Storage = None,
     results: Annotated[
@@ -32,9 +34,6 @@ def refit(
     and how far its sizes stray from a smooth curve."""
 
     def body():
-        from threshold.report.results import read_results
-        from threshold.search.refit import refit_results, refit_storage
-
         if results:
             read = [(path, read_results(path)) for path in results]  # each checked, one line
             rows = [row for path, r in read for row in refit_results(path, chance_corrected, r)]
@@ -49,8 +48,6 @@ def refit(
 
 
 def _print_rows(rows: list[dict]) -> None:
-    from rich.table import Table
-
     table = Table(title="refit: stored estimate -> current posterior (no retraining)")
     table.add_column("study", no_wrap=True)
     cols = (

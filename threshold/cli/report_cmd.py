@@ -7,8 +7,21 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
 
-from threshold.cli.common import Storage, app, run_guarded
+from threshold.cli.common import Storage, run_guarded
+from threshold.errors import ConfigError
+from threshold.report import collect, load_results
+from threshold.report.text import terminal_cells
+from threshold.report.write import check_output, write_report
 
 
 class _Steps:
@@ -18,15 +31,6 @@ class _Steps:
     """
 
     def __init__(self, enabled: bool) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
         self.progress = Progress(
             TextColumn("{task.description:<16}"),
             BarColumn(),
@@ -55,7 +59,6 @@ class _Steps:
         self.progress.update(self.bars[stage], completed=done, total=total)
 
 
-@app.command()
 def report(
     out: Annotated[Path, typer.Option("-o", "--out", help="Report folder, e.g. reports/NAME.")],
     studies: Annotated[
@@ -93,9 +96,6 @@ def report(
     """Transitions, curves, reduction factors, analyses, transfer and search cost as a report."""
 
     def body():
-        from threshold.errors import ConfigError
-        from threshold.report import check_output, collect, load_results, write_report
-
         if from_results is not None and (studies or transfer or storage):
             raise ConfigError(
                 "--from renders the studies and transfer results of its results.json: leave out "
@@ -128,11 +128,6 @@ def report(
 
 
 def _print(results: dict, out: Path) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from threshold.report.text import terminal_cells
-
     table = Table(title="learning transitions (posterior median, 90% interval)")
     for column in ("study", "runs", "80% point", "90% interval", "d"):
         table.add_column(column, justify="left" if column == "study" else "right")

@@ -3,26 +3,34 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
+import torch
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from threshold.cli.common import (
     CacheDir,
     Device,
     OldBatch,
-    app,
     estimate_words,
     refuse_old_batch,
     run_guarded,
     run_words,
 )
 from threshold.interrupt import exit_status
+from threshold.report.text import duration, terminal_cells
+from threshold.search.find import worker_devices
+from threshold.search.record import storage_log_level
+from threshold.suite import load_suite
+from threshold.suite.plan import plan
+from threshold.suite.run import run_suite
 
 
-@app.command("run")
 def run_suite_cmd(
     suite_file: Annotated[
         Path, typer.Argument(metavar="SUITE.toml", help="Suite file, e.g. studies/cpu.toml.")
@@ -60,13 +68,9 @@ def run_suite_cmd(
     """Run a suite: every study (resuming where it stopped), then analyses and reports."""
 
     def body():
-        from threshold.suite import load_suite
-
         suite = load_suite(suite_file)
         labels = None if only is None else [x.strip() for x in only.split(",") if x.strip()]
         suite.select(labels)  # an unknown label fails here, before anything is opened
-        from threshold.search.find import worker_devices
-
         execution = suite.execution.but(
             storage=storage,
             workers=workers,
@@ -79,21 +83,12 @@ def run_suite_cmd(
         worker_devices(execution)
         refuse_old_batch(batch)
         if dry_run:
-            from threshold.suite.plan import plan
-
             planned = plan(suite, labels)
             if as_json:
                 typer.echo(json.dumps(planned))
             else:
                 _print_plan(planned, suite)
             return
-        import logging
-
-        import torch
-
-        from threshold.search.record import storage_log_level
-        from threshold.suite.run import run_suite
-
         torch.set_num_threads(1)  # analyses run here; several threads spin on a busy machine
         storage_log_level(logging.WARNING)  # progress is the lines below
         try:
@@ -113,8 +108,6 @@ class _Printer:
     """One line per event on stderr: readable in a terminal and in a log file alike."""
 
     def __init__(self, enabled: bool) -> None:
-        from rich.console import Console
-
         self.console = Console(stderr=True, highlight=False)
         self.enabled = enabled
 
@@ -140,8 +133,6 @@ class _Printer:
                 f"{estimate_words(info['estimate'])}"
             )
         elif kind == "study_end":
-            from threshold.report.text import duration
-
             self.say(
                 f"  {label}: {'done (' + info['reason'] + ')' if info['reason'] else 'stopped'}"
                 f" after {info['n_runs']} runs in {duration(info['wall_s'])}: "
@@ -174,9 +165,6 @@ class _Printer:
 
 
 def _print_plan(planned: dict, suite) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     console = Console()
     where = "" if planned["storage_exists"] else " (does not exist yet)"
     console.print(
@@ -214,11 +202,6 @@ def _print_plan(planned: dict, suite) -> None:
 
 
 def _print_record(record: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from threshold.report.text import terminal_cells
-
     console = Console()
     for r in record["reports"]:
         if r["status"] != "written":

@@ -1,4 +1,4 @@
-"""Commands that train or show data: ``train``, ``data``, ``bench train``."""
+"""Commands that train: ``train`` and ``bench train``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from threshold.cli.common import (
     Activation,
@@ -47,16 +49,21 @@ from threshold.cli.common import (
     WeightDecay,
     Weights,
     Window,
-    app,
-    bench_app,
     recipe_overrides,
     run_guarded,
     task_config,
     val_accuracy_words,
 )
+from threshold.config import TrainConfig, make_recipe, model_config_for, param_count
+from threshold.errors import ConfigError
+from threshold.tasks import TaskConfig, load_task_data
+from threshold.train import Run, train_runs
+from threshold.train.bench import run_all, run_batched
+from threshold.train.checkpoint import check_writable, save_checkpoint
+from threshold.train.device import resolve_device
+from threshold.train.memory import plan_packs
 
 
-@app.command()
 def train(
     tasks: Tasks = "max",
     testbed: Testbed = "listops",
@@ -126,13 +133,6 @@ def train(
     options = dict(locals())  # the recipe options among them: recipe_overrides
 
     def body():
-        from threshold.config import TrainConfig, make_recipe, model_config_for
-        from threshold.errors import ConfigError
-        from threshold.tasks import TaskConfig, load_task_data
-        from threshold.train import Run, train_runs
-        from threshold.train.device import resolve_device
-        from threshold.train.memory import plan_packs
-
         task_cfg = TaskConfig.from_options(
             tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed,
             weights, match_exposure,
@@ -193,7 +193,6 @@ def train(
 
 def int_list(text: str, option: str) -> list[int]:
     """``16,24,32`` as integers; a repeat or a non-integer is refused, naming the option."""
-    from threshold.errors import ConfigError
 
     if not text.strip():
         raise ConfigError(f"{option} is empty: give an integer or a list like 16,24,32")
@@ -210,8 +209,6 @@ def _checkpoint_paths(out: Path | None, runs, force: bool = False) -> list[Path 
     """Each run's checkpoint path: ``out`` itself for one run, else files in folder ``out``.
     Refused before training: a path that cannot be written, or (unless ``force``) an existing
     file or a folder that is not empty, whose earlier checkpoints would be replaced."""
-    from threshold.errors import ConfigError
-    from threshold.train.checkpoint import check_writable
 
     if out is None:
         return [None] * len(runs)
@@ -235,9 +232,6 @@ def _checkpoint_paths(out: Path | None, runs, force: bool = False) -> list[Path 
 
 
 def _train_report(task_cfg, run, result, path, device) -> dict:
-    from threshold.config import param_count
-    from threshold.train.checkpoint import save_checkpoint
-
     model_cfg, cfg = run
     counts = param_count(model_cfg)
     report = {
@@ -263,9 +257,6 @@ def _train_report(task_cfg, run, result, path, device) -> dict:
 
 
 def _print_batch_report(reports: list[dict]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     first = reports[0]
     measure = first["measure"]
     table = Table(title=f"{','.join(first['tasks'])} mod {first['mod']}, {len(reports)} models")
@@ -300,9 +291,6 @@ def _print_batch_report(reports: list[dict]) -> None:
 
 
 def _print_train_report(report: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title=f"{','.join(report['tasks'])} mod {report['mod']}, d={report['d_model']}")
     table.add_column("op")
     table.add_column("accuracy (greedy)", justify="right")
@@ -332,63 +320,6 @@ def _print_train_report(report: dict) -> None:
         console.print(f"checkpoint: {report['checkpoint']}")
 
 
-@app.command()
-def data(
-    tasks: Tasks = "max",
-    testbed: Testbed = "listops",
-    mod: Mod = 10,
-    depth: Depth = 2,
-    arity: Arity = "2-3",
-    p_nest: PNest = 0.25,
-    n_train: NTrain = None,
-    n_test: NTest = 2000,
-    measure: Measure = None,
-    split_seed: SplitSeed = 0,
-    n: Annotated[int, typer.Option("--n", help="Sequences to show (per op for val/test).")] = 20,
-    split: Annotated[str, typer.Option(help="train, val or test.")] = "train",
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
-    cache_dir: CacheDir = None,
-) -> None:
-    """Print example sequences exactly as the model sees them."""
-
-    def body():
-        from threshold.errors import ConfigError
-        from threshold.tasks import load_task_data
-
-        if split not in ("train", "val", "test"):
-            raise ConfigError(f"split {split!r} is not allowed: use train, val or test")
-        if n < 0:
-            raise ConfigError(f"--n {n} is not allowed: use 0 or more")
-        task_cfg = task_config(
-            tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
-        )
-        data = load_task_data(task_cfg, cache_dir)
-        vocab = task_cfg.vocab
-        op_names = list(task_cfg.testbed_obj.ops)
-        sets = {"train": data.train} if split == "train" else getattr(data, split)
-        rows = []
-        for seqs in sets.values():
-            for i in range(min(n, len(seqs))):
-                tokens = seqs[i]
-                p = int(seqs.prompt_len[i])
-                rows.append(
-                    {
-                        "text": vocab.decode(tokens),
-                        "op": op_names[int(seqs.op[i])],
-                        "prompt": vocab.decode(tokens[:p]),
-                        "answer": vocab.tokens[int(seqs.answers[i])],
-                    }
-                )
-        if as_json:
-            typer.echo(json.dumps(rows))
-        else:
-            for row in rows:
-                typer.echo(row["text"])
-
-    run_guarded(body)
-
-
-@bench_app.command("train")
 def bench_train(
     tasks: Tasks = "max,med,add",
     mod: Mod = 10,
@@ -411,13 +342,6 @@ def bench_train(
     with --batched, model-steps/s of many models trained as one batch."""
 
     def body():
-        from rich.console import Console
-
-        from threshold.errors import ConfigError
-        from threshold.tasks import load_task_data
-        from threshold.train.bench import run_all, run_batched
-        from threshold.train.device import resolve_device
-
         sizes = int_list(d_models, "--d-models")
         counts = int_list(members, "--members")
         if min(sizes) < 1 or steps < 1 or min(counts) < 1:
@@ -444,9 +368,6 @@ def bench_train(
 
 
 def _print_bench_batched(results: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     single = Table(title="one model (one process, one thread on CPU), median of its timings")
     for col in ("d", "steps/s"):
         single.add_column(col, justify="right")
@@ -477,9 +398,6 @@ def _print_bench_batched(results: dict) -> None:
 
 
 def _print_bench(results: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title="training (one thread)")
     for col in ("d", "params", "batches", "steps/s", "tokens/s", "padding"):
         table.add_column(col, justify="right")

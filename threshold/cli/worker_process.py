@@ -16,21 +16,21 @@ import json
 import logging
 import sys
 
+from threshold.config import Execution
+from threshold.errors import ThresholdError
+from threshold.interrupt import exit_status, install
+from threshold.report.notes import NOTE_RENDER
+from threshold.search.find import die_with_parent
+from threshold.search.worker import quiet_storage_log, run_worker
+
 __all__ = ["main"]
 
 log = logging.getLogger("threshold.worker")
 
 
 def main(argv: list[str]) -> int:
-    from threshold.interrupt import exit_status, install
-
     install()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s worker %(process)d %(message)s")
-    from threshold.config import Execution
-    from threshold.errors import ThresholdError
-    from threshold.report.notes import NOTE_RENDER
-    from threshold.search.find import die_with_parent
-    from threshold.search.worker import quiet_storage_log, run_worker
 
     die_with_parent()
     quiet_storage_log()

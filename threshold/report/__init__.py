@@ -3,9 +3,11 @@
 Never trains and never writes to a storage. :func:`collect` gathers every study's runs, estimate,
 posterior band, factor against the baseline of its testbed and modulus, analyses and search cost,
 and reads transfer results; :func:`load_results` reads the same back from a report's
-``results.json`` (no storage needed); :func:`write_report` builds the view model
-(:mod:`threshold.report.view`), draws the figures and renders ``index.html``, ``summary.md`` and
-``results.json`` from it (:mod:`threshold.report.render`, templates in ``templates/``).
+``results.json`` (no storage needed); :func:`threshold.report.write.write_report` builds the view
+model (:mod:`threshold.report.view`), draws the figures and renders ``index.html``, ``summary.md``
+and ``results.json`` from it (:mod:`threshold.report.render`, templates in ``templates/``). The
+writer is imported from its module, not from here: it loads matplotlib and plotly, which reading
+studies does not need.
 """
 
 from threshold.report.data import (
@@ -17,17 +19,13 @@ from threshold.report.data import (
     step_cost,
 )
 from threshold.report.results import load_results
-from threshold.report.write import PLOTLY_JS, check_output, write_report
 
 __all__ = [
-    "PLOTLY_JS",
     "Collected",
     "StudyData",
-    "check_output",
     "collect",
     "dense_grid",
     "load_results",
     "read_transfer",
     "step_cost",
-    "write_report",
 ]

@@ -3,6 +3,8 @@
 The folder must be new or empty; ``force`` lets a report replace an earlier one there: the files
 the earlier report listed in its ``results.json`` are removed first, anything else is left alone.
 A folder that cannot be made or written is a :class:`ConfigError` (one line at the command line).
+It draws with matplotlib and plotly (:mod:`threshold.report.figures`, about 1 s to import), which
+is why the package's face does not re-export it: reading studies loads neither.
 """
 
 from __future__ import annotations
@@ -13,8 +15,11 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+from plotly.offline import get_plotlyjs
+
 from threshold.errors import ConfigError
 from threshold.meta import git_commit
+from threshold.report import figures
 from threshold.report.data import GRID_SEEDS, GRID_SIZES, Collected, Progress
 from threshold.report.render import render
 from threshold.report.results import FORMATS, RESULTS
@@ -84,8 +89,6 @@ def _plotly_script(out: Path) -> str:
     bundle), so a folder copied or moved alone still draws its figure; git keeps one blob for
     every identical copy, so the repository does not grow with them.
     """
-    from plotly.offline import get_plotlyjs  # pending: see tests/test_layers.py
-
     (out / PLOTLY_JS).write_text(get_plotlyjs(), encoding="utf-8")
     return PLOTLY_JS
 
@@ -127,8 +130,6 @@ def write_report(
 
 
 def _write(collected, out, earlier, on_progress, rendered_from) -> dict:
-    from threshold.report import figures  # matplotlib, plotly: pending, see tests/test_layers.py
-
     studies = collected.studies
     # Analysis figures are copied from their folders, or from this very folder when a report
     # is rendered again in place: read them before the earlier report's files go.

@@ -16,25 +16,18 @@ from __future__ import annotations
 
 import json
 import logging
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import optuna
-from optuna.artifacts import download_artifact
-from optuna.artifacts.exceptions import ArtifactNotFound
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 
 from threshold.errors import ThresholdError
 from threshold.search.settings import SearchSettings
 from threshold.search.spec import StudySettings
-from threshold.search.study import artifact_store, check_study_name, open_storage
-
-if TYPE_CHECKING:
-    from threshold.train.checkpoint import Checkpoint
+from threshold.search.study import check_study_name, open_storage
 
 __all__ = [
     "ANALYSIS_PREFIX",
@@ -42,7 +35,6 @@ __all__ = [
     "Run",
     "StopStatus",
     "StudyView",
-    "load_checkpoint",
     "read_run",
     "read_seed",
     "read_studies",
@@ -52,7 +44,6 @@ __all__ = [
     "storage_log_level",
     "study_names",
     "study_rows",
-    "trial_checkpoint",
     "write_analysis",
     "write_cancel",
     "write_decision",
@@ -461,28 +452,6 @@ def study_rows(storage_or_url: BaseStorage | str | None) -> list[dict]:
     return rows
 
 
-def load_checkpoint(view: StudyView, number: int, url: str | None = None) -> Checkpoint:
-    """The checkpoint of run ``number`` of ``view``, from the artifact store beside ``url``."""
-    artifact_id = view.run(number).checkpoint
-    if artifact_id is None:
-        raise ThresholdError(f"trial {number} of {view.name!r} has no checkpoint")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "model.ckpt"
-        store = artifact_store(url)
-        try:
-            download_artifact(artifact_store=store, file_path=str(path), artifact_id=artifact_id)
-        except ArtifactNotFound:
-            raise ThresholdError(
-                f"checkpoint {artifact_id} of trial {number} is not in the artifact store "
-                f"{str(store._base_path)!r}: point $THRESHOLD_ARTIFACTS at the study's artifacts"
-            ) from None
-        from threshold.train.checkpoint import (
-            load_checkpoint as read,  # torch: only when one is read
-        )
-
-        return read(path)
-
-
 def storage_log_level(level: int) -> None:
     """Optuna's own log lines (a study created, a trial finished) from ``level`` up only: how the
     CLI sets them without importing Optuna."""
@@ -562,8 +531,3 @@ def write_analysis(
     study_id = storage.get_study_id_from_name(name)
     value = json.dumps(summary, sort_keys=True)
     storage.set_study_user_attr(study_id, f"{ANALYSIS_PREFIX}{number}", value)
-
-
-def trial_checkpoint(study: optuna.Study, number: int, url: str | None = None) -> Checkpoint:
-    """The checkpoint of trial ``number``, read from the artifact store beside ``url``."""
-    return load_checkpoint(read_study(study, study.study_name), number, url)

@@ -42,8 +42,9 @@ from threshold.errors import ThresholdError
 from threshold.files import atomic_write
 from threshold.meta import version
 from threshold.model import param_count
-from threshold.report import collect, write_report
+from threshold.report import collect
 from threshold.report.suite import suite_readme
+from threshold.report.write import write_report
 from threshold.search.find import Interrupted, run_search
 from threshold.search.record import read_study, study_names
 from threshold.search.results import load_analyses, pick_trial

@@ -1,0 +1,298 @@
+"""``threshold find``: locate a mixture's learning transition, the study shown as it runs.
+
+This process follows the search and trains nothing: it loads no torch (its workers do, and the
+devices are asked of a child process, :mod:`threshold.search.device_probe`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from threshold.cli.common import (
+    Activation,
+    Arity,
+    Batches,
+    BatchSize,
+    Betas,
+    Block,
+    CacheDir,
+    Checkpoints,
+    DecayAll,
+    DecaySteps,
+    Decoding,
+    Depth,
+    Device,
+    EarlyStop,
+    GradClip,
+    Heartbeat,
+    InitStd,
+    LossOn,
+    Lr,
+    MatchExposure,
+    Measure,
+    MinLrRatio,
+    Mod,
+    NRecur,
+    NTest,
+    NTrain,
+    OldBatch,
+    PNest,
+    QkvBias,
+    Recipe,
+    Schedule,
+    SplitSeed,
+    Steps,
+    Storage,
+    Tasks,
+    Testbed,
+    TrialsAtOnce,
+    WarmupSteps,
+    WeightDecay,
+    Weights,
+    Window,
+    estimate_words,
+    recipe_overrides,
+    refuse_old_batch,
+    run_guarded,
+    run_words,
+)
+from threshold.config import Execution
+from threshold.interrupt import exit_status
+from threshold.search.find import Interrupted, run_search
+from threshold.search.fit import strays
+from threshold.search.spec import StudySettings
+
+
+def find(
+    tasks: Tasks = "max",
+    testbed: Testbed = "listops",
+    mod: Mod = 10,
+    depth: Depth = 2,
+    arity: Arity = "2-3",
+    p_nest: PNest = 0.25,
+    n_train: NTrain = None,
+    n_test: NTest = 2000,
+    measure: Measure = None,
+    split_seed: SplitSeed = 0,
+    budget: Annotated[int, typer.Option(help="Most training runs.")] = 40,
+    precision: Annotated[
+        float,
+        typer.Option(help="Stop when the 90% interval of the 80% point is this narrow."),
+    ] = 2.5,
+    d_lo: Annotated[int, typer.Option(help="Smallest d of the initial bracket.")] = 8,
+    d_hi: Annotated[int, typer.Option(help="Largest d of the initial bracket.")] = 128,
+    level: Annotated[
+        float, typer.Option(help="Transition: the curve reaches level x A (the paper's wording).")
+    ] = 0.8,
+    chance_corrected: Annotated[
+        bool,
+        typer.Option(
+            "--chance-corrected/--paper-level",
+            help="Read the level as chance + level x (A - chance), 80% of the way up from chance,"
+            " instead of level x A. Stored on the study.",
+        ),
+    ] = False,
+    recipe: Recipe = "fast",
+    steps: Steps = None,
+    batch_size: BatchSize = None,
+    lr: Lr = None,
+    weight_decay: WeightDecay = None,
+    init_std: InitStd = None,
+    schedule: Schedule = None,
+    decay_steps: DecaySteps = None,
+    loss_on: LossOn = None,
+    batches: Batches = None,
+    window: Window = None,
+    block: Block = None,
+    early_stop: EarlyStop = None,
+    decoding: Decoding = None,
+    checkpoints: Checkpoints = None,
+    warmup_steps: WarmupSteps = None,
+    min_lr_ratio: MinLrRatio = None,
+    grad_clip: GradClip = None,
+    betas: Betas = None,
+    decay_all: DecayAll = None,
+    activation: Activation = None,
+    n_recur: NRecur = None,
+    qkv_bias: QkvBias = None,
+    weights: Weights = None,
+    match_exposure: MatchExposure = False,
+    seed: Annotated[int, typer.Option(help="Base seed; run seeds derive from it.")] = 0,
+    pretrain: Annotated[
+        str | None,
+        typer.Option(help="Pretrain every run on these ops first, e.g. max,med (transfer)."),
+    ] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="Worker processes (one torch thread each); 0 creates the study only, for workers"
+            " started elsewhere (threshold worker, threshold cluster slurm)."
+        ),
+    ] = 1,
+    trials_at_once: TrialsAtOnce = 1,
+    batch: OldBatch = None,
+    device: Device = "auto",
+    oversubscribe: Annotated[
+        bool, typer.Option(help="Start more workers than cores (CPU) or GPUs (CUDA).")
+    ] = False,
+    storage: Storage = None,
+    study: Annotated[str | None, typer.Option(help="Study name \\[default: derived].")] = None,
+    heartbeat: Heartbeat = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    cache_dir: CacheDir = None,
+) -> None:
+    """Locate the learning transition of a mixture with an Optuna study."""
+    options = dict(locals())  # the recipe options among them: recipe_overrides
+
+    def body():
+        refuse_old_batch(batch)
+        execution = Execution(  # checked before the study's settings are built
+            storage,
+            1 if workers == 0 else workers,  # 0: the study only (run_search's create_only)
+            trials_at_once,
+            device,
+            cache_dir=cache_dir,
+            oversubscribe=oversubscribe,
+        ).but(heartbeat_s=heartbeat)
+
+        settings = StudySettings.from_options(
+            tasks,
+            testbed,
+            mod,
+            depth,
+            arity,
+            p_nest,
+            n_train,
+            n_test,
+            measure,
+            split_seed,
+            steps,
+            d_lo,
+            d_hi,
+            precision,
+            budget,
+            level,
+            chance_corrected,
+            seed,
+            pretrain,
+            weights,
+            match_exposure,
+            recipe,
+            batch_size=batch_size,
+            **recipe_overrides(options),
+        )
+        try:
+            with _LiveView(enabled=not as_json) as view:
+                outcome = run_search(
+                    settings, execution, study, on_update=view.update, on_run=view.run_ended,
+                    create_only=workers == 0,
+                )  # fmt: skip
+        except Interrupted as e:
+            typer.echo(f"interrupted: run the same command to resume study {e.study!r}", err=True)
+            raise typer.Exit(exit_status()) from None
+        report = outcome.to_json()
+        if as_json:
+            typer.echo(json.dumps(report))
+        else:
+            _print_summary(report)
+
+    run_guarded(body)
+
+
+class _LiveView:
+    """A live table of the study's trials and its current estimate on stderr; where stderr is
+    not a terminal (a log file, nohup, CI), one plain line per run as it ends instead."""
+
+    def __init__(self, enabled: bool) -> None:
+        console = Console(stderr=True)
+        self.live = Live(console=console, refresh_per_second=2, transient=False)
+        self.plain = enabled and not console.is_terminal
+        self.enabled = enabled and not self.plain
+
+    def run_ended(self, row: dict, snap: dict) -> None:
+        if self.plain:
+            typer.echo(
+                f"trial {row['number']}: {run_words(row)}; {estimate_words(snap['estimate'])}",
+                err=True,
+            )
+
+    def __enter__(self):
+        if self.enabled:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            return self.live.__exit__(*exc)
+        return None
+
+    def update(self, snap: dict) -> None:
+        if self.enabled:
+            self.live.update(_trials_table(snap))
+
+
+def _trials_table(snap: dict):
+    est = snap["estimate"]
+    caption = "no estimate yet"
+    if est and est.get("params_p80"):
+        lo, hi = est["interval_params"]
+        caption = (
+            f"80% point: {est['params_p80']:,.0f} params (d {est['d_p80']:.1f}), "
+            f"90% interval {lo:,.0f} - {hi:,.0f}"
+        ) + ("; its sizes stray from any smooth curve" if strays(est) else "")
+    if any(r["state"] == "RUNNING" for r in snap["trials"]):
+        caption += (
+            "; a running trial whose worker died is retried after 3 missed heartbeats"
+            " (90 s at the default --heartbeat 30)"
+        )
+    table = Table(title=f"study {snap['study']}", caption=caption)
+    for col in ("trial", "d", "params", "seed", "accuracy", "time", "state"):
+        table.add_column(col, justify="right")
+    for r in snap["trials"][-20:]:
+        if r["accuracy"] is not None:
+            acc = f"{r['accuracy']:.3f}"
+        elif r["val_accuracy"] is not None:
+            acc = f"({r['val_accuracy']:.2f} @ {r['step']})"
+        else:
+            acc = "-"
+        table.add_row(
+            str(r["number"]),
+            str(r["d_model"] or "-"),
+            f"{r['params_total']:,}" if r["params_total"] else "-",
+            str(r["seed"] if r["seed"] is not None else "-"),
+            acc,
+            f"{r['seconds']:.0f}s" if r["seconds"] is not None else "-",
+            r["state"].lower() + (f" ({r['stop_reason']})" if r["stop_reason"] else ""),
+        )
+    return table
+
+
+def _print_summary(report: dict) -> None:
+    console = Console()
+    est = report["transition"]
+    if not est or not est.get("params_p80"):
+        console.print(
+            f"study {report['study']}: {report['n_trials']} runs, no estimate yet", soft_wrap=True
+        )
+        return
+    lo, hi = est["interval_params"]
+    n, new = report["n_trials"], report["n_new"]
+    if new == n:
+        runs = f"{n} runs in {report['wall_s']:.0f} s"
+    elif new == 0:
+        runs = f"{n} runs, all from before (nothing left to run)"
+    else:
+        runs = f"{n} runs, {new} of them new, in {report['wall_s']:.0f} s"
+    console.print(
+        f"study {report['study']}: {runs}\n"
+        f"80% point: {est['params_p80']:,.0f} parameters (d = {est['d_p80']:.1f}), "
+        f"90% interval {lo:,.0f} - {hi:,.0f}\n"
+        f"midpoint: {est['midpoint_params']:,.0f} parameters",
+        soft_wrap=True,  # the study's name is copied from here: never broken
+    )

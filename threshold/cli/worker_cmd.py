@@ -1,0 +1,50 @@
+"""``threshold worker``: join a study and run its trials in this process, until it is done."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import typer
+
+from threshold.cli.common import (
+    CacheDir,
+    Device,
+    Heartbeat,
+    OldBatch,
+    Storage,
+    TrialsAtOnce,
+    refuse_old_batch,
+    run_guarded,
+)
+from threshold.config import Execution
+from threshold.report.notes import NOTE_RENDER
+from threshold.search.find import die_with_parent
+from threshold.search.record import storage_log_level
+from threshold.search.worker import run_worker
+
+
+def worker(
+    study: Annotated[str, typer.Option(help="Name of the study to join.")],
+    storage: Storage = None,
+    heartbeat: Heartbeat = None,
+    max_trials: Annotated[int | None, typer.Option(help="Stop after this many trials.")] = None,
+    quiet: Annotated[bool, typer.Option(help="Log warnings only.")] = False,
+    trials_at_once: TrialsAtOnce = 1,
+    batch: OldBatch = None,
+    device: Device = "auto",
+    cache_dir: CacheDir = None,
+) -> None:
+    """Join a study (from this or another machine) and run its trials until it is done."""
+
+    def body():
+        refuse_old_batch(batch)
+        die_with_parent()
+        level = logging.WARNING if quiet else logging.INFO
+        logging.basicConfig(level=level, format="%(asctime)s worker %(process)d %(message)s")
+        storage_log_level(level)
+        execution = Execution(storage, 1, trials_at_once, device, cache_dir=cache_dir)
+        execution = execution.but(heartbeat_s=heartbeat)
+        run_worker(study, execution, max_trials, notes=NOTE_RENDER)
+
+    run_guarded(body)
