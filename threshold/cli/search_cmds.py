@@ -325,6 +325,13 @@ def bench_search(
             " number; one per free core)."
         ),
     ] = 1,
+    rows: Annotated[
+        str,
+        typer.Option(
+            help="Rows of the families table to compute: sampler, grid, spread, oracle,"
+            " oracle_fit (each has its own random stream: the same numbers whichever are chosen)."
+        ),
+    ] = "sampler,grid,spread,oracle,oracle_fit",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Our sampler on simulated studies with known truth, family by family (see README)."""
@@ -374,6 +381,7 @@ def bench_search(
                 checkpoints=counts,
                 settings=with_overrides(policy_settings(defaults, chance=CHANCE), changed),
                 jobs=jobs,
+                rows=tuple(r.strip() for r in rows.split(",") if r.strip()),
             )
         result["overrides"] = changed
         if as_json:
@@ -560,6 +568,7 @@ def _print_bench_families(result: dict) -> None:
                 "spread": "spread, place and slope known",
                 "oracle": "oracle, shape known",
                 "oracle_stop": "oracle, to the precision",
+                "oracle_fit": "oracle, shape unknown (fitted)",
             }.get(key, f"{key}, stop off")
             table.add_row(
                 family,
