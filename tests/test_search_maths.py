@@ -616,13 +616,17 @@ def test_the_shape_unknown_oracle_places_few_sizes_and_its_fit_sharpens_with_run
     ds, sd, _ = _FitOracle.design(s, truth, np.random.default_rng(0), 48)
     assert len(ds) == 48 and 2 <= len(set(ds)) <= 4
     assert np.all(np.abs(s.x_of(np.array(ds)) - truth.x80) * truth.slope <= 3.2)
-    big = _FitOracle.scored(s, truth, np.random.default_rng(1), 768)
+    big = _FitOracle.scored(s, truth, *_FitOracle.runs(s, truth, np.random.default_rng(1), 768))
     assert big["sd_asymptotic"] == pytest.approx(sd / 4, rel=0.2)
     assert 0 < abs(big["error"]) < 3 * big["sd_asymptotic"]
     errors = {
         n: np.median(
             [
-                abs(_FitOracle.scored(s, t, np.random.default_rng(i), n)["error"])
+                abs(
+                    _FitOracle.scored(s, t, *_FitOracle.runs(s, t, np.random.default_rng(i), n))[
+                        "error"
+                    ]
+                )
                 for i, t in enumerate(
                     draw_family_truth(np.random.default_rng(10 + i), "plateau") for i in range(8)
                 )
@@ -672,6 +676,11 @@ def test_bench_families_rows_are_computed_alone_with_the_same_numbers():
     kw = {"n_studies": 1, "seed": 2, "families": ("graded",), "checkpoints": (6,)}
     alone = bench_families(rows=("oracle", "oracle_fit"), **kw)["families"]["graded"]
     assert set(alone) == {"oracle", "oracle_stop", "oracle_fit", "seconds"}
+    read = bench_families(rows=("oracle_fit_read",), **kw)["families"]["graded"]
+    assert (
+        set(read) == {"oracle_fit_read", "seconds"} and read["oracle_fit_read"]["median_runs"] == 6
+    )
+    assert 0 <= read["oracle_fit_read"]["coverage"] <= 1
     more = bench_families(rows=("grid", "oracle", "oracle_fit"), **kw)["families"]["graded"]
     for key in ("oracle", "oracle_stop", "oracle_fit"):
         assert alone[key] == more[key]

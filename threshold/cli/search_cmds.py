@@ -329,7 +329,9 @@ def bench_search(
         str,
         typer.Option(
             help="Rows of the families table to compute: sampler, grid, spread, oracle,"
-            " oracle_fit (each has its own random stream: the same numbers whichever are chosen)."
+            " oracle_fit, and oracle_fit_read (the shape-unknown oracle's runs read by our"
+            " posterior; not by default). Each has its own random stream: the same numbers"
+            " whichever are chosen."
         ),
     ] = "sampler,grid,spread,oracle,oracle_fit",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -569,6 +571,7 @@ def _print_bench_families(result: dict) -> None:
                 "oracle": "oracle, shape known",
                 "oracle_stop": "oracle, to the precision",
                 "oracle_fit": "oracle, shape unknown (fitted)",
+                "oracle_fit_read": "its runs, read by the posterior",
             }.get(key, f"{key}, stop off")
             table.add_row(
                 family,

@@ -44,7 +44,7 @@ from threshold.search.simulate import (
     run_policy_batched,
 )
 
-__all__ = ["METHODS", "ROWS", "bench_families", "bench_search"]
+__all__ = ["DEFAULT_ROWS", "METHODS", "ROWS", "bench_families", "bench_search"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,9 +58,12 @@ METHODS = ("policy", "policy_2w", "grid", "optuna_tpe", "optuna_qmc", *BATCHED)
 DEFAULT_METHODS = ("policy", "policy_2w", "grid", "optuna_tpe")
 # The families table's rows, each computed only when asked for: the sampler's trajectory (its
 # checkpoints and own stop), the grid, the spread design, the shape-known oracle (48 runs and
-# to the precision) and the shape-unknown one (``oracle_fit``). Each has its own random stream,
-# so a row's numbers do not depend on which others are computed.
-ROWS = ("sampler", "grid", "spread", "oracle", "oracle_fit")
+# to the precision) and the shape-unknown one (``oracle_fit``); on request (not by default), the
+# shape-unknown oracle's runs read by our posterior (``oracle_fit_read``): its placement without
+# its model. Each has its own random stream, so a row's numbers do not depend on which others
+# are computed.
+ROWS = ("sampler", "grid", "spread", "oracle", "oracle_fit", "oracle_fit_read")
+DEFAULT_ROWS = ROWS[:-1]
 
 
 def _aggregate(rows: list[dict], truths: np.ndarray) -> dict:
@@ -344,18 +347,23 @@ class _FitOracle:
         return cls.x80(settings, family, np.clip(start + root @ best.x, lo, hi))
 
     @classmethod
-    def scored(cls, settings: SearchSettings, truth, rng: np.random.Generator, n: int) -> dict:
-        """n runs at the design's sizes, read by the fit (``covered`` None: no interval)."""
+    def runs(cls, settings: SearchSettings, truth, rng: np.random.Generator, n: int):
+        """n runs at the design's sizes: ((d, accuracy) pairs, the design's x80 sd, its
+        parameters' covariance)."""
         ds, sd, cov = cls.design(settings, truth, rng, n)
-        runs = _runs_at(settings, truth, rng, ds)
+        return _runs_at(settings, truth, rng, ds), sd, cov
+
+    @classmethod
+    def scored(cls, settings: SearchSettings, truth, runs, sd: float, cov) -> dict:
+        """The runs read by the fit (``covered`` None: it gives no interval)."""
         x80 = cls.fit_x80(settings, truth.family, runs, cls.theta(truth), cov)
+        ds = np.array([d for d, _ in runs])
         return {
-            "runs": n,
-            "compute": float(settings.cost(np.array(ds)).sum()),
+            "runs": len(runs),
+            "compute": float(settings.cost(ds).sum()),
             "covered": None,
             "error": float(x80 - truth.x80),
             "sd_asymptotic": sd,
-            "sizes": sorted(set(ds)),
         }
 
 
@@ -401,7 +409,7 @@ def bench_families(
     grid_sizes: int = 16,
     grid_seeds: int = 3,
     jobs: int = 1,
-    rows: tuple[str, ...] = ROWS,
+    rows: tuple[str, ...] = DEFAULT_ROWS,
 ) -> dict:
     """The sampler on each truth family: one trajectory per study, scored after each number of
     runs in ``checkpoints`` with its stop switched off, and at its own stop (``_trajectory``).
@@ -424,10 +432,11 @@ def bench_families(
     x80) and estimates place, slope and ceiling from them by maximum likelihood: the error a
     design that must learn the curve's shape reaches with the true model.
 
-    ``rows`` names the rows to compute (``ROWS``; each with its own random stream, so the
-    same studies give the same numbers whichever are chosen). ``jobs`` processes share the
-    studies (each study is a function of its seeds alone, so the result is the same for any
-    ``jobs``); ``seconds`` is a family's CPU seconds, its studies' together.
+    ``rows`` names the rows to compute (``DEFAULT_ROWS``, or any of ``ROWS``; each with its
+    own random stream, so the same studies give the same numbers whichever are chosen).
+    ``jobs`` processes share the studies (each study is a function of its seeds alone, so the
+    result is the same for any ``jobs``); ``seconds`` is a family's CPU seconds, its studies'
+    together.
     """
     unknown = set(families) - set(FAMILIES)
     if unknown:
@@ -477,7 +486,7 @@ def _study(
     checkpoints: tuple[int, ...],
     sizes: tuple[int, ...],
     grid_seeds: int,
-    rows: tuple[str, ...] = ROWS,
+    rows: tuple[str, ...] = DEFAULT_ROWS,
 ) -> dict:
     """One study of ``bench_families``: each column's score (``_scored``, the oracles' own),
     by column name, and the CPU ``seconds`` it took."""
@@ -508,8 +517,12 @@ def _study(
         row["oracle_stop"] = oracle.scored(
             settings, truth, rngs[5], oracle.runs_to(settings.precision)
         )
-    if "oracle_fit" in rows:
-        row["oracle_fit"] = _FitOracle.scored(settings, truth, rngs[7], n)
+    if {"oracle_fit", "oracle_fit_read"} & set(rows):
+        runs, sd, cov = _FitOracle.runs(settings, truth, rngs[7], n)
+        if "oracle_fit" in rows:
+            row["oracle_fit"] = _FitOracle.scored(settings, truth, runs, sd, cov)
+        if "oracle_fit_read" in rows:
+            row["oracle_fit_read"] = _scored(settings, sorted(runs, reverse=True), truth.x80)
     seconds = time.process_time() - start
     logger.info(
         "%s study %d: %s runs to the own stop, %.1f CPU s",
