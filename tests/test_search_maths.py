@@ -571,6 +571,72 @@ def test_the_oracle_runs_where_runs_tell_most_and_needs_runs_as_seeds_spread():
     assert errors[64] < 0.5 * errors[4]
 
 
+@pytest.mark.parametrize(
+    "family", ["bimodal", "graded", "shallow", "partial", "plateau", "censored"]
+)
+def test_a_family_likelihood_is_its_sampler_s_and_places_the_truth(family):
+    """The shape-unknown oracle's seed models: each family's likelihood is a distribution (its
+    density and the clipped mass at 0 and 1 sum to 1) with the sampler's mean and share of runs
+    above 0.5, and the mean curve's where censoring does not hide learners; the curve's 80%
+    point, as a function of (place, slope, ceiling), is the truth's at the true parameters."""
+    from threshold.search.families import ceiling_of, curve_x80, draw_family_truth, log_likelihood
+
+    truth = draw_family_truth(np.random.default_rng(7), family, d80_range=(40.0, 40.0))
+    ceiling = ceiling_of(truth)
+    assert curve_x80(family, truth.mid, truth.slope, ceiling, 0.8, False) == pytest.approx(
+        truth.x80, abs=1e-9
+    )
+    ys = np.linspace(0.0, 1.0, 5001)[1:-1]
+    step, rng = ys[1] - ys[0], np.random.default_rng(1)
+    for z in np.array([-1.0, 0.0, 1.0]) / truth.slope:
+        lik = np.exp(log_likelihood(family, np.full(ys.size, z), ys, truth.slope, ceiling))
+        ends = np.exp(
+            log_likelihood(family, np.full(2, z), np.array([0.0, 1.0]), truth.slope, ceiling)
+        )
+        mean = (lik * ys).sum() * step + ends[1]
+        draws = np.array([truth.sample(rng, truth.mid + z) for _ in range(4000)])
+        assert lik.sum() * step + ends.sum() == pytest.approx(1.0, abs=0.01)
+        assert mean == pytest.approx(np.mean(draws), abs=0.02)
+        if family != "censored":
+            assert mean == pytest.approx(float(truth.mean(truth.mid + z)), abs=0.01)
+        above = lik[ys > 0.5].sum() * step + ends[1]
+        assert above == pytest.approx(np.mean(draws > 0.5), abs=0.03)
+
+
+def test_the_shape_unknown_oracle_places_few_sizes_and_its_fit_sharpens_with_runs():
+    """The oracle that must learn the slope and ceiling: its design puts the runs on two to four
+    sizes within 3 / slope of x80; its fitted x80 lands within three asymptotic sds of the truth
+    with many runs (the sd shrinking as 1 / sqrt(n)), and its median error over studies shrinks
+    as runs grow: it is a fit, not the truth read back."""
+    from threshold.search.benchmark import _FitOracle
+    from threshold.search.families import draw_family_truth
+
+    s = make_settings()
+    truth = draw_family_truth(np.random.default_rng(4), "graded", d80_range=(40.0, 40.0))
+    ds, sd, _ = _FitOracle.design(s, truth, np.random.default_rng(0), 48)
+    assert len(ds) == 48 and 2 <= len(set(ds)) <= 4
+    assert np.all(np.abs(s.x_of(np.array(ds)) - truth.x80) * truth.slope <= 3.2)
+    big = _FitOracle.scored(s, truth, *_FitOracle.runs(s, truth, np.random.default_rng(1), 768))
+    assert big["sd_asymptotic"] == pytest.approx(sd / 4, rel=0.2)
+    assert 0 < abs(big["error"]) < 3 * big["sd_asymptotic"]
+    errors = {
+        n: np.median(
+            [
+                abs(
+                    _FitOracle.scored(s, t, *_FitOracle.runs(s, t, np.random.default_rng(i), n))[
+                        "error"
+                    ]
+                )
+                for i, t in enumerate(
+                    draw_family_truth(np.random.default_rng(10 + i), "plateau") for i in range(8)
+                )
+            ]
+        )
+        for n in (6, 96)
+    }
+    assert errors[96] < 0.5 * errors[6]
+
+
 @pytest.mark.slow  # a minute of CPU; the default suite keeps test_bench_search_small
 def test_bench_families_small():
     from threshold.search.benchmark import bench_families
@@ -578,7 +644,17 @@ def test_bench_families_small():
     result = bench_families(n_studies=2, seed=3, families=("graded", "plateau"), checkpoints=(6, 9))
     for family in ("graded", "plateau"):
         rows = result["families"][family]
-        keys = {"6", "9", "stop", "grid", "spread", "oracle", "oracle_stop", "seconds"}
+        keys = {
+            "6",
+            "9",
+            "stop",
+            "grid",
+            "spread",
+            "oracle",
+            "oracle_stop",
+            "oracle_fit",
+            "seconds",
+        }
         assert set(rows) == keys
         assert rows["6"]["median_runs"] == 6 and rows["9"]["median_runs"] == 9
         assert rows["grid"]["compute_vs_grid"] == pytest.approx(1.0)
@@ -587,8 +663,29 @@ def test_bench_families_small():
             assert 0 <= rows[key]["coverage"] <= 1 and 0 <= rows[key]["within_20"] <= 1
         assert rows["oracle"]["coverage"] is None and rows["oracle"]["median_runs"] == 9
         assert rows["oracle_stop"]["coverage"] is None and rows["oracle_stop"]["median_runs"] >= 1
+        assert rows["oracle_fit"]["coverage"] is None and rows["oracle_fit"]["median_runs"] == 9
     with pytest.raises(ConfigError, match="families"):
         bench_families(n_studies=1, families=("smooth",))
+
+
+def test_bench_families_rows_are_computed_alone_with_the_same_numbers():
+    """``rows`` computes only the rows asked for, each from its own stream: the oracles' rows
+    alone are those of a study that also ran the grid, and a row not known is refused."""
+    from threshold.search.benchmark import bench_families
+
+    kw = {"n_studies": 1, "seed": 2, "families": ("graded",), "checkpoints": (6,)}
+    alone = bench_families(rows=("oracle", "oracle_fit"), **kw)["families"]["graded"]
+    assert set(alone) == {"oracle", "oracle_stop", "oracle_fit", "seconds"}
+    read = bench_families(rows=("oracle_fit_read",), **kw)["families"]["graded"]
+    assert (
+        set(read) == {"oracle_fit_read", "seconds"} and read["oracle_fit_read"]["median_runs"] == 6
+    )
+    assert 0 <= read["oracle_fit_read"]["coverage"] <= 1
+    more = bench_families(rows=("grid", "oracle", "oracle_fit"), **kw)["families"]["graded"]
+    for key in ("oracle", "oracle_stop", "oracle_fit"):
+        assert alone[key] == more[key]
+    with pytest.raises(ConfigError, match="rows"):
+        bench_families(rows=("truths",), **kw)
 
 
 def test_a_bench_study_reads_its_own_stop_and_checkpoints_off_one_trajectory():

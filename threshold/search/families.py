@@ -32,13 +32,22 @@ from functools import lru_cache
 
 import numpy as np
 from scipy.optimize import brentq
-from scipy.special import expit, ndtr
+from scipy.special import betainc, expit, ndtr
 
 from threshold.errors import ConfigError
 from threshold.search.posterior import level_target
 from threshold.search.simulate import ResponseModel, listops_params, make_truth, sample_accuracy
 
-__all__ = ["FAMILIES", "FamilyTruth", "draw_family_truth"]
+__all__ = [
+    "CEILINGS",
+    "FAMILIES",
+    "FamilyTruth",
+    "ceiling_of",
+    "curve_x80",
+    "draw_family_truth",
+    "fit_bounds",
+    "log_likelihood",
+]
 
 CHANCE = 0.15  # unlearned runs of ListOps mod 10 (majority rate); the search is told this
 D80_RANGE = (10.0, 200.0)  # true transitions, log-uniform in d
@@ -216,6 +225,16 @@ _SLOPES = {
 }
 
 
+CEILINGS = {
+    "bimodal": (0.9, 1.0),  # the family draws none (its learned mean is 0.975): the fit's range
+    "censored": (0.9, 1.0),
+    "graded": (0.9, 0.99),  # where learners end
+    "shallow": (0.9, 0.99),
+    "partial": (0.9, 0.99),
+    "plateau": (0.7, 2.0),  # nats from learning to passing the plateau
+}
+
+
 def draw_family_truth(
     rng: np.random.Generator,
     family: str,
@@ -231,15 +250,146 @@ def draw_family_truth(
     d80 = float(np.exp(rng.uniform(*np.log(d80_range))))
     slope = float(np.exp(rng.uniform(*np.log(_SLOPES[family]))))
     extra: tuple[float, ...] = ()
-    if family in ("graded", "shallow", "partial"):
-        extra = (float(rng.uniform(0.9, 0.99)),)  # where learners end
-    elif family == "plateau":
-        extra = (float(rng.uniform(0.7, 2.0)),)  # nats from learning to passing the plateau
+    if family in ("graded", "shallow", "partial", "plateau"):
+        extra = (float(rng.uniform(*CEILINGS[family])),)
     base = make_truth_at(FamilyTruth(family, 0.0, slope, 1.0, CHANCE, 0.0))
-    probe = FamilyTruth(family, 0.0, slope, base.asymptote, base.chance, 0.0, extra)
+    z80, hi, lo = _located(
+        family, slope, base.asymptote, base.chance, extra, level, chance_corrected
+    )
+    x80 = float(np.log(listops_params(d80)))
+    return FamilyTruth(family, x80 - z80, slope, hi, lo, x80, extra)
+
+
+def _located(family, slope, asymptote, chance, extra, level, chance_corrected):
+    """(z80, hi, lo) of a family's curve with its midpoint at 0: where its mean reaches the level,
+    and its limits at large and small size."""
+    probe = FamilyTruth(family, 0.0, slope, asymptote, chance, 0.0, extra)
     hi, lo = float(probe.mean(60.0 / slope)), float(probe.mean(-60.0 / slope))
     target = float(level_target(hi, lo, level, chance_corrected))
     span = 60.0 / slope
     z80 = brentq(lambda z: float(probe.mean(z)) - target, -span, span, xtol=1e-6)
-    x80 = float(np.log(listops_params(d80)))
-    return FamilyTruth(family, x80 - z80, slope, hi, lo, x80, extra)
+    return z80, hi, lo
+
+
+# --- the seed models as likelihoods (the benchmark's shape-unknown oracle fits them) ------------
+#
+# A family's curve has three free parameters: its place (mid), its slope, and a "ceiling" of the
+# family's own kind: the learned runs' mean (bimodal, censored), where learners end (graded,
+# shallow, partial) or the nats from learning to passing the plateau (plateau). The rest of each
+# seed model (noise sds, chance, partial share, censoring) is the family's constant.
+
+
+def fit_bounds(family: str) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The ranges the family draws its truths' slope (per nat) and ceiling from."""
+    return _SLOPES[family], CEILINGS[family]
+
+
+def ceiling_of(truth: FamilyTruth) -> float:
+    """The truth's ceiling parameter (see ``CEILING_BOUNDS``)."""
+    return truth.extra[0] if truth.extra else _BIMODAL.learned_mean
+
+
+def curve_x80(
+    family: str, mid: float, slope: float, ceiling: float, level: float, chance_corrected: bool
+) -> float:
+    """The 80% point (x units) of the family's curve with these parameters: where its mean
+    reaches the level, as ``draw_family_truth`` places the truth (the same function of them)."""
+    if family in ("bimodal", "censored"):
+        base = make_truth(ResponseModel(learned_mean=ceiling), 20.0, slope)
+        z80, _, _ = _located(
+            family, slope, base.asymptote, base.chance, (), level, chance_corrected
+        )
+    else:
+        z80, _, _ = _located(family, slope, 1.0, CHANCE, (ceiling,), level, chance_corrected)
+    return mid + z80
+
+
+def _clipped_normal(y, mean, sd):
+    """Likelihood of y under N(mean, sd) clipped to [0, 1]: the density inside, the clipped mass
+    at 0 and 1 (the measure every component shares: densities plus atoms at the ends)."""
+    u = (y - mean) / sd
+    dens = np.exp(-0.5 * u * u) / (sd * np.sqrt(2 * np.pi))
+    return np.where(y >= 1.0, ndtr(-(1.0 - mean) / sd), np.where(y <= 0.0, ndtr(-mean / sd), dens))
+
+
+BIN = 0.005  # the resolution the bimodal likelihood reads partial runs' scores to
+
+
+def _lik_bimodal(z, y, slope, ceiling, censored=False):
+    model = ResponseModel(learned_mean=ceiling)
+    asym, c = make_truth(model, 20.0, slope).asymptote, model.unlearned_mean
+    p = expit(slope * z)
+    r = model.partial_rate * 4 * p * (1 - p)
+    alpha, beta = np.maximum(2 * p, 1e-3), np.maximum(2 * (1 - p), 1e-3)
+    # The partial runs' beta density is unbounded at its ends, and its upper end moves with the
+    # ceiling: read as a density, a learned run just under it would pull the fit there. Read
+    # to a bin of 0.005 instead (what a score on some thousand examples tells), it is bounded
+    # and continuous in the ceiling.
+    s_lo, s_hi = ((y + h - c) / (asym - c) for h in (-BIN / 2, BIN / 2))
+    partial = (
+        betainc(alpha, beta, np.clip(s_hi, 0, 1)) - betainc(alpha, beta, np.clip(s_lo, 0, 1))
+    ) / BIN
+    learned = _clipped_normal(y, model.learned_mean, model.learned_sd)
+    unlearned = _clipped_normal(y, c, model.unlearned_sd)
+    lik = r * partial + (1 - r) * (p * learned + (1 - p) * unlearned)
+    if not censored:
+        return lik
+    # Learners (score above 0.5) near the transition read as failures (``_sample_censored``).
+    kappa = expit(-4.0 * (z - 0.3))
+    above = r * (1 - betainc(alpha, beta, (0.5 - c) / (asym - c))) + (1 - r) * p * ndtr(
+        (model.learned_mean - 0.5) / model.learned_sd
+    )
+    return lik * np.where(y > 0.5, 1 - kappa, 1.0) + kappa * above * unlearned
+
+
+def _lik_graded(z, y, slope, ceiling):
+    q = ndtr(slope * z)
+    return _clipped_normal(y, CHANCE + (ceiling - CHANCE) * q, _graded_sd(q))
+
+
+def _lik_shallow(z, y, slope, ceiling):
+    p = _cloglog(slope * z)
+    return p * _clipped_normal(y, ceiling, 0.02) + (1 - p) * _clipped_normal(y, CHANCE, 0.04)
+
+
+_W = np.linspace(-10.0, 10.0, 321)  # the logit of a partial seed's share, nodes 0.0625 apart:
+# the narrowest peak (noise 0.02 over the share's steepest rise, 0.84 / 4 per unit) has an sd
+# of 0.095, and the trapezoid rule on a normal with nodes 0.7 sd apart errs by about e^-40;
+# beyond +-10 the share is 0 or 1 to 5e-5
+
+
+def _lik_partial(z, y, slope, ceiling):
+    mu, sd = slope * z[:, None], PARTIAL_OFFSET_SD * slope  # the logit share ~ N(mu, sd)
+    step = _W[1] - _W[0]
+    weight = np.exp(-0.5 * ((_W[None, :] - mu) / sd) ** 2) * step / (sd * np.sqrt(2 * np.pi))
+    mean = CHANCE + (ceiling - CHANCE) * expit(_W)  # (W,)
+    inner = (weight * _clipped_normal(y[:, None], mean[None, :], 0.02)).sum(axis=1)
+    low, high = ndtr((_W[0] - mu[:, 0]) / sd), ndtr((mu[:, 0] - _W[-1]) / sd)
+    return inner + low * _clipped_normal(y, CHANCE, 0.02) + high * _clipped_normal(y, ceiling, 0.02)
+
+
+def _lik_plateau(z, y, slope, ceiling):
+    p = expit(slope * z)
+    r = expit(3.0 * (z - ceiling))
+    learned = r * _clipped_normal(y, PLATEAU_TOP, 0.01) + (1 - r) * _clipped_normal(
+        y, PLATEAU, 0.02
+    )
+    return (1 - p) * _clipped_normal(y, CHANCE, 0.04) + p * learned
+
+
+_LIK = {
+    "bimodal": _lik_bimodal,
+    "censored": lambda z, y, slope, ceiling: _lik_bimodal(z, y, slope, ceiling, censored=True),
+    "graded": _lik_graded,
+    "shallow": _lik_shallow,
+    "partial": _lik_partial,
+    "plateau": _lik_plateau,
+}
+
+
+def log_likelihood(family: str, z, y, slope: float, ceiling: float) -> np.ndarray:
+    """ln of each run's likelihood under the family's own seed model: z = x - mid, y its score
+    (both (N,)); floored at 1e-300 so that a run the parameters cannot make counts as very
+    unlikely, not as impossible."""
+    z, y = np.asarray(z, dtype=float), np.asarray(y, dtype=float)
+    return np.log(np.maximum(_LIK[family](z, y, slope, ceiling), 1e-300))

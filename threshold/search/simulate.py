@@ -27,6 +27,7 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+import optuna
 from scipy.special import expit, logit, ndtr
 
 from threshold.search.fit import bootstrap_interval, fit_logistic
@@ -234,14 +235,12 @@ def run_fixed_design(
 def _quiet_optuna():
     """Optuna logs every trial at INFO and warns that QMC is experimental; both are noise here.
     The verbosity is restored afterwards."""
-    import optuna
-
     before = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(logging.WARNING)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            yield optuna
+            yield
     finally:
         optuna.logging.set_verbosity(before)
 
@@ -259,7 +258,7 @@ def run_optuna(
     """Plain Optuna (in-memory study): minimise |accuracy - level * best accuracy so far| over
     d_model (integer, log scale) for n_trials, then the same fit and bootstrap as the grid."""
     seed = int(rng.integers(2**31))
-    with _quiet_optuna() as optuna:
+    with _quiet_optuna():
         if sampler == "tpe":
             chosen = optuna.samplers.TPESampler(seed=seed, n_startup_trials=5, multivariate=True)
         elif sampler == "qmc":
