@@ -13,7 +13,8 @@ import pytest
 from optuna.trial import TrialState
 
 from threshold.search import record
-from threshold.search.record import study_rows, trial_checkpoint
+from threshold.search.artifacts import trial_checkpoint
+from threshold.search.record import study_rows
 from threshold.search.study import open_storage
 from threshold.tasks import load_task_data
 from threshold.train.checkpoint import load_checkpoint
