@@ -495,6 +495,36 @@ def test_the_size_offset_sd_is_learned_from_the_runs():
         post.PosteriorSettings(size_logit_sds=(0.3, 1.2), size_logit_weights=(1.0,))
 
 
+def test_slope_weights_set_the_slope_prior():
+    """Slope weights give each slope its share of the prior (even weights: the default exactly),
+    and runs near the 80% point, which tell the slope poorly, leave a narrower interval when the
+    prior leans to steep slopes."""
+    from threshold.search import posterior as post
+
+    even = post.make_grid(post.PosteriorSettings(), CHANCE, 0.8, False, 8.0, 12.0)
+    same = post.make_grid(
+        post.PosteriorSettings(slope_weights=(2.0,) * 8), CHANCE, 0.8, False, 8.0, 12.0
+    )
+    np.testing.assert_array_equal(even.log_prior, same.log_prior)
+    weights = (0.1, 0.3, 1, 1, 1, 1, 1, 1)
+    steep = post.make_grid(
+        post.PosteriorSettings(slope_weights=weights), CHANCE, 0.8, False, 8.0, 12.0
+    )
+    mass = [np.exp(steep.log_prior[steep.slope == s]).sum() for s in steep.slopes]
+    np.testing.assert_allclose(mass, np.asarray(weights) / sum(weights))
+    x = np.repeat([9.8, 10.2], 12)
+    y = np.where(np.tile(np.arange(12) / 12, 2) < np.repeat([0.3, 0.8], 12), 0.97, CHANCE)
+    ratios = [
+        post.summarize(
+            g, post.normalize(g.log_prior + post.log_likelihood(g, x, y)), 8.0, 12.0
+        ).ratio
+        for g in (even, steep)
+    ]
+    assert ratios[1] < 0.95 * ratios[0]
+    with pytest.raises(ConfigError, match="slope_weights"):
+        post.PosteriorSettings(slope_weights=(1.0, 2.0))
+
+
 def test_repeats_pay_for_bimodal_seeds_not_for_graded_runs():
     from threshold.search.policy import posterior_of, repeat_discount
     from threshold.search.posterior import normalize

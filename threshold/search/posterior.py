@@ -89,6 +89,9 @@ class PosteriorSettings:
     # Slopes per nat of parameters, log-spaced because only ratios matter. 0.7 spreads 10%..90%
     # of learning over a factor 500 in parameters (a shallow, graded curve); 12 over a factor 1.4.
     slopes: tuple[float, ...] = (0.7, 1.0, 1.5, 2.3, 3.5, 5.2, 7.9, 12.0)
+    # Prior weight of each slope (() for even). Runs near the 80% point tell the slope poorly,
+    # so this prior sets how wide an interval they leave.
+    slope_weights: tuple[float, ...] = ()
     # Asymptotes: learned runs of a hard op can plateau well below 1 (MUL in S_3 at 0.6-0.9).
     # 0.05 apart with sd_learned 0.03: the step is no coarser than the seed spread of learned runs.
     asymptotes: tuple[float, ...] = tuple(round(0.4 + 0.05 * i, 2) for i in range(13))
@@ -179,6 +182,12 @@ class PosteriorSettings:
         if weights and (len(weights) != len(sds) or min(weights) <= 0):
             raise ConfigError(
                 f"size_logit_weights {weights} must be empty or one positive weight per sd"
+            )
+        weights = tuple(float(v) for v in self.slope_weights)
+        object.__setattr__(self, "slope_weights", weights)
+        if weights and (len(weights) != len(self.slopes) or min(weights) <= 0):
+            raise ConfigError(
+                f"slope_weights {weights} must be empty or one positive weight per slope"
             )
         if not self.prune_nats > 0:
             raise ConfigError(f"prune_nats {self.prune_nats} is not allowed: use a value > 0")
@@ -387,9 +396,10 @@ def make_grid(
     slopes = np.asarray(settings.slopes)  # (S,)
     kappas = np.asarray(settings.concentrations)  # (K,)
     m, s, k, a = np.meshgrid(
-        anchors, slopes, np.arange(kappas.size), np.arange(asym.size), indexing="ij"
+        anchors, np.arange(slopes.size), np.arange(kappas.size), np.arange(asym.size), indexing="ij"
     )  # (M, S, K, A) each
-    anchor, slope, kappa_index, asym_index = m.ravel(), s.ravel(), k.ravel(), a.ravel()  # (H,)
+    anchor, slope_index, kappa_index, asym_index = m.ravel(), s.ravel(), k.ravel(), a.ravel()
+    slope = slopes[slope_index]  # (H,)
     mid = anchor - float(logit(f0)) / slope  # (H,)
     # x80 of each (midpoint, slope, ceiling), broadcast over the concentrations
     mid_msa = mid.reshape(m.shape)[:, :, 0, :]  # (M, S, A)
@@ -399,7 +409,11 @@ def make_grid(
     )  # (M, S, A)
     x80 = np.broadcast_to(x80_msa[:, :, None, :], m.shape).ravel()  # (H,)
     ceiling = _ceiling_log_prior(settings, asym, gaps)  # (A,)
-    log_prior = ceiling[asym_index] - np.log(asym_index.size / asym.size)  # (H,)
+    weights = np.asarray(settings.slope_weights or np.ones(slopes.size))  # (S,)
+    slope_prior = np.log(weights / weights.sum())  # (S,)
+    log_prior = (
+        ceiling[asym_index] + slope_prior[slope_index] - np.log(anchors.size * kappas.size)
+    )  # (H,)
     inner = np.linspace(0.0, 1.0, settings.n_bins + 1)[1:-1]  # (B - 1,)
     node_bins = _bins_of(_node_cdfs(inner, asym, float(chance), settings))  # (L, A, B)
     stalled = ndtr((inner[None, :] - (asym - gaps)[:, None]) / settings.sd_learned)  # (A, B - 1)
