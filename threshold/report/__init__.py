@@ -10,14 +10,9 @@ writer is imported from its module, not from here: it loads matplotlib and plotl
 studies does not need.
 """
 
-from threshold.report.data import (
-    Collected,
-    StudyData,
-    collect,
-    dense_grid,
-    read_transfer,
-    step_cost,
-)
+from threshold.report.data import Collected, StudyData
+from threshold.report.efficiency import dense_grid, step_cost
+from threshold.report.reading import collect, read_transfer
 from threshold.report.results import load_results
 
 __all__ = [
