@@ -236,6 +236,12 @@ class BudgetRow:
     def located(self) -> bool:
         return self.transition is None or self.transition["kind"] == "point"
 
+    @property
+    def unchecked(self) -> bool:
+        """The runs' accuracies at this checkpoint are not kept (a results.json from before
+        they were): only the sizes were checked (threshold.search.bounds.sizes_only)."""
+        return self.transition is not None and not self.transition["checked"]
+
 
 @dataclass(frozen=True)
 class RecipeView:
@@ -289,6 +295,11 @@ class Report:
     @property
     def any_factor(self) -> bool:
         return any(g.baseline for g in self.groups)
+
+    @property
+    def any_unchecked(self) -> bool:
+        """Some budget row was checked by its sizes alone: the pages say what that means."""
+        return any(b.unchecked for b in self.budget)
 
     def to_json(self) -> dict:
         """``results.json``: the view as plain JSON, with the transitions table flat as
