@@ -63,15 +63,7 @@ def comparison_figure(groups, styles: dict, path: Path) -> Path:
         if not row.located:
             t = row.transition
             if t["params"] is not None:  # one-sided: an arrowhead at the bound
-                left.plot(
-                    [t["params"]],
-                    [yi],
-                    marker="4" if t["kind"] == "lower bound" else "3",
-                    markersize=12,
-                    markeredgewidth=2,
-                    color=color,
-                    linestyle="none",
-                )
+                _arrowhead(left, t["params"], yi, t["kind"] == "lower bound", color)
             left.text(
                 0.02,
                 yi,
@@ -114,25 +106,8 @@ def comparison_figure(groups, styles: dict, path: Path) -> Path:
             other = r.kind == "size ratio"
             if r.form != "point":
                 value, least = r.bound["value"], r.form == "lower bound"
-                right.plot(
-                    [value],
-                    [yi],
-                    marker="4" if least else "3",
-                    markersize=12,
-                    markeredgewidth=2,
-                    color=styles[row.name][0],
-                    linestyle="none",
-                )
-                right.annotate(
-                    f"{'>=' if least else '<='} {value:.2g}x",
-                    (value, yi),
-                    textcoords="offset points",
-                    xytext=(0, 6),
-                    ha="center",
-                    va="bottom",
-                    fontsize=7.5,
-                    color="0.25",
-                )
+                _arrowhead(right, value, yi, least, styles[row.name][0])
+                _factor_label(right, f"{'>=' if least else '<='} {value:.2g}x", value, yi)
                 continue
             right.errorbar(
                 [r.factor],
@@ -144,16 +119,7 @@ def comparison_figure(groups, styles: dict, path: Path) -> Path:
                 markersize=5,
                 mfc="white" if other else styles[row.name][0],
             )
-            right.annotate(
-                f"{r.factor:.2g}x",
-                (r.factor, yi),
-                textcoords="offset points",
-                xytext=(0, 6),
-                ha="center",
-                va="bottom",
-                fontsize=7.5,
-                color="0.25",
-            )
+            _factor_label(right, f"{r.factor:.2g}x", r.factor, yi)
         right.set_xscale("log")
         right.margins(x=0.15)  # room for a bound's arrowhead and its label at the edge
         log_ticks(right.xaxis, lambda v, _p: f"{v:g}x")
@@ -164,6 +130,18 @@ def comparison_figure(groups, styles: dict, path: Path) -> Path:
             "factor, 90% interval" + (" (hollow: another op)" if hollow else ""), fontsize=9.5
         )
     return save_png(fig, path)
+
+
+def _arrowhead(ax, x: float, y: float, lower: bool, color: str) -> None:
+    """A one-sided value: an arrowhead at ``x`` pointing the way it lies (right: at least)."""
+    ax.plot([x], [y], marker="4" if lower else "3", markersize=12, markeredgewidth=2,
+            color=color, linestyle="none")  # fmt: skip
+
+
+def _factor_label(ax, text: str, x: float, y: float) -> None:
+    """A factor's value written just above its marker."""
+    ax.annotate(text, (x, y), textcoords="offset points", xytext=(0, 6), ha="center",
+                va="bottom", fontsize=7.5, color="0.25")  # fmt: skip
 
 
 def _within(label: str, baseline: str) -> str:
