@@ -121,3 +121,39 @@ def test_an_interrupted_trial_is_enqueued_again_and_goes_on(tmp_path, monkeypatc
     assert done.value == alone.accuracy["max"]
     assert done.intermediate_values == reported and min(reported) == 50
     assert json.loads(done.user_attrs[record.ACCURACY]) == alone.accuracy
+
+
+def test_a_retry_reports_no_step_twice(tmp_path, monkeypatch, recwarn):
+    """A retry holds the accuracies its failed trial reported; its run, resumed from an older
+    state or from step 0, comes to those steps again. They are not reported again (Optuna would
+    warn "already reported" once a step), the values held stand, and the later steps are
+    reported: the trial ends with every step's accuracy."""
+    monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))
+    settings = StudySettings.from_options(
+        "max", mod=5, depth=1, n_train=1000, n_test=100, steps=80, d_lo=4, d_hi=16, budget=4
+    )
+    settings = replace(settings, train=replace(settings.train, eval_every=20))
+    url = f"sqlite:///{tmp_path}/s.db"
+    name = create_or_load_study(settings, open_storage(url), "again").study_name
+    execution = Execution(url, 1, 1, "cpu", 5, tmp_path)
+    assert run_worker(name, execution, max_trials=1) == 1
+    study = optuna.load_study(study_name=name, storage=url)
+    (first,) = study.get_trials()
+    assert sorted(first.intermediate_values) == [20, 40, 60, 80]
+    # The retry of a run cut after step 40, whose state is gone (the run trains from step 0):
+    # it holds the cut trial's accuracies, made up here to tell them from the run's own.
+    held = {20: 0.11, 40: 0.22}
+    study.add_trial(
+        optuna.create_trial(
+            state=TrialState.WAITING, params=first.params, distributions=first.distributions,
+            user_attrs={"seed": first.user_attrs["seed"]}, intermediate_values=held,
+        )
+    )  # fmt: skip
+    recwarn.clear()
+    assert run_worker(name, execution, max_trials=1) == 1
+    assert not [w for w in recwarn if "already reported" in str(w.message)]
+    retry = optuna.load_study(study_name=name, storage=url).get_trials()[1]
+    assert retry.state == TrialState.COMPLETE
+    assert retry.intermediate_values == held | {
+        s: v for s, v in first.intermediate_values.items() if s not in held
+    }

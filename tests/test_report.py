@@ -118,7 +118,7 @@ def test_each_study_is_compared_with_the_baseline_of_its_testbed(report_studies)
     from dataclasses import replace
 
     from threshold.report import collect
-    from threshold.report.data import compare
+    from threshold.report.factors import compare
 
     a, b = report_studies["a"], report_studies["b"]
     studies = collect(report_studies["url"], [a, b], [a]).studies
@@ -383,7 +383,7 @@ STRAY_RUNS = [
 def test_doubtful_estimates_are_flagged(tmp_path):
     import json
 
-    from threshold.report.data import collect
+    from threshold.report.reading import collect
     from threshold.search.fit import transition_estimate
     from threshold.search.sampler import PARAM, policy_settings
     from threshold.search.spec import StudySettings

@@ -74,3 +74,31 @@ def test_a_report_shows_the_estimate_and_factor_at_each_checkpoint(studies):
         assert {k: pytest.approx(v) for k, v in r.items()} == m
     stored = json.loads((out / "results.json").read_text())
     assert any(s["data"]["budget"] for s in stored["studies"])
+
+
+UNCHECKED = "the runs' accuracies at that checkpoint are not kept"
+
+
+def test_the_unchecked_sentence_only_where_a_row_is_unchecked(studies):
+    """Read from storage, every checkpoint keeps its runs' accuracies: no row is unchecked and
+    the pages do not explain the word. A results.json from before they were kept (no "runs" at
+    the half-way checkpoint) marks those rows unchecked, and the pages say what that means."""
+    url, (alone, joint, _), tmp = studies
+    out = tmp / "unchecked-none"
+    results = write_report(collect(url, [alone, joint], [alone]), out)
+    assert results["budget"]
+    assert UNCHECKED not in (out / "summary.md").read_text()
+    assert UNCHECKED not in (out / "index.html").read_text()
+    assert "(unchecked)" not in (out / "summary.md").read_text()
+
+    older = json.loads((out / "results.json").read_text())
+    for s in older["studies"]:
+        for b in s["data"]["budget"]:
+            if b["step"] == 40:
+                del b["runs"]
+    (out / "results.json").write_text(json.dumps(older))
+    again = tmp / "unchecked-some"
+    write_report(load_results(out / "results.json"), again)
+    summary, html = (again / "summary.md").read_text(), (again / "index.html").read_text()
+    assert UNCHECKED in summary and UNCHECKED in html
+    assert "(unchecked)" in summary and ">unchecked</span>" in html

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from threshold.errors import ConfigError, ThresholdError
-from threshold.report.data import Collected, StudyData, compare, judge, label, x80_marginal
+from threshold.report.data import Collected, StudyData, judge, label
+from threshold.report.factors import compare, x80_marginal
 from threshold.search.fit import transition_posterior
 from threshold.search.sampler import policy_settings
 from threshold.search.spec import StudySettings

@@ -20,10 +20,12 @@ from plotly.offline import get_plotlyjs
 from threshold.errors import ConfigError
 from threshold.meta import git_commit
 from threshold.report import figures
-from threshold.report.data import GRID_SEEDS, GRID_SIZES, Collected, Progress
+from threshold.report.build import build
+from threshold.report.data import Collected, Progress
+from threshold.report.efficiency import GRID_SEEDS, GRID_SIZES
 from threshold.report.render import render
 from threshold.report.results import FORMATS, RESULTS
-from threshold.report.view import Report, build
+from threshold.report.view import Report
 
 __all__ = ["PLOTLY_JS", "RESULTS", "check_output", "write_report"]
 

@@ -7,6 +7,11 @@ server and, through Optuna's fANOVA importance, scikit-learn: 1-1.5 s of CPU in 
 process, and a worker writes its study's note after each run. These functions write and read
 the keys of its ``save_note``, ``get_note`` and ``save_plotly_graph_object`` (optuna-dashboard
 0.21); ``tests/test_search_notes.py`` reads what they write with optuna-dashboard's own code.
+
+They reach the study's system attributes through ``study._storage``, as optuna-dashboard's own
+functions do: Optuna 5 has no public way to them from a study (``Study.set_system_attr`` and
+``Study.system_attrs`` are gone), and the dashboard reads a note and figures from nowhere else
+(user attributes it lists as such, not as the note).
 """
 
 from __future__ import annotations

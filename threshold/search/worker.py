@@ -164,10 +164,19 @@ def _record(run: _Trial, result: TrainResult, settings: StudySettings, store) ->
 
 
 def _reporter(trial: optuna.Trial, measure: str) -> Callable:
+    """Report the measured op's accuracy at each evaluation as the trial's intermediate value.
+
+    A retry (of an interrupted or a killed run) holds the accuracies its failed trial reported,
+    and its run resumes from a state saved up to a minute before the last of them, or from step 0
+    when the state is gone: those steps come again. They are skipped, read once here, so the
+    values held stand and Optuna does not warn "already reported" once a step.
+    """
+    held = set(trial.storage.get_trial(trial._trial_id).intermediate_values)
+
     def report(progress) -> None:
         raise_if_interrupted()  # a signal dropped inside a finalizer stops the run here
         acc = progress.val_accuracy.get(measure)
-        if acc is not None:
+        if acc is not None and progress.step not in held:
             trial.report(acc, progress.step)
 
     return report
@@ -243,13 +252,14 @@ def _run_batch(study, settings, data, store, sampler, k, execution, device, note
     the unfinished trials are told failed, and those interrupted are enqueued again to go on.
     """
     runs: list[_Trial] = []
+    reporters: list[Callable] = []  # runs[i]'s
     live: dict[int, _Trial] = {}
     cancelled = False
     measure = settings.task.measured_op
     reported: set[int] = set()
 
     def progress(i: int, p) -> None:  # called every eval_every steps and at the last
-        _reporter(runs[i].trial, measure)(p)
+        reporters[i](p)
         reported.add(i)
         if os.environ.get(HOLD_ENV) and len(reported) == len(live) == len(runs):
             _hold(study, len(runs), Path(os.environ[HOLD_ENV]))
@@ -286,6 +296,7 @@ def _run_batch(study, settings, data, store, sampler, k, execution, device, note
                     raise
                 live[len(runs)] = run
                 runs.append(run)
+                reporters.append(_reporter(trial, measure))
             _pretrain(runs, settings, execution.cache_dir, device)
             if runs:
                 members = [
