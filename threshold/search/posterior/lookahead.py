@@ -1,0 +1,118 @@
+"""The look-ahead: what one more run at a size is expected to do to the posterior.
+
+``expected_variances`` is the expected posterior variance of x80 (and of any other values of the
+hypotheses) after one more run at each candidate size, summed over that run's predicted outcomes
+in accuracy bins (``n_bins``); ``fantasy_update`` counts a pending run at its expected
+log-likelihood; ``seed_variance`` says how far seeds at a size are expected to disagree, and so
+how many repeats there can pay. The policy (:mod:`threshold.search.policy`) decides with them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from threshold.search.posterior.grid import (
+    Grid,
+    _dot,
+    _learn_prob,
+    _learned_split,
+    _passed_share,
+    _share_probs,
+)
+from threshold.search.posterior.likelihood import normalize
+
+__all__ = ["expected_variance", "expected_variances", "fantasy_update", "seed_variance"]
+
+
+def _outcome_bins(grid: Grid, x: float) -> np.ndarray:
+    """P(accuracy bin | hypothesis) of one run at x: (Q, A, B)."""
+    eps = grid.settings.outlier_weight
+    shares = _share_probs(grid, [x])[:, 0, :]  # (Q, L)
+    n_l, n_a, n_b = grid.node_bins.shape
+    bins = (shares[:, :-1] @ grid.node_bins[:-1].reshape(n_l - 1, -1)).reshape(-1, n_a, n_b)
+    passed = _passed_share(grid, [x])[..., 0]  # (C, A)
+    bins += _learned_split(shares[:, -1], passed, grid.node_bins[-1], grid.plateau_bins)
+    return (1.0 - eps) * bins + eps * grid.outlier_bins[None]  # (Q, A, B)
+
+
+def fantasy_update(grid: Grid, log_w: np.ndarray, x: float) -> np.ndarray:
+    """Log weights after a pending run at x, observed at its expected log-likelihood.
+
+    A pending run's outcome is unknown; multiplying each hypothesis by exp(E[log p(y | h)]), the
+    expectation over the current predictive distribution of y, shrinks the posterior about as much
+    as a typical outcome would without betting on one mode of a bimodal prediction.
+    """
+    bins = _outcome_bins(grid, x)  # (Q, A, B)
+    w = normalize(log_w).reshape(bins.shape[:2])  # (Q, A)
+    predictive = np.einsum("qa,qab->b", w, bins)  # (B,)
+    return log_w + (np.log(np.maximum(bins, 1e-300)) @ predictive).ravel()
+
+
+def expected_variance(
+    grid: Grid, w: np.ndarray, x: np.ndarray, values: np.ndarray | None = None
+) -> np.ndarray:
+    """Expected posterior variance of ``values`` (H,) (default x80) after one more run at each
+    size: (J,). x: (J,)."""
+    return expected_variances(grid, w, x, [grid.x80 if values is None else values])[0]
+
+
+def expected_variances(grid: Grid, w: np.ndarray, x: np.ndarray, values: list) -> np.ndarray:
+    """``expected_variance`` of each array in ``values`` (V arrays of shape (H,)): (V, J).
+
+    For outcome bin b, the moments s_m[b] = sum_h w_h z_h^m P(b | h) (z centred values) give the
+    posterior variance s2/s0 - (s1/s0)^2, weighted by P(b) = s0; P(b | h) is a sum over share
+    nodes, so the hypotheses are summed first, node by node: (Q x JL) @ (Q x A). The learned
+    node splits between the asymptote and the plateau by r, which depends on the (midpoint,
+    slope) pair: that part is summed pair by pair, (C, J, K) @ (C, K, A).
+    """
+    eps = grid.settings.outlier_weight
+    n_a = grid.asymptotes.size
+    x = np.atleast_1d(np.asarray(x, dtype=float))  # (J,)
+    shares = _share_probs(grid, x)  # (Q, J, L)
+    n_q, n_j, n_l = shares.shape
+    flat = shares.reshape(n_q, -1)  # (Q, J * L)
+    wq = w.reshape(n_q, n_a)  # (Q, A)
+    passed = _passed_share(grid, x).transpose(0, 2, 1)  # (C, J, A)
+    n_c = passed.shape[0]
+    learned = shares[:, :, -1].reshape(n_c, -1, n_j).transpose(0, 2, 1)  # (C, J, K)
+
+    def moment(v: np.ndarray) -> np.ndarray:  # (Q, A) -> (J, B)
+        g = (flat.T @ v).reshape(n_j, n_l, n_a)  # (J, L, A)
+        s = np.einsum("jla,lab->jb", g[:, :-1], grid.node_bins[:-1])  # (J, B)
+        per_pair = np.matmul(learned, v.reshape(n_c, -1, n_a))  # (C, J, A)
+        above = np.einsum("cja,cja->ja", per_pair, passed)  # (J, A)
+        s += above @ grid.node_bins[-1] + (g[:, -1] - above) @ grid.plateau_bins
+        return (1.0 - eps) * s + eps * (v.sum(axis=0) @ grid.outlier_bins)[None, :]
+
+    s0 = np.maximum(moment(wq), 1e-300)  # (J, B)
+    out = []
+    for v in values:
+        z = (v - _dot(w, v)).reshape(n_q, n_a)  # (Q, A) centred, for accuracy
+        wz = wq * z
+        s1, s2 = moment(wz), moment(wz * z)
+        out.append((s2 - s1**2 / s0).sum(axis=1))  # (J,)
+    return np.array(out)  # (V, J)
+
+
+def seed_variance(grid: Grid, w: np.ndarray, x) -> np.ndarray:
+    """Posterior mean of the seed variance of accuracy at sizes x (J,): (J,).
+
+    Within one hypothesis the score varies by ``(m - c)^2 p (1 - p) / (kappa + 1)`` (the beta
+    share; m = A - gap (1 - r) is where learned runs sit on average), by ``p r (1 - r) gap^2``
+    (learned runs split between plateau and asymptote) and by the partial runs' noise; the mean
+    over the posterior says how far seeds at x disagree, and so how many repeats there can pay.
+    """
+    n_k, n_a = grid.kappas.size, grid.asymptotes.size
+    x = np.atleast_1d(np.asarray(x, dtype=float))  # (J,)
+    p = _learn_prob(grid, x)  # (C, J)
+    passed = _passed_share(grid, x)  # (C, A, J)
+    gap = grid.gaps[None, :, None]  # (1, A, 1)
+    lift2 = (grid.asymptotes[None, :, None] - gap * (1.0 - passed) - grid.chance) ** 2
+    wc = w.reshape(-1, n_k, n_a)  # (C, K, A)
+    cfg = grid.settings
+    shares = grid.partial_shares  # (K,)
+    factor = (1.0 - shares) / (grid.kappas + 1.0) + shares / (cfg.partial_kappa + 1.0)  # (K,)
+    w_share = np.einsum("cka,k->ca", wc, factor)  # (C, A)
+    spread = np.einsum("ca,caj,cj->j", w_share, lift2, p * (1.0 - p))  # (J,)
+    split = np.einsum("ca,caj,cj->j", wc.sum(axis=1), passed * (1.0 - passed) * gap**2, p)
+    return spread + split + grid.settings.sd_partial**2  # (J,)
