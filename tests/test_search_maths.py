@@ -711,11 +711,28 @@ def test_bench_families_rows_are_computed_alone_with_the_same_numbers():
         set(read) == {"oracle_fit_read", "seconds"} and read["oracle_fit_read"]["median_runs"] == 6
     )
     assert 0 <= read["oracle_fit_read"]["coverage"] <= 1
+    wide = bench_families(rows=("oracle_fit_wide",), **kw)["families"]["graded"]
+    assert set(wide) == {"oracle_fit_wide", "seconds"}
+    assert wide["oracle_fit_wide"]["coverage"] is None
+    assert wide["oracle_fit_wide"]["median_runs"] == 6
     more = bench_families(rows=("grid", "oracle", "oracle_fit"), **kw)["families"]["graded"]
     for key in ("oracle", "oracle_stop", "oracle_fit"):
         assert alone[key] == more[key]
     with pytest.raises(ConfigError, match="rows"):
         bench_families(rows=("truths",), **kw)
+
+
+def test_the_wide_fit_allows_every_family_s_slopes_and_the_posterior_s():
+    """``oracle_fit_wide`` fits the slope over the union of every family's range and the
+    posterior's grid (shallow's 0.5 to the grid's 12 by default), not the family's own."""
+    from threshold.search.benchmark import _FitOracle
+    from threshold.search.families import FAMILIES, fit_bounds
+
+    lo, hi = _FitOracle.any_slope(SearchSettings(TABLE, chance=CHANCE))
+    assert (lo, hi) == (0.5, 12.0)
+    for family in FAMILIES:
+        own_lo, own_hi = fit_bounds(family)[0]
+        assert lo <= own_lo and own_hi <= hi
 
 
 def test_a_bench_study_reads_its_own_stop_and_checkpoints_off_one_trajectory():

@@ -74,8 +74,9 @@ def bench_search(
         str,
         typer.Option(
             help="Rows of the families table to compute: sampler, grid, spread, oracle,"
-            " oracle_fit, and oracle_fit_read (the shape-unknown oracle's runs read by our"
-            " posterior; not by default). Each has its own random stream: the same numbers"
+            " oracle_fit, and, not by default, oracle_fit_read (the shape-unknown oracle's runs"
+            " read by our posterior) and oracle_fit_wide (its runs fitted with the slope free"
+            " over every family's range). Each has its own random stream: the same numbers"
             " whichever are chosen."
         ),
     ] = "sampler,grid,spread,oracle,oracle_fit",
@@ -195,6 +196,7 @@ def _print_bench_families(result: dict) -> None:
                 "oracle_stop": "oracle, to the precision",
                 "oracle_fit": "oracle, shape unknown (fitted)",
                 "oracle_fit_read": "its runs, read by the posterior",
+                "oracle_fit_wide": "its runs, fitted with any slope",
             }.get(key, f"{key}, stop off")
             table.add_row(
                 family,

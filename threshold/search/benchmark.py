@@ -60,10 +60,11 @@ DEFAULT_METHODS = ("policy", "policy_2w", "grid", "optuna_tpe")
 # checkpoints and own stop), the grid, the spread design, the shape-known oracle (48 runs and
 # to the precision) and the shape-unknown one (``oracle_fit``); on request (not by default), the
 # shape-unknown oracle's runs read by our posterior (``oracle_fit_read``): its placement without
-# its model. Each has its own random stream, so a row's numbers do not depend on which others
-# are computed.
-ROWS = ("sampler", "grid", "spread", "oracle", "oracle_fit", "oracle_fit_read")
-DEFAULT_ROWS = ROWS[:-1]
+# its model; and the same runs fitted with the slope free over every family's range and our
+# posterior's grid (``oracle_fit_wide``): what the fit reads without knowing the family's slopes.
+# Each has its own random stream, so a row's numbers do not depend on which others are computed.
+ROWS = ("sampler", "grid", "spread", "oracle", "oracle_fit", "oracle_fit_read", "oracle_fit_wide")
+DEFAULT_ROWS = ROWS[:-2]
 
 
 def _aggregate(rows: list[dict], truths: np.ndarray) -> dict:
@@ -319,15 +320,20 @@ class _FitOracle:
         return [d for d, c in zip(ds, counts, strict=True) for _ in range(c)], sd, cov
 
     @classmethod
-    def fit_x80(cls, settings: SearchSettings, family: str, runs, start, cov) -> float:
+    def fit_x80(
+        cls, settings: SearchSettings, family: str, runs, start, cov, wide: bool = False
+    ) -> float:
         """x80 of the curve whose parameters maximise the runs' likelihood within the ranges the
         family draws its truths from (``families.fit_bounds``; the place within 20 nats of the
         runs' sizes). Nelder-Mead in coordinates whitened by the design's asymptotic covariance
         ``cov`` (the ceiling is pinned far better than the place), from the true parameters
-        ``start`` and from the slope's two bounds; the best of the three."""
+        ``start`` and from the slope's two bounds; the best of the three. ``wide``: the slope
+        free over every family's range and the posterior's slopes instead of the family's."""
         x = settings.x_of(np.array([d for d, _ in runs]))
         y = np.array([v for _, v in runs])
         slopes, ceilings = fit_bounds(family)
+        if wide:
+            slopes = cls.any_slope(settings)
         lo = np.array([x.min() - 20.0, np.log(slopes[0]), ceilings[0]])
         hi = np.array([x.max() + 20.0, np.log(slopes[1]), ceilings[1]])
         root = np.linalg.cholesky(cov + 1e-12 * np.eye(3))
@@ -353,10 +359,21 @@ class _FitOracle:
         ds, sd, cov = cls.design(settings, truth, rng, n)
         return _runs_at(settings, truth, rng, ds), sd, cov
 
+    @staticmethod
+    def any_slope(settings: SearchSettings) -> tuple[float, float]:
+        """The slopes (per nat) a reader that serves every family must allow: every family's
+        range and the posterior's grid."""
+        ranges = [fit_bounds(family)[0] for family in FAMILIES]
+        grid = settings.posterior.slopes
+        return min(min(lo for lo, _ in ranges), *grid), max(max(hi for _, hi in ranges), *grid)
+
     @classmethod
-    def scored(cls, settings: SearchSettings, truth, runs, sd: float, cov) -> dict:
-        """The runs read by the fit (``covered`` None: it gives no interval)."""
-        x80 = cls.fit_x80(settings, truth.family, runs, cls.theta(truth), cov)
+    def scored(
+        cls, settings: SearchSettings, truth, runs, sd: float, cov, wide: bool = False
+    ) -> dict:
+        """The runs read by the fit (``covered`` None: it gives no interval); ``wide``: see
+        ``fit_x80``."""
+        x80 = cls.fit_x80(settings, truth.family, runs, cls.theta(truth), cov, wide)
         ds = np.array([d for d, _ in runs])
         return {
             "runs": len(runs),
@@ -517,10 +534,12 @@ def _study(
         row["oracle_stop"] = oracle.scored(
             settings, truth, rngs[5], oracle.runs_to(settings.precision)
         )
-    if {"oracle_fit", "oracle_fit_read"} & set(rows):
+    if {"oracle_fit", "oracle_fit_read", "oracle_fit_wide"} & set(rows):
         runs, sd, cov = _FitOracle.runs(settings, truth, rngs[7], n)
         if "oracle_fit" in rows:
             row["oracle_fit"] = _FitOracle.scored(settings, truth, runs, sd, cov)
+        if "oracle_fit_wide" in rows:
+            row["oracle_fit_wide"] = _FitOracle.scored(settings, truth, runs, sd, cov, wide=True)
         if "oracle_fit_read" in rows:
             row["oracle_fit_read"] = _scored(settings, sorted(runs, reverse=True), truth.x80)
     seconds = time.process_time() - start
