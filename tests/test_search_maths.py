@@ -440,7 +440,7 @@ def test_plateau_maths_agree_with_the_outcome_model():
     )
     grid = post.make_grid(cfg, CHANCE, 0.8, False, 8.0, 11.0)
     assert set(grid.gaps) == {0.0, 0.15}
-    mean = post._mean_curve(
+    mean = post.hypothesis._mean_curve(
         grid.mid, grid.slope, *(v[grid.asym_index] for v in (grid.asymptotes, grid.gaps)),
         grid.lengths[grid.asym_index], CHANCE, grid.x80,
     )  # fmt: skip
@@ -450,7 +450,7 @@ def test_plateau_maths_agree_with_the_outcome_model():
     x = np.array([9.0, 10.0])
     fast = post.expected_variance(grid, w, x)
     for j, xj in enumerate(x):
-        bins = post._outcome_bins(grid, float(xj)).reshape(w.size, -1)  # (H, B)
+        bins = post.lookahead._outcome_bins(grid, float(xj)).reshape(w.size, -1)  # (H, B)
         s0, s1 = w @ bins, (w * grid.x80) @ bins
         s2 = (w * grid.x80**2) @ bins
         assert fast[j] == pytest.approx(float(np.sum(s2 - s1**2 / s0)), rel=1e-6)

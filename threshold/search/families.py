@@ -1,6 +1,6 @@
 """Truth families for the search benchmark: ways runs end that the posterior was not written for.
 
-The posterior (``posterior.py``) assumes a logistic mean curve in ln(parameters), a beta-
+The posterior (``search.posterior``) assumes a logistic mean curve in ln(parameters), a beta-
 distributed learned share and normal noise. A benchmark whose simulator makes the same
 assumptions can only confirm them, so each family here breaks at least one:
 

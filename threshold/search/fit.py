@@ -5,7 +5,7 @@ The papers' method fits a four-parameter logistic, ``lower + (upper - lower) * s
 the transition off the fitted curve: x80, where it reaches ``level * upper`` (the paper's wording)
 or ``chance + level * (upper - chance)`` (chance-corrected). A pairs bootstrap (resample runs with
 replacement, refit) gives its interval. ``transition_estimate`` puts this fit beside the grid
-posterior of ``posterior.py``, whose median and 90% credible interval are the headline numbers:
+posterior of ``search.posterior``, whose median and 90% credible interval are the headline numbers:
 the posterior models bimodal seeds, the least-squares fit only the mean curve.
 
 ``reduction_factor`` compares two studies: the factor by which one study's 80% point lies below a

@@ -33,7 +33,6 @@ from threshold.search.posterior.hypothesis import (
     level_fraction,
     level_target,
 )
-from threshold.search.posterior.hypothesis import _mean_curve as _mean_curve
 from threshold.search.posterior.likelihood import (
     add_size,
     log_likelihood,
@@ -44,7 +43,6 @@ from threshold.search.posterior.likelihood import (
     size_log_likelihood_bounds,
     size_sums,
 )
-from threshold.search.posterior.lookahead import _outcome_bins as _outcome_bins
 from threshold.search.posterior.lookahead import (
     expected_variance,
     expected_variances,
@@ -59,8 +57,6 @@ from threshold.search.posterior.summaries import (
     weighted_quantiles,
 )
 
-# ``_mean_curve`` and ``_outcome_bins`` (``x as x``: kept, not public) are read by name by
-# tests/test_search_maths.py, which checks them against the public maths.
 __all__ = [
     "Grid",
     "PosteriorSettings",
