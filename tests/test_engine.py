@@ -20,7 +20,7 @@ from threshold.errors import ConfigError
 from threshold.model import RecurrentTransformer
 from threshold.tasks import TaskConfig, load_task_data
 from threshold.train import Run, continue_training, init_model, lr_factor, train, train_runs
-from threshold.train import engine as engine_module
+from threshold.train import pack as pack_module
 from threshold.train.batches import IGNORE, batch_arrays, train_batches
 from threshold.train.checkpoint import load_checkpoint, save_checkpoint
 from threshold.train.ensemble import _LAYOUT, Ensemble, EnsembleCache, _slots
@@ -151,7 +151,7 @@ def test_stacked_adamw_matches_torch_adamw_per_member(max5, shape, train_kw):
     m = len(models)
     for step, (x, y) in enumerate(batches):
         opt.lr.fill_(cfg.lr * lr_factor(cfg)(step))
-        engine_module._forward_backward(ens, x.expand(m, -1, -1), y.expand(m, -1, -1))
+        pack_module._forward_backward(ens, x.expand(m, -1, -1), y.expand(m, -1, -1))
         opt.step()
     assert _padding_is_zero(ens)
     probe = torch.from_numpy(max5.test["max"].padded(np.arange(32), max5.vocab.pad_id))
@@ -406,7 +406,7 @@ def test_packs_are_planned_to_fit_memory(max5):
 
 
 def test_out_of_memory_halves_the_pack_and_loses_no_run(flat_max5, monkeypatch):
-    real, calls = engine_module._forward_backward, []
+    real, calls = pack_module._forward_backward, []
 
     def flaky(ens, *args):
         calls.append(ens.n_members)
@@ -414,7 +414,7 @@ def test_out_of_memory_halves_the_pack_and_loses_no_run(flat_max5, monkeypatch):
             raise torch.OutOfMemoryError("CUDA out of memory (injected)")
         return real(ens, *args)
 
-    monkeypatch.setattr(engine_module, "_forward_backward", flaky)
+    monkeypatch.setattr(pack_module, "_forward_backward", flaky)
     cfg = TrainConfig(max_steps=20, eval_every=10)
     data = flat_max5
     runs = [Run(model_config_for(data.config, 8), data, replace(cfg, seed=i)) for i in range(4)]

@@ -41,9 +41,10 @@ from threshold.search.fit import reduction_factor, transition_estimate, transiti
 from threshold.search.settings import SearchSettings
 from threshold.tasks import TaskConfig, load_task_data
 from threshold.train.checkpoint import save_checkpoint
-from threshold.train.engine import Run, start_pack, step_pack, train_runs
+from threshold.train.engine import start_pack, step_pack, train_runs
 from threshold.train.evaluate import majority_rate
 from threshold.train.gpu import check_engine, throughput
+from threshold.train.run import Run
 
 __all__ = ["bench_gpu", "science_pair", "summary_markdown"]
 

@@ -1,7 +1,9 @@
 """The training engine and everything around it: one engine trains every run of the tool.
 
-- :mod:`~threshold.train.engine`: :class:`Run`, :func:`train_runs` (a single run is a list of
-  one), the stopping rules and :class:`TrainResult`.
+- :mod:`~threshold.train.engine`: :func:`train_runs` (a single run is a list of one).
+- :mod:`~threshold.train.run`: :class:`Run`, :class:`Progress`, :class:`TrainResult`.
+- :mod:`~threshold.train.pack`: how runs are stacked, resumed and saved.
+- :mod:`~threshold.train.checks`: the stopping rules and the budget checkpoints.
 - :mod:`~threshold.train.ensemble`: members stacked and padded into one model, the forward pass.
 - :mod:`~threshold.train.optimizer`: AdamW per member over the stack, the learning-rate schedule.
 - :mod:`~threshold.train.evaluate`: teacher-forced answers, greedy and sampled decoding.
@@ -16,17 +18,8 @@ Knows no Optuna and no task by name.
 
 from threshold.config import TrainConfig, model_config_for
 from threshold.train.batches import make_batches, train_batches
-from threshold.train.engine import (
-    STOP_REASONS,
-    Progress,
-    Run,
-    TrainResult,
-    continue_training,
-    init_model,
-    is_stuck,
-    train,
-    train_runs,
-)
+from threshold.train.checks import is_stuck
+from threshold.train.engine import continue_training, init_model, train, train_runs
 from threshold.train.evaluate import (
     evaluate_decode,
     evaluate_greedy,
@@ -34,6 +27,7 @@ from threshold.train.evaluate import (
     majority_rate,
 )
 from threshold.train.optimizer import lr_factor
+from threshold.train.run import STOP_REASONS, Progress, Run, TrainResult
 
 __all__ = [
     "STOP_REASONS",

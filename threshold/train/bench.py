@@ -10,9 +10,10 @@ import torch
 
 from threshold.config import TrainConfig, model_config_for, param_count
 from threshold.tasks import TaskData
-from threshold.train.engine import Run, init_model, start_pack, step_pack
+from threshold.train.engine import init_model, start_pack, step_pack
 from threshold.train.evaluate import evaluate_greedy
 from threshold.train.memory import pack_bytes
+from threshold.train.run import Run
 
 __all__ = ["bench_batched", "bench_decode", "bench_train_steps", "run_all", "run_batched"]
 

@@ -22,17 +22,11 @@ from threshold.config import TrainConfig, model_config_for
 from threshold.tasks import TaskData
 from threshold.train.bench import sync, timed_steps
 from threshold.train.checkpoint import load_checkpoint, save_checkpoint
-from threshold.train.engine import (
-    Run,
-    init_model,
-    stacked_batch,
-    start_pack,
-    step_pack,
-    train_runs,
-)
+from threshold.train.engine import init_model, stacked_batch, start_pack, step_pack, train_runs
 from threshold.train.ensemble import Ensemble
 from threshold.train.evaluate import evaluate_decode, evaluate_greedy
 from threshold.train.memory import pack_bytes
+from threshold.train.run import Run
 
 __all__ = ["check_engine", "throughput"]
 

@@ -22,7 +22,8 @@ from threshold.errors import CheckpointError
 from threshold.model import RecurrentTransformer
 from threshold.tasks import TaskConfig, default_cache_dir, load_task_data
 from threshold.train.checkpoint import load_checkpoint, save_checkpoint
-from threshold.train.engine import Progress, Run, train_runs
+from threshold.train.engine import train_runs
+from threshold.train.run import Progress, Run
 
 __all__ = ["Pretrained", "pretrained", "pretrained_many"]
 
