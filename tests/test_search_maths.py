@@ -249,6 +249,23 @@ def test_transition_estimate_is_small_json():
     assert spread["runs_for_precision"] >= len(completed)
 
 
+def test_cost_power_trades_compute_for_sharpness_per_run():
+    """The look-ahead scores a size by gain / cost ** cost_power: at 1 (the default) gain per
+    unit of compute, at 0 gain per run, so the size it picks then gains at least as much."""
+    hi, lo, mid = bracket(make_settings())
+    completed = [(hi, 0.97), (lo, 0.11), (mid, 0.12), (hi, 0.96), (mid, 0.95)]
+    per_cost = decide(make_settings(), completed, [])
+    per_run = decide(make_settings(cost_power=0.0), completed, [])
+    for decision in (per_cost, per_run):
+        assert decision.reason == "psi" and decision.info["cost"] > 0
+    assert per_cost.info["score"] == pytest.approx(
+        per_cost.info["gain"] / per_cost.info["cost"], rel=2e-3
+    )
+    assert per_run.info["score"] == pytest.approx(per_run.info["gain"], rel=2e-3)
+    assert per_run.info["gain"] >= per_cost.info["gain"] * (1 - 1e-3)
+    assert per_run.d >= per_cost.d  # the larger run is the dearer one
+
+
 def test_bad_settings_are_refused():
     from threshold.search.posterior import PosteriorSettings
 
@@ -260,6 +277,8 @@ def test_bad_settings_are_refused():
         make_settings(d_lo=128, d_hi=16)
     with pytest.raises(ConfigError, match="precision"):
         make_settings(precision=1.0)
+    with pytest.raises(ConfigError, match="cost_power"):
+        make_settings(cost_power=-0.5)
     s = make_settings()
     with pytest.raises(ConfigError, match="not an allowed size"):
         decide(s, [(1000, 0.5)], [])

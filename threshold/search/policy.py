@@ -16,10 +16,11 @@ same inputs give the same decision. Phases, in order:
 4. *Look ahead* (psi method): for log-spaced candidate sizes across the (widened) range, plus the
    sizes already run (so repeats with new seeds happen when they pay most), the expected drop in
    the posterior variance of x80 (plus ``mid_weight`` times that of the midpoint) from one more
-   run, divided by the run's expected cost; the best wins, ties to the smaller size. Widening
-   only offers sizes: a far edge is run when it pays. The gain at a size already run is
-   discounted by what the seed spread there justifies (``repeat_discount``): repeats of bimodal
-   seeds pay, repeats of graded runs that agree soon do not, and the runs spread instead.
+   run, divided by the run's expected cost (raised to ``cost_power``); the best wins, ties to the
+   smaller size. Widening only offers sizes: a far edge is run when it pays. The gain at a size
+   already run is discounted by what the seed spread there justifies (``repeat_discount``):
+   repeats of bimodal seeds pay, repeats of graded runs that agree soon do not, and the runs
+   spread instead.
 
 Pending runs enter the posterior at their expected log-likelihood (``fantasy_update``), so
 parallel workers with different pending lists spread out unless one size is genuinely best.
@@ -409,14 +410,15 @@ def decide(settings: SearchSettings, completed, pending: Sequence[int]) -> Decis
     x_used = settings.x_of(np.array([*ds, *pending], dtype=int))  # (N + P,)
     gain = gain * repeat_discount(settings, grid, w, xc, x_used)
     cost = settings.cost(cands)  # (J,)
-    best = int(np.argmax(gain / cost))  # first maximum: the smaller size on a tie
+    score = gain / cost**settings.cost_power  # (J,)
+    best = int(np.argmax(score))  # first maximum: the smaller size on a tie
     d = int(cands[best])
     return run(
         d,
         "psi" if d_range[0] <= d <= d_range[1] else "widen",
         gain=float(gain[best]),
         cost=float(cost[best]),
-        score=float(gain[best] / cost[best]),
+        score=float(score[best]),
         sd_x80=now.x80_sd,
         range_d=list(wide),
         n_candidates=int(cands.size),

@@ -82,6 +82,9 @@ class SearchSettings:
     budget: int = SearchConfig.budget
     cost_a: float = COST_A  # cost units per run at d -> 0: per-step overhead
     cost_b: float = COST_B  # cost units per d^2: the matrix work
+    # The look-ahead scores a size by its gain over cost ** cost_power: 1 buys the most sharpness
+    # per unit of compute, 0 the most per run (whatever it costs). Compute is always the real cost.
+    cost_power: float = 1.0
     # Look-ahead target: variance of x80 + mid_weight * variance of the midpoint. Both are
     # reported, and x80 alone is myopic: it piles runs onto x80 and learns the slope (which x80
     # needs) slowly. 0.5 cut the simulated compute by about a sixth at the same coverage.
@@ -141,6 +144,8 @@ class SearchSettings:
             raise ConfigError(f"precision {self.precision} is not allowed: use a ratio above 1")
         if self.cost_a < 0 or self.cost_b < 0 or self.cost_a + self.cost_b <= 0:
             raise ConfigError("cost_a and cost_b must be 0 or more, and not both 0")
+        if self.cost_power < 0:
+            raise ConfigError(f"cost_power {self.cost_power} is not allowed: use 0 or more")
         if self.mid_weight < 0:
             raise ConfigError(f"mid_weight {self.mid_weight} is not allowed: use 0 or more")
         if self.size_sd < 0 or not self.repeat_nats > 0:
