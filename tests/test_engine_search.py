@@ -30,16 +30,23 @@ from threshold.tasks import load_task_data
 from threshold.train import Run, train_runs
 
 
+def _tiny_study(tmp_path, label: str, steps: int, eval_every: int | None = None, **options):
+    """A MAX mod 5 study of tiny runs in a fresh SQLite storage: (settings, url, study name)."""
+    settings = StudySettings.from_options(
+        "max", mod=5, depth=1, n_train=1000, n_test=100, steps=steps, d_lo=4, d_hi=16, budget=4,
+        **options,
+    )  # fmt: skip
+    if eval_every is not None:
+        settings = replace(settings, train=replace(settings.train, eval_every=eval_every))
+    url = f"sqlite:///{tmp_path}/s.db"
+    return settings, url, create_or_load_study(settings, open_storage(url), label).study_name
+
+
 @pytest.mark.parametrize("recipe", ["fast", "paper"])
 def test_a_trial_trained_four_at_a_time_is_the_trial_trained_alone(tmp_path, recipe, monkeypatch):
     monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))
     extra = {"window": 32, "batch_size": 16} if recipe == "paper" else {}
-    settings = StudySettings.from_options(
-        "max", mod=5, depth=1, n_train=1000, n_test=100, steps=80, d_lo=4, d_hi=16, budget=4,
-        precision=1.001, recipe=recipe, **extra,
-    )  # fmt: skip
-    url = f"sqlite:///{tmp_path}/s.db"
-    name = create_or_load_study(settings, open_storage(url), "four").study_name
+    settings, url, name = _tiny_study(tmp_path, "four", 80, precision=1.001, recipe=recipe, **extra)
     assert run_worker(name, Execution(url, 1, 4, "cpu", 5, tmp_path)) == 4
 
     data = load_task_data(settings.task, tmp_path)
@@ -66,12 +73,7 @@ def test_an_interrupted_trial_is_enqueued_again_and_goes_on(tmp_path, monkeypatc
     saved step, and the trial's value and reported accuracies are those of the run trained
     straight through (the ones reported before the cut carried over to the copy)."""
     monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))
-    settings = StudySettings.from_options(
-        "max", mod=5, depth=1, n_train=1000, n_test=100, steps=200, d_lo=4, d_hi=16, budget=4
-    )
-    settings = replace(settings, train=replace(settings.train, eval_every=50))
-    url = f"sqlite:///{tmp_path}/s.db"
-    name = create_or_load_study(settings, open_storage(url), "cut").study_name
+    settings, url, name = _tiny_study(tmp_path, "cut", 200, eval_every=50)
     execution = Execution(url, 1, 1, "cpu", 5, tmp_path, save_every_s=0)
     script = (
         "import sys, json\n"
@@ -129,12 +131,7 @@ def test_a_retry_reports_no_step_twice(tmp_path, monkeypatch, recwarn):
     warn "already reported" once a step), the values held stand, and the later steps are
     reported: the trial ends with every step's accuracy."""
     monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))
-    settings = StudySettings.from_options(
-        "max", mod=5, depth=1, n_train=1000, n_test=100, steps=80, d_lo=4, d_hi=16, budget=4
-    )
-    settings = replace(settings, train=replace(settings.train, eval_every=20))
-    url = f"sqlite:///{tmp_path}/s.db"
-    name = create_or_load_study(settings, open_storage(url), "again").study_name
+    _, url, name = _tiny_study(tmp_path, "again", 80, eval_every=20)
     execution = Execution(url, 1, 1, "cpu", 5, tmp_path)
     assert run_worker(name, execution, max_trials=1) == 1
     study = optuna.load_study(study_name=name, storage=url)
