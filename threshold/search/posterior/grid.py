@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.special import expit, logit, ndtr
+from scipy.special import ndtr
 
 from threshold.errors import ConfigError
 from threshold.search.posterior.hypothesis import (
@@ -26,7 +26,9 @@ from threshold.search.posterior.hypothesis import (
     _level_crossing,
     _node_cdfs,
     _passed,
+    _share_at,
     _share_table,
+    _z_of,
     level_fraction,
     level_target,
 )
@@ -52,7 +54,7 @@ class Grid:
     log_prior: np.ndarray  # (H,) normalised; uniform but for the plateaus' share of each ceiling
     x80_order: np.ndarray  # (H,) argsort of x80
     mid_order: np.ndarray  # (H,) argsort of mid
-    share_table: np.ndarray  # (K, Z, L) P(learned-share node | logit p, kappa)
+    share_table: np.ndarray  # (K, Z, L) P(learned-share node | z, kappa), p = F(z)
     partial_shares: np.ndarray  # (K,) each concentration's share of partly learned runs
     node_bins: np.ndarray  # (L, A, B) P(accuracy bin | share node, asymptote), outliers apart
     plateau_bins: np.ndarray  # (A, B) P(accuracy bin | learned, on the ceiling's plateau)
@@ -121,12 +123,12 @@ def make_grid(
     )  # (M, S, K, A) each
     anchor, slope_index, kappa_index, asym_index = m.ravel(), s.ravel(), k.ravel(), a.ravel()
     slope = slopes[slope_index]  # (H,)
-    mid = anchor - float(logit(f0)) / slope  # (H,)
+    mid = anchor - float(_z_of(f0, settings.link)) / slope  # (H,)
     # x80 of each (midpoint, slope, ceiling), broadcast over the concentrations
     mid_msa = mid.reshape(m.shape)[:, :, 0, :]  # (M, S, A)
     target = level_target(asym, chance, level, chance_corrected)  # (A,)
     x80_msa = _level_crossing(
-        mid_msa, slopes[None, :, None], asym, gaps, lengths, float(chance), target
+        mid_msa, slopes[None, :, None], asym, gaps, lengths, float(chance), target, settings.link
     )  # (M, S, A)
     x80 = np.broadcast_to(x80_msa[:, :, None, :], m.shape).ravel()  # (H,)
     ceiling = _ceiling_log_prior(settings, asym, gaps)  # (A,)
@@ -159,6 +161,7 @@ def make_grid(
             settings.partial_shares,
             settings.partial_kappa,
             settings.n_nodes,
+            settings.link,
         ),
         partial_shares=np.asarray(settings.partial_shares),
         node_bins=node_bins,
@@ -250,7 +253,8 @@ def _pairs(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
 def _learn_prob(grid: Grid, x: np.ndarray) -> np.ndarray:
     """p(x) for each (midpoint, slope) pair: (C, J)."""
     mid, slope = _pairs(grid)
-    return expit(slope[:, None] * (np.asarray(x, dtype=float)[None, :] - mid[:, None]))
+    z = slope[:, None] * (np.asarray(x, dtype=float)[None, :] - mid[:, None])  # (C, J)
+    return _share_at(z, grid.settings.link)
 
 
 def _share_probs(grid: Grid, x, offset: float = 0.0) -> np.ndarray:
@@ -268,7 +272,11 @@ def _passed_share(grid: Grid, x) -> np.ndarray:
     mid, slope = _pairs(grid)
     x = np.atleast_1d(np.asarray(x, dtype=float))
     return _passed(
-        mid[:, None, None], slope[:, None, None], grid.lengths[None, :, None], x[None, None, :]
+        mid[:, None, None],
+        slope[:, None, None],
+        grid.lengths[None, :, None],
+        x[None, None, :],
+        grid.settings.link,
     )
 
 

@@ -45,15 +45,20 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy.special import betainc, expit, logit, ndtr
+from scipy.special import betainc, expit, log_ndtr, logit, logsumexp, ndtr, ndtri
 
 from threshold.errors import ConfigError
 
-__all__ = ["PosteriorSettings", "level_fraction", "level_target"]
+__all__ = ["LINKS", "PosteriorSettings", "level_fraction", "level_target"]
 
 _SQRT_2PI = float(np.sqrt(2.0 * np.pi))
 _Z_MAX = 14.0  # logits beyond this are p = 0 or 1 for every kappa on the grid
-_Z_STEP = 0.05  # table step in logit(p): 1.25% in p at the midpoint
+_Z_STEP = 0.05  # table step in the link's z: 1.25% in p at a logistic midpoint, 2% at a probit one
+_Z_GRID = np.arange(-_Z_MAX, _Z_MAX + 0.5 * _Z_STEP, _Z_STEP)  # the share table's z
+_Z_GRID.setflags(write=False)
+# The curve's form p = F(z), z = slope (x - mid): logistic (symmetric), probit (symmetric, tails
+# that fall faster) or complementary log-log (asymmetric: slow to start, quick to finish).
+LINKS = ("logistic", "probit", "cloglog")
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,8 @@ class PosteriorSettings:
     # Slopes per nat of parameters, log-spaced because only ratios matter. 0.7 spreads 10%..90%
     # of learning over a factor 500 in parameters (a shallow, graded curve); 12 over a factor 1.4.
     slopes: tuple[float, ...] = (0.7, 1.0, 1.5, 2.3, 3.5, 5.2, 7.9, 12.0)
+    # The curve's form F (``LINKS``): the learned share is p = F(slope (x - mid)).
+    link: str = "logistic"
     # Prior weight of each slope (() for even). Runs near the 80% point tell the slope poorly,
     # so this prior sets how wide an interval they leave.
     slope_weights: tuple[float, ...] = ()
@@ -101,6 +108,12 @@ class PosteriorSettings:
     size_logit_sds: tuple[float, ...] = (0.3, 0.6, 1.2)
     size_logit_weights: tuple[float, ...] = ()
     size_nodes: int = 5  # Gauss-Hermite nodes for that offset
+    # Whether the offset keeps each size's mean share on the smooth curve. A plain offset does
+    # not: averaged over the offset, F(z + offset) is flatter than F(z), so a size's runs
+    # above the midpoint read the smooth curve as higher than their mean, and x80 (a crossing
+    # of the smooth curve) as lower. With this on, a size at z is offset from h(z), the point
+    # whose offset average is F(z) (``_mean_keeping_z``), and the smooth curve is the mean one.
+    offset_keeps_mean: bool = False
     n_nodes: int = 21  # learned-share nodes u = 0, 0.05, ..., 1
     n_bins: int = 20  # accuracy bins of a predicted outcome in the look-ahead (0.05 wide)
     # Pruning: as runs are added (in the order they came, consecutive runs at one size
@@ -161,6 +174,8 @@ class PosteriorSettings:
             raise ConfigError(
                 f"slope_weights {weights} must be empty or one positive weight per slope"
             )
+        if self.link not in LINKS:
+            raise ConfigError(f"link {self.link!r} is not allowed: use one of {', '.join(LINKS)}")
         if not self.prune_nats > 0:
             raise ConfigError(f"prune_nats {self.prune_nats} is not allowed: use a value > 0")
         if self.n_nodes < 3 or self.n_bins < 2:
@@ -186,31 +201,78 @@ def level_target(asymptote, chance: float, level: float, chance_corrected: bool)
     return chance + level * (asymptote - chance) if chance_corrected else level * asymptote
 
 
-def _passed(mid, slope, length, x):
-    """r: the share of learners past the plateau, a second logistic ``length`` nats above the
-    midpoint with the curve's slope (arrays broadcast)."""
-    return expit(slope * (x - mid - length))
+def _share_at(z, link: str):
+    """p = F(z) of the link (``LINKS``), arrays broadcast."""
+    if link == "probit":
+        return ndtr(z)
+    if link == "cloglog":
+        return -np.expm1(-np.exp(np.clip(z, -50.0, 50.0)))
+    return expit(z)
 
 
-def _mean_curve(mid, slope, asym, gap, length, chance: float, x):
+def _z_of(p, link: str):
+    """z = F^-1(p) of the link (``LINKS``), arrays broadcast."""
+    if link == "probit":
+        return ndtri(p)
+    if link == "cloglog":
+        return np.log(-np.log1p(-np.asarray(p, dtype=float)))
+    return logit(p)
+
+
+def _log_shares_at(z, link: str) -> tuple[np.ndarray, np.ndarray]:
+    """log F(z) and log (1 - F(z)) of the link, without underflow (arrays broadcast)."""
+    z = np.asarray(z, dtype=float)
+    if link == "probit":
+        return log_ndtr(z), log_ndtr(-z)
+    if link == "cloglog":
+        e = np.exp(np.clip(z, -50.0, 50.0))
+        return np.log(-np.expm1(-e)), -e
+    return -np.logaddexp(0.0, -z), -np.logaddexp(0.0, z)
+
+
+@lru_cache(maxsize=16)
+def _mean_keeping_z(sd: float, size_nodes: int, link: str) -> np.ndarray:
+    """h(z) at the share table's z (Z,): the point whose offset average, over the likelihood's
+    own ``size_nodes`` Gauss-Hermite nodes of N(0, sd^2), is F(z). Found on the logit of that
+    average (increasing in h) by interpolation over h. Cached: the same for every grid."""
+    z = _Z_GRID  # (Z,)
+    nodes, weights = np.polynomial.hermite_e.hermegauss(size_nodes)
+    reach = _Z_MAX + 8.0 * sd + 4.0  # h lies within about sd^2 / 2 of z per unit of z
+    h = np.arange(-reach, reach + 0.25 * _Z_STEP, 0.25 * _Z_STEP)  # (T,)
+    log_f, log_s = _log_shares_at(h[:, None] + sd * nodes[None, :], link)  # (T, N) each
+    w = weights / weights.sum()
+    averaged = logsumexp(log_f, b=w, axis=1) - logsumexp(log_s, b=w, axis=1)  # (T,)
+    target = np.subtract(*_log_shares_at(z, link))  # (Z,) logit F(z)
+    out = np.interp(target, averaged, h)
+    out.setflags(write=False)
+    return out
+
+
+def _passed(mid, slope, length, x, link: str):
+    """r: the share of learners past the plateau, a second curve of the link ``length`` nats
+    above the midpoint with the curve's slope (arrays broadcast)."""
+    return _share_at(slope * (x - mid - length), link)
+
+
+def _mean_curve(mid, slope, asym, gap, length, chance: float, x, link: str):
     """Expected accuracy ``c + (A - gap (1 - r) - c) p`` (arrays broadcast)."""
-    p = expit(slope * (x - mid))
-    top = asym - gap * (1.0 - _passed(mid, slope, length, x))
+    p = _share_at(slope * (x - mid), link)
+    top = asym - gap * (1.0 - _passed(mid, slope, length, x, link))
     return chance + (top - chance) * p
 
 
-def _level_crossing(mid, slope, asym, gap, length, chance: float, target) -> np.ndarray:
+def _level_crossing(mid, slope, asym, gap, length, chance: float, target, link: str):
     """Where the mean curve reaches ``target`` (arrays broadcast; target below asym). Without a
     plateau in closed form; with one by bisection, between where the curve without it reaches
     the target (the earliest) and where the plateau's end has surely lifted it there."""
     args = np.broadcast_arrays(mid, slope, asym, gap, length, target)
     mid, slope, asym, gap, length, target = (np.asarray(a, dtype=float) for a in args)
-    lo = mid + logit((target - chance) / (asym - chance)) / slope
+    lo = mid + _z_of((target - chance) / (asym - chance), link) / slope
     hi = np.maximum(lo, mid + length + 20.0 / slope)
     plateau = gap > 0
     for _ in range(40):  # 2^-40 of the bracket: far below the grid's 0.05 nats
         x = 0.5 * (lo + hi)
-        below = _mean_curve(mid, slope, asym, gap, length, chance, x) < target
+        below = _mean_curve(mid, slope, asym, gap, length, chance, x, link) < target
         lo, hi = np.where(below & plateau, x, lo), np.where(below | ~plateau, hi, x)
     return np.where(plateau, 0.5 * (lo + hi), lo)
 
@@ -221,25 +283,25 @@ def _share_table(
     partial_shares: tuple[float, ...],
     partial_kappa: float,
     n_nodes: int,
+    link: str,
 ) -> np.ndarray:
-    """P(share node | logit p, share model) for beta shares with mean p: (K, Z, L).
+    """P(share node | z, share model) for beta shares with mean p = F(z): (K, Z, L).
 
     Model k is ``(1 - w_k) Beta(kappa_k) + w_k Beta(partial_kappa)``, each of mean p. Node l
     stands for u in [(l - 0.5) / (L - 1), (l + 0.5) / (L - 1)], the end nodes for half bins; the
     probability is the beta mass of that bin. Cached: the same for every grid.
     """
-    main = _beta_nodes(np.asarray(kappa_values), n_nodes)  # (K, Z, L)
-    partial = _beta_nodes(np.array([partial_kappa]), n_nodes)  # (1, Z, L)
+    main = _beta_nodes(np.asarray(kappa_values), n_nodes, link)  # (K, Z, L)
+    partial = _beta_nodes(np.array([partial_kappa]), n_nodes, link)  # (1, Z, L)
     w = np.asarray(partial_shares)[:, None, None]  # (K, 1, 1)
     probs = (1.0 - w) * main + w * partial
     probs.setflags(write=False)
     return probs
 
 
-def _beta_nodes(kappas: np.ndarray, n_nodes: int) -> np.ndarray:
-    """Beta masses of the share bins for each kappa (K,) and tabulated logit: (K, Z, L)."""
-    z = np.arange(-_Z_MAX, _Z_MAX + 0.5 * _Z_STEP, _Z_STEP)  # (Z,)
-    p = expit(z)  # (Z,)
+def _beta_nodes(kappas: np.ndarray, n_nodes: int, link: str) -> np.ndarray:
+    """Beta masses of the share bins for each kappa (K,) and tabulated z: (K, Z, L)."""
+    p = _share_at(_Z_GRID, link)  # (Z,)
     edges = np.concatenate([[0.0], (np.arange(1, n_nodes) - 0.5) / (n_nodes - 1), [1.0]])
     a = np.maximum(kappas[:, None] * p[None, :], 1e-12)[..., None]  # (K, Z, 1)
     b = np.maximum(kappas[:, None] * (1.0 - p[None, :]), 1e-12)[..., None]

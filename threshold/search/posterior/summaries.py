@@ -111,6 +111,7 @@ def curve_quantiles(grid: Grid, w: np.ndarray, x, qs=(0.05, 0.5, 0.95)) -> np.nd
         grid.lengths[None, :, None],
         grid.chance,
         x[None, None, :],
+        grid.settings.link,
     ).reshape(-1, x.size)  # (C*A, J)
     wca = w.reshape(mid.size, grid.kappas.size, n_a).sum(axis=1).ravel()  # (C*A,)
     keep = wca > 0  # hypotheses the runs ruled out cost time and change nothing
