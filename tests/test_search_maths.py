@@ -652,40 +652,6 @@ def test_a_family_likelihood_is_its_sampler_s_and_places_the_truth(family):
         assert above == pytest.approx(np.mean(draws > 0.5), abs=0.03)
 
 
-def test_the_shape_unknown_oracle_places_few_sizes_and_its_fit_sharpens_with_runs():
-    """The oracle that must learn the slope and ceiling: its design puts the runs on two to four
-    sizes within 3 / slope of x80; its fitted x80 lands within three asymptotic sds of the truth
-    with many runs (the sd shrinking as 1 / sqrt(n)), and its median error over studies shrinks
-    as runs grow: it is a fit, not the truth read back."""
-    from threshold.search.benchmark import _FitOracle
-    from threshold.search.families import draw_family_truth
-
-    s = make_settings()
-    truth = draw_family_truth(np.random.default_rng(4), "graded", d80_range=(40.0, 40.0))
-    ds, sd, _ = _FitOracle.design(s, truth, np.random.default_rng(0), 48)
-    assert len(ds) == 48 and 2 <= len(set(ds)) <= 4
-    assert np.all(np.abs(s.x_of(np.array(ds)) - truth.x80) * truth.slope <= 3.2)
-    big = _FitOracle.scored(s, truth, *_FitOracle.runs(s, truth, np.random.default_rng(1), 768))
-    assert big["sd_asymptotic"] == pytest.approx(sd / 4, rel=0.2)
-    assert 0 < abs(big["error"]) < 3 * big["sd_asymptotic"]
-    errors = {
-        n: np.median(
-            [
-                abs(
-                    _FitOracle.scored(s, t, *_FitOracle.runs(s, t, np.random.default_rng(i), n))[
-                        "error"
-                    ]
-                )
-                for i, t in enumerate(
-                    draw_family_truth(np.random.default_rng(10 + i), "plateau") for i in range(8)
-                )
-            ]
-        )
-        for n in (6, 96)
-    }
-    assert errors[96] < 0.5 * errors[6]
-
-
 @pytest.mark.slow  # a minute of CPU; the default suite keeps test_bench_search_small
 def test_bench_families_small():
     from threshold.search.benchmark import bench_families
@@ -734,24 +700,14 @@ def test_bench_families_rows_are_computed_alone_with_the_same_numbers():
     assert set(wide) == {"oracle_fit_wide", "seconds"}
     assert wide["oracle_fit_wide"]["coverage"] is None
     assert wide["oracle_fit_wide"]["median_runs"] == 6
+    adaptive = bench_families(rows=("oracle_fit_adaptive",), **kw)["families"]["graded"]
+    assert set(adaptive) == {"oracle_fit_adaptive_6", "seconds"}
+    assert adaptive["oracle_fit_adaptive_6"]["median_runs"] == 6
     more = bench_families(rows=("grid", "oracle", "oracle_fit"), **kw)["families"]["graded"]
     for key in ("oracle", "oracle_stop", "oracle_fit"):
         assert alone[key] == more[key]
     with pytest.raises(ConfigError, match="rows"):
         bench_families(rows=("truths",), **kw)
-
-
-def test_the_wide_fit_allows_every_family_s_slopes_and_the_posterior_s():
-    """``oracle_fit_wide`` fits the slope over the union of every family's range and the
-    posterior's grid (shallow's 0.5 to the grid's 12 by default), not the family's own."""
-    from threshold.search.benchmark import _FitOracle
-    from threshold.search.families import FAMILIES, fit_bounds
-
-    lo, hi = _FitOracle.any_slope(SearchSettings(TABLE, chance=CHANCE))
-    assert (lo, hi) == (0.5, 12.0)
-    for family in FAMILIES:
-        own_lo, own_hi = fit_bounds(family)[0]
-        assert lo <= own_lo and own_hi <= hi
 
 
 def test_a_bench_study_reads_its_own_stop_and_checkpoints_off_one_trajectory():

@@ -75,9 +75,10 @@ def bench_search(
         typer.Option(
             help="Rows of the families table to compute: sampler, grid, spread, oracle,"
             " oracle_fit, and, not by default, oracle_fit_read (the shape-unknown oracle's runs"
-            " read by our posterior) and oracle_fit_wide (its runs fitted with the slope free"
-            " over every family's range). Each has its own random stream: the same numbers"
-            " whichever are chosen."
+            " read by our posterior), oracle_fit_wide (its runs fitted with the slope free"
+            " over every family's range) and oracle_fit_adaptive (the fit placing its own runs"
+            " as it learns, read at each checkpoint). Each has its own random stream: the same"
+            " numbers whichever are chosen."
         ),
     ] = "sampler,grid,spread,oracle,oracle_fit",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -197,7 +198,7 @@ def _print_bench_families(result: dict) -> None:
                 "oracle_fit": "oracle, shape unknown (fitted)",
                 "oracle_fit_read": "its runs, read by the posterior",
                 "oracle_fit_wide": "its runs, fitted with any slope",
-            }.get(key, f"{key}, stop off")
+            }.get(key) or _adaptive_label(key)
             table.add_row(
                 family,
                 label,
@@ -209,3 +210,11 @@ def _print_bench_families(result: dict) -> None:
                 f"{m['median_signed_log_error']:+.3f}",
             )
     Console().print(table)
+
+
+def _adaptive_label(key: str) -> str:
+    """The families table's label of a checkpoint row: the sampler's or the adaptive fit's."""
+    prefix = "oracle_fit_adaptive_"
+    if key.startswith(prefix):
+        return f"fit placing as it learns, {key[len(prefix) :]} runs"
+    return f"{key}, stop off"

@@ -20,18 +20,11 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
 import numpy as np
-from scipy.optimize import brentq, minimize
+from scipy.optimize import brentq
 
 from threshold.errors import ConfigError
-from threshold.search.families import (
-    CHANCE,
-    FAMILIES,
-    ceiling_of,
-    curve_x80,
-    draw_family_truth,
-    fit_bounds,
-    log_likelihood,
-)
+from threshold.search.families import CHANCE, FAMILIES, draw_family_truth
+from threshold.search.fit_oracle import FitOracle, runs_at
 from threshold.search.policy import bracket, decide, posterior_summary
 from threshold.search.settings import SearchSettings
 from threshold.search.simulate import (
@@ -61,10 +54,21 @@ DEFAULT_METHODS = ("policy", "policy_2w", "grid", "optuna_tpe")
 # to the precision) and the shape-unknown one (``oracle_fit``); on request (not by default), the
 # shape-unknown oracle's runs read by our posterior (``oracle_fit_read``): its placement without
 # its model; and the same runs fitted with the slope free over every family's range and our
-# posterior's grid (``oracle_fit_wide``): what the fit reads without knowing the family's slopes.
+# posterior's grid (``oracle_fit_wide``): what the fit reads without knowing the family's slopes;
+# and the fit placing its own runs as it learns, read at each checkpoint (``oracle_fit_adaptive``):
+# the bound of a design that knows the form but none of the truth's parameters.
 # Each has its own random stream, so a row's numbers do not depend on which others are computed.
-ROWS = ("sampler", "grid", "spread", "oracle", "oracle_fit", "oracle_fit_read", "oracle_fit_wide")
-DEFAULT_ROWS = ROWS[:-2]
+ROWS = (
+    "sampler",
+    "grid",
+    "spread",
+    "oracle",
+    "oracle_fit",
+    "oracle_fit_read",
+    "oracle_fit_wide",
+    "oracle_fit_adaptive",
+)
+DEFAULT_ROWS = ROWS[:-3]
 
 
 def _aggregate(rows: list[dict], truths: np.ndarray) -> dict:
@@ -254,136 +258,6 @@ class _Oracle:
         }
 
 
-class _FitOracle:
-    """A reader that knows the family's curve and seed model but must learn their parameters:
-    it places its runs with the true parameters (a locally c-optimal design for x80, with the
-    slope and ceiling as nuisance parameters: ``design``), then estimates place, slope and
-    ceiling from the runs by maximum likelihood of the family's own seed model
-    (``families.log_likelihood``) and reads the fitted curve's 80% point (``fit_x80``)."""
-
-    CANDIDATES = 25  # sizes within 3 / slope nats of x80 the design may use
-    DRAWS = 200  # runs drawn at each to estimate one run's Fisher information there
-    STEP = 1e-3  # central differences: place (nats), ln slope, ceiling
-
-    @staticmethod
-    def theta(truth) -> np.ndarray:
-        """The truth's parameters: (mid, ln slope, ceiling)."""
-        return np.array([truth.mid, np.log(truth.slope), ceiling_of(truth)])
-
-    @staticmethod
-    def x80(settings: SearchSettings, family: str, theta) -> float:
-        mid, ln_slope, ceiling = theta
-        level, corrected = settings.level, settings.chance_corrected
-        return curve_x80(family, mid, float(np.exp(ln_slope)), ceiling, level, corrected)
-
-    @classmethod
-    def design(
-        cls, settings: SearchSettings, truth, rng: np.random.Generator, n: int
-    ) -> tuple[list[int], float, np.ndarray]:
-        """n runs' sizes (ascending), the asymptotic sd of the x80 estimate they give, and the
-        asymptotic covariance of the parameters' estimate (3, 3).
-
-        The design minimises the asymptotic variance of the fitted x80, grad' M(w)^-1 grad, over
-        weights w on the candidate sizes (M(w) = sum w_i I_i, I_i one run's Fisher information
-        of (mid, ln slope, ceiling) at size i, from ``DRAWS`` runs of the truth's own sampler and
-        central differences of the log likelihood; grad, x80's gradient in the parameters),
-        by the multiplicative algorithm (w_i <- w_i v'I_i v, v = M^-1 grad), which ends on two
-        or three sizes; its weights are then rounded to n runs (largest remainders)."""
-        family, theta = truth.family, cls.theta(truth)
-        xs = truth.x80 + np.linspace(-3.0, 3.0, cls.CANDIDATES) / truth.slope
-        ds = sorted({settings.nearest(float(settings.d_of(x))) for x in xs})
-        x = np.repeat(settings.x_of(np.array(ds)), cls.DRAWS)  # (G * DRAWS,)
-        y = np.array([truth.sample(rng, xi) for xi in x])
-        scores, grad = [], []
-        for k in range(3):
-            step = np.zeros(3)
-            step[k] = cls.STEP
-            up, down = theta + step, theta - step
-            lik = [log_likelihood(family, x - t[0], y, np.exp(t[1]), t[2]) for t in (up, down)]
-            scores.append((lik[0] - lik[1]) / (2 * cls.STEP))
-            grad.append((cls.x80(settings, family, up) - cls.x80(settings, family, down)) / 2)
-        s = np.array(scores).reshape(3, len(ds), cls.DRAWS)  # (3, G, DRAWS)
-        info = np.einsum("agk,bgk->gab", s, s) / cls.DRAWS  # (G, 3, 3)
-        g = np.array(grad) / cls.STEP  # (3,)
-        ridge = 1e-9 * np.trace(info.mean(axis=0)) * np.eye(3)
-        w = np.full(len(ds), 1.0 / len(ds))
-        for _ in range(500):
-            v = np.linalg.solve(np.einsum("g,gab->ab", w, info) + ridge, g)
-            w = w * np.einsum("a,gab,b->g", v, info, v)
-            w /= w.sum()
-        cov = np.linalg.inv(np.einsum("g,gab->ab", w, info) + ridge) / n
-        sd = float(np.sqrt(g @ cov @ g))
-        w = np.where(w >= 0.5 / n, w, 0.0)
-        counts = np.floor(w / w.sum() * n).astype(int)
-        remainders = w / w.sum() * n - counts
-        counts[np.argsort(-remainders)[: n - counts.sum()]] += 1
-        return [d for d, c in zip(ds, counts, strict=True) for _ in range(c)], sd, cov
-
-    @classmethod
-    def fit_x80(
-        cls, settings: SearchSettings, family: str, runs, start, cov, wide: bool = False
-    ) -> float:
-        """x80 of the curve whose parameters maximise the runs' likelihood within the ranges the
-        family draws its truths from (``families.fit_bounds``; the place within 20 nats of the
-        runs' sizes). Nelder-Mead in coordinates whitened by the design's asymptotic covariance
-        ``cov`` (the ceiling is pinned far better than the place), from the true parameters
-        ``start`` and from the slope's two bounds; the best of the three. ``wide``: the slope
-        free over every family's range and the posterior's slopes instead of the family's."""
-        x = settings.x_of(np.array([d for d, _ in runs]))
-        y = np.array([v for _, v in runs])
-        slopes, ceilings = fit_bounds(family)
-        if wide:
-            slopes = cls.any_slope(settings)
-        lo = np.array([x.min() - 20.0, np.log(slopes[0]), ceilings[0]])
-        hi = np.array([x.max() + 20.0, np.log(slopes[1]), ceilings[1]])
-        root = np.linalg.cholesky(cov + 1e-12 * np.eye(3))
-
-        def nll(u):  # outside the ranges: the likelihood at the nearest edge, and a penalty
-            t = start + root @ u
-            c = np.clip(t, lo, hi)
-            ll = log_likelihood(family, x - c[0], y, np.exp(c[1]), c[2]).sum()
-            return -float(ll) + 1e4 * float(np.sum((t - c) ** 2))
-
-        best = None
-        for ln_slope in (start[1], lo[1], hi[1]):
-            u0 = np.linalg.solve(root, np.array([start[0], ln_slope, start[2]]) - start)
-            fitted = minimize(nll, u0, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-6})
-            if best is None or fitted.fun < best.fun:
-                best = fitted
-        return cls.x80(settings, family, np.clip(start + root @ best.x, lo, hi))
-
-    @classmethod
-    def runs(cls, settings: SearchSettings, truth, rng: np.random.Generator, n: int):
-        """n runs at the design's sizes: ((d, accuracy) pairs, the design's x80 sd, its
-        parameters' covariance)."""
-        ds, sd, cov = cls.design(settings, truth, rng, n)
-        return _runs_at(settings, truth, rng, ds), sd, cov
-
-    @staticmethod
-    def any_slope(settings: SearchSettings) -> tuple[float, float]:
-        """The slopes (per nat) a reader that serves every family must allow: every family's
-        range and the posterior's grid."""
-        ranges = [fit_bounds(family)[0] for family in FAMILIES]
-        grid = settings.posterior.slopes
-        return min(min(lo for lo, _ in ranges), *grid), max(max(hi for _, hi in ranges), *grid)
-
-    @classmethod
-    def scored(
-        cls, settings: SearchSettings, truth, runs, sd: float, cov, wide: bool = False
-    ) -> dict:
-        """The runs read by the fit (``covered`` None: it gives no interval); ``wide``: see
-        ``fit_x80``."""
-        x80 = cls.fit_x80(settings, truth.family, runs, cls.theta(truth), cov, wide)
-        ds = np.array([d for d, _ in runs])
-        return {
-            "runs": len(runs),
-            "compute": float(settings.cost(ds).sum()),
-            "covered": None,
-            "error": float(x80 - truth.x80),
-            "sd_asymptotic": sd,
-        }
-
-
 def _spread_runs(settings: SearchSettings, truth, rng, n: int, sizes: int = 9) -> list:
     """A design that knows the truth's place and slope: the bracket, then n - 3 runs taken in
     turn from ``sizes`` sizes evenly spaced within 1 / slope nats of x80 (on a logistic curve
@@ -391,14 +265,9 @@ def _spread_runs(settings: SearchSettings, truth, rng, n: int, sizes: int = 9) -
     like the sampler's runs."""
     xs = truth.x80 + np.linspace(-1.0, 1.0, sizes) / truth.slope  # (sizes,)
     spread = [settings.nearest(float(settings.d_of(x))) for x in xs]
-    return _runs_at(
+    return runs_at(
         settings, truth, rng, [*bracket(settings), *(spread[i % sizes] for i in range(n - 3))]
     )
-
-
-def _runs_at(settings: SearchSettings, truth, rng: np.random.Generator, ds) -> list:
-    """One run of the truth at each size of a fixed design, in order: (d, accuracy) pairs."""
-    return [(d, truth.sample(rng, float(settings.x_of(d)))) for d in ds]
 
 
 def _family_row(rows: list[dict], grid_compute: float) -> dict:
@@ -444,7 +313,7 @@ def bench_families(
     learn the curve's shape can do better: where the oracle misses a target, the family's runs
     hold too little information for it.
 
-    A second bound, ``oracle_fit`` (``_FitOracle``), knows the family's functional form and
+    A second bound, ``oracle_fit`` (``FitOracle``), knows the family's functional form and
     seed model, uses the true parameters only to place its runs (a locally c-optimal design for
     x80) and estimates place, slope and ceiling from them by maximum likelihood: the error a
     design that must learn the curve's shape reaches with the true model.
@@ -509,7 +378,7 @@ def _study(
     by column name, and the CPU ``seconds`` it took."""
     start = time.process_time()
     off = dataclasses.replace(settings, precision=1.0 + 1e-9, budget=max(checkpoints))
-    streams = np.random.SeedSequence([seed, FAMILIES.index(family), study]).spawn(8)
+    streams = np.random.SeedSequence([seed, FAMILIES.index(family), study]).spawn(10)
     rngs = [np.random.default_rng(s) for s in streams]  # rngs[2]: the own stop's, before
     truth = draw_family_truth(rngs[0], family, settings.level, settings.chance_corrected)
     row, n = {}, max(checkpoints)
@@ -517,9 +386,7 @@ def _study(
         own, scores = _trajectory(settings, off, truth, rngs[1], checkpoints)
         row |= {str(k): scores[k] for k in checkpoints} | {"stop": own}
     if "grid" in rows:
-        grid_runs = _runs_at(
-            settings, truth, rngs[3], [d for d in sizes for _ in range(grid_seeds)]
-        )
+        grid_runs = runs_at(settings, truth, rngs[3], [d for d in sizes for _ in range(grid_seeds)])
         # Both read largest first, a size's runs together, as a study's bracket comes: the same
         # posterior (to the pruning's e^-30), cheaper to sum, since the largest runs rule out
         # most ceilings and a size's runs are summed once (the spread design runs its sizes in
@@ -535,13 +402,16 @@ def _study(
             settings, truth, rngs[5], oracle.runs_to(settings.precision)
         )
     if {"oracle_fit", "oracle_fit_read", "oracle_fit_wide"} & set(rows):
-        runs, sd, cov = _FitOracle.runs(settings, truth, rngs[7], n)
+        runs, sd, cov = FitOracle.runs(settings, truth, rngs[7], n)
         if "oracle_fit" in rows:
-            row["oracle_fit"] = _FitOracle.scored(settings, truth, runs, sd, cov)
+            row["oracle_fit"] = FitOracle.scored(settings, truth, runs, sd, cov)
         if "oracle_fit_wide" in rows:
-            row["oracle_fit_wide"] = _FitOracle.scored(settings, truth, runs, sd, cov, wide=True)
+            row["oracle_fit_wide"] = FitOracle.scored(settings, truth, runs, sd, cov, wide=True)
         if "oracle_fit_read" in rows:
             row["oracle_fit_read"] = _scored(settings, sorted(runs, reverse=True), truth.x80)
+    if "oracle_fit_adaptive" in rows:
+        adaptive = FitOracle.adaptive(settings, truth, (rngs[8], rngs[9]), checkpoints)
+        row |= {f"oracle_fit_adaptive_{k}": score for k, score in adaptive.items()}
     seconds = time.process_time() - start
     logger.info(
         "%s study %d: %s runs to the own stop, %.1f CPU s",
