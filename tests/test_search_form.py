@@ -1,8 +1,9 @@
-"""The posterior's curve form: its link (logistic, probit or cloglog)."""
+"""The posterior's curve form: its link (logistic, probit or cloglog), and a size offset that
+keeps each size's mean share on the smooth curve (``offset_keeps_mean``)."""
 
 import numpy as np
 import pytest
-from scipy.special import expit, ndtr
+from scipy.special import betaincinv, expit, ndtr
 
 from threshold.errors import ConfigError
 from threshold.search import posterior as post
@@ -10,6 +11,7 @@ from threshold.search.posterior.hypothesis import (
     _Z_GRID,
     LINKS,
     _mean_curve,
+    _mean_keeping_z,
     _share_at,
 )
 
@@ -45,3 +47,48 @@ def test_a_link_sets_the_curve_s_form_its_80_point_and_its_share_table(link):
 def test_an_unknown_link_is_refused():
     with pytest.raises(ConfigError, match="link"):
         post.PosteriorSettings(link="tanh")
+
+
+@pytest.mark.parametrize("link", LINKS)
+@pytest.mark.parametrize("sd", [0.3, 1.2])
+def test_the_mean_keeping_offset_averages_to_the_smooth_curve(link, sd):
+    """Averaged over the likelihood's own offset nodes, F(h(z) + offset) is F(z), and h moves
+    z away from the curve's flat ends (where the offset pulls the average back)."""
+    cfg = post.PosteriorSettings()
+    h = _mean_keeping_z(sd, cfg.size_nodes, link)
+    nodes, weights = np.polynomial.hermite_e.hermegauss(cfg.size_nodes)
+    averaged = _share_at(h[:, None] + sd * nodes[None, :], link) @ (weights / weights.sum())
+    np.testing.assert_allclose(averaged, _share_at(_Z_GRID, link), atol=1e-5)
+    f = _share_at(_Z_GRID, link)
+    upper, lower = f > 0.75, f < 0.25
+    assert np.all(h[upper] > _Z_GRID[upper]) and np.all(h[lower] < _Z_GRID[lower])
+
+
+def test_single_runs_along_a_partly_learned_curve_keep_their_slope_with_the_mean_kept():
+    """One run at each of 48 sizes along a logistic curve (slope 2), learned shares spread as a
+    beta of concentration 5: a plain size offset (sd 1.2) averages to a flatter curve than its
+    smooth one, so the posterior reads the smooth curve steeper than the runs' own and its 80%
+    point low; with the mean kept it reads their slope, and x80 higher."""
+    slope, asym, mid = 2.0, 0.95, 10.0
+    x = np.linspace(8.5, 11.8, 48)
+    p = expit(slope * (x - mid))
+    q = (np.arange(x.size) * 0.618034 + 0.31) % 1  # quantiles spread over (0, 1)
+    y = CHANCE + (asym - CHANCE) * betaincinv(5 * p, 5 * (1 - p), q)
+    slopes, x80 = [], []
+    for keep in (False, True):
+        cfg = post.PosteriorSettings(
+            slopes=(1.0, 1.5, 2.0, 3.0, 4.5),
+            asymptotes=(asym,),
+            concentrations=(5.0,),
+            partial_shares=(0.0,),
+            plateau_gaps=(),
+            size_logit_sds=(1.2,),
+            offset_keeps_mean=keep,
+        )
+        grid = post.make_grid(cfg, CHANCE, 0.8, False, 8.0, 12.0)
+        w = post.normalize(grid.log_prior + post.log_likelihood(grid, x, y))
+        slopes.append(float(np.exp(w @ np.log(grid.slope))))
+        x80.append(post.summarize(grid, w, 8.0, 12.0).x80_median)
+    assert slopes[0] > 2.2
+    assert slopes[1] == pytest.approx(slope, rel=0.1)
+    assert x80[1] > x80[0] + 0.05

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy.special import betainc, expit, logit, ndtr, ndtri
+from scipy.special import betainc, expit, log_ndtr, logit, logsumexp, ndtr, ndtri
 
 from threshold.errors import ConfigError
 
@@ -108,6 +108,13 @@ class PosteriorSettings:
     size_logit_sds: tuple[float, ...] = (0.3, 0.6, 1.2)
     size_logit_weights: tuple[float, ...] = ()
     size_nodes: int = 5  # Gauss-Hermite nodes for that offset
+    # Whether the offset keeps each size's mean share on the smooth curve. A plain offset does
+    # not: averaged over the offset, F(z + offset) is flatter than F(z), so runs spread over
+    # many sizes read the smooth curve steeper than their own, and x80 (above the midpoint)
+    # lower. With this on, a size at z is offset from h(z), the point whose offset average is
+    # F(z) (``_mean_keeping_z``): the smooth curve is the mean one. (Many runs at one size then
+    # pin the offset's mode, F(h(z)), at their mean instead, and the curve below it.)
+    offset_keeps_mean: bool = False
     n_nodes: int = 21  # learned-share nodes u = 0, 0.05, ..., 1
     n_bins: int = 20  # accuracy bins of a predicted outcome in the look-ahead (0.05 wide)
     # Pruning: as runs are added (in the order they came, consecutive runs at one size
@@ -211,6 +218,35 @@ def _z_of(p, link: str):
     if link == "cloglog":
         return np.log(-np.log1p(-np.asarray(p, dtype=float)))
     return logit(p)
+
+
+def _log_shares_at(z, link: str) -> tuple[np.ndarray, np.ndarray]:
+    """log F(z) and log (1 - F(z)) of the link, without underflow (arrays broadcast)."""
+    z = np.asarray(z, dtype=float)
+    if link == "probit":
+        return log_ndtr(z), log_ndtr(-z)
+    if link == "cloglog":
+        e = np.exp(np.clip(z, -50.0, 50.0))
+        return np.log(-np.expm1(-e)), -e
+    return -np.logaddexp(0.0, -z), -np.logaddexp(0.0, z)
+
+
+@lru_cache(maxsize=16)
+def _mean_keeping_z(sd: float, size_nodes: int, link: str) -> np.ndarray:
+    """h(z) at the share table's z (Z,): the point whose offset average, over the likelihood's
+    own ``size_nodes`` Gauss-Hermite nodes of N(0, sd^2), is F(z). Found on the logit of that
+    average (increasing in h) by interpolation over h. Cached: the same for every grid."""
+    z = _Z_GRID  # (Z,)
+    nodes, weights = np.polynomial.hermite_e.hermegauss(size_nodes)
+    reach = _Z_MAX + 8.0 * sd + 4.0  # h lies within about sd^2 / 2 of z per unit of z
+    h = np.arange(-reach, reach + 0.25 * _Z_STEP, 0.25 * _Z_STEP)  # (T,)
+    log_f, log_s = _log_shares_at(h[:, None] + sd * nodes[None, :], link)  # (T, N) each
+    w = weights / weights.sum()
+    averaged = logsumexp(log_f, b=w, axis=1) - logsumexp(log_s, b=w, axis=1)  # (T,)
+    target = np.subtract(*_log_shares_at(z, link))  # (Z,) logit F(z)
+    out = np.interp(target, averaged, h)
+    out.setflags(write=False)
+    return out
 
 
 def _passed(mid, slope, length, x, link: str):

@@ -16,9 +16,11 @@ import numpy as np
 from threshold.search.posterior.grid import Grid, _pairs, _passed_share
 from threshold.search.posterior.hypothesis import (
     _SQRT_2PI,
+    _Z_GRID,
     _Z_MAX,
     _Z_STEP,
     PosteriorSettings,
+    _mean_keeping_z,
     _node_centres,
     _node_sds,
 )
@@ -71,22 +73,27 @@ def _below_top(grid: Grid, dens: np.ndarray) -> np.ndarray:
 
 
 def _offset_nodes(cfg: PosteriorSettings) -> tuple[list, list]:
-    """The size offset's quadrature nodes: each distinct (offset, log weight) once (every sd's
-    middle node is offset 0), and for each of ``size_logit_sds`` the indices of its nodes."""
+    """The size offset's quadrature nodes: each distinct (sd of h, offset, log weight) once,
+    and for each of ``size_logit_sds`` the indices of its nodes. The first is the sd whose
+    ``_mean_keeping_z`` the node's offset starts from, 0 for z itself (``offset_keeps_mean``
+    off): then every sd's middle node is the same, offset 0 from z."""
     gh_nodes, gh_weights = np.polynomial.hermite_e.hermegauss(cfg.size_nodes)
     gh_log_w = np.log(gh_weights / gh_weights.sum())
-    slots: dict[tuple[float, float], int] = {}
+    slots: dict[tuple[float, float, float], int] = {}
     per_sd = []
     for sd in cfg.size_logit_sds:
         nodes, log_wq = (gh_nodes, gh_log_w) if sd > 0 else (np.zeros(1), np.zeros(1))
+        base = float(sd) if cfg.offset_keeps_mean else 0.0
         pairs = zip(nodes, log_wq, strict=True)
-        per_sd.append([slots.setdefault((float(sd * n), float(w)), len(slots)) for n, w in pairs])
+        per_sd.append(
+            [slots.setdefault((base, float(sd * n), float(w)), len(slots)) for n, w in pairs]
+        )
     return list(slots), per_sd
 
 
 def _table_entries(grid: Grid, x: float, rows: np.ndarray, slots: list) -> list:
-    """Per offset node, the entry (kappa, tabulated z, ceiling) of the (K, Z, A) tables
-    each hypothesis ``rows`` (H') reads at size x once the offset moves its z, rounded as
+    """Per offset node, the entry (kappa, tabulated z, ceiling) of the (K, Z, A) tables each
+    hypothesis ``rows`` (H') reads at size x once the offset moves its z, rounded as
     ``_share_probs`` rounds it: (H',) flat indices. The z is that of the hypothesis's
     (midpoint, slope) pair, so it is rounded once per run of consecutive hypotheses of one
     pair (a pair's hypotheses are consecutive on the grid) and read off by each of them."""
@@ -101,9 +108,13 @@ def _table_entries(grid: Grid, x: float, rows: np.ndarray, slots: list) -> list:
     pairs = pair[new]  # (C',)
     z = slope[pairs] * (x - mid[pairs])  # (C',) z of each pair at x: p = F(z) of the link
     base = grid.kappa_index[rows] * (n_z * n_a) + grid.asym_index[rows]  # (H',)
-    out = []
-    for offset, _ in slots:
-        node = np.rint((np.clip(z + offset, -_Z_MAX, _Z_MAX) + _Z_MAX) / _Z_STEP).astype(int)
+    cfg, starts, out = grid.settings, {0.0: z}, []
+    for sd, offset, _ in slots:
+        if sd not in starts:
+            table = _mean_keeping_z(sd, cfg.size_nodes, cfg.link)
+            starts[sd] = np.interp(z, _Z_GRID, table)
+        h = starts[sd] + offset
+        node = np.rint((np.clip(h, -_Z_MAX, _Z_MAX) + _Z_MAX) / _Z_STEP).astype(int)
         out.append(base + (node * n_a)[pair_at])
     return out
 
@@ -161,7 +172,7 @@ def size_log_likelihood(grid: Grid, x: float, y, rows=None) -> np.ndarray:
         if logs is not None and (r % 4 == 3 or r == y.size - 1):
             logs += np.log(product)
             product.fill(1.0)
-    log_wq = np.array([w for _, w in slots])  # (nodes,)
+    log_wq = np.array([w for *_, w in slots])  # (nodes,)
     if logs is None:
         sums = [np.einsum("n,nh->h", np.exp(log_wq[s]), product[s]) for s in per_sd]
         return np.log(np.stack(sums))  # (G, H')
@@ -198,7 +209,7 @@ def size_log_likelihood_bounds(grid: Grid, x: float, y, rows) -> tuple[np.ndarra
         for n, i in enumerate(at):
             table.take(i, out=total[n])
         if not out:  # the lower bound: the likeliest node's term, its weight included
-            total += np.array([w for _, w in slots])[:, None]
+            total += np.array([w for *_, w in slots])[:, None]
         out.append(np.stack([total[s].max(axis=0) for s in per_sd]))  # (G, H')
     return out[0], out[1]
 
