@@ -461,7 +461,7 @@ def test_plateau_maths_agree_with_the_outcome_model():
     assert set(grid.gaps) == {0.0, 0.15}
     mean = post.hypothesis._mean_curve(
         grid.mid, grid.slope, *(v[grid.asym_index] for v in (grid.asymptotes, grid.gaps)),
-        grid.lengths[grid.asym_index], CHANCE, grid.x80,
+        grid.lengths[grid.asym_index], CHANCE, grid.x80, cfg.link,
     )  # fmt: skip
     np.testing.assert_allclose(mean, 0.8 * grid.asymptotes[grid.asym_index], atol=1e-6)
     runs_x, runs_y = np.array([8.5, 9.5, 9.5, 10.5]), np.array([0.15, 0.84, 0.16, 0.98])

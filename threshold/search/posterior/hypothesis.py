@@ -114,7 +114,7 @@ class PosteriorSettings:
     # lower. With this on, a size at z is offset from h(z), the point whose offset average is
     # F(z) (``_mean_keeping_z``): the smooth curve is the mean one. (Many runs at one size then
     # pin the offset's mode, F(h(z)), at their mean instead, and the curve below it.)
-    offset_keeps_mean: bool = False
+    offset_keeps_mean: bool = True
     n_nodes: int = 21  # learned-share nodes u = 0, 0.05, ..., 1
     n_bins: int = 20  # accuracy bins of a predicted outcome in the look-ahead (0.05 wide)
     # Pruning: as runs are added (in the order they came, consecutive runs at one size
