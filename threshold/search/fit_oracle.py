@@ -4,8 +4,8 @@
 own seed model (``families.log_likelihood``) and reads the fitted curve's 80% point. Its runs go
 where a locally c-optimal design for x80 puts them: at the truth's parameters (``runs``: the
 bound ``oracle_fit`` of ``bench search``), or at the parameters fitted so far, batch by batch from
-the sampler's bracket (``adaptive``: ``oracle_fit_adaptive``), the best a design that knows the
-form but nothing of the truth's parameters can place.
+the sampler's bracket (``adaptive``: ``oracle_fit_adaptive``): one design that knows the form but
+none of the truth's parameters (a greedy sequential one; a better one may exist).
 """
 
 from __future__ import annotations

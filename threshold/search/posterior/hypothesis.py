@@ -238,7 +238,9 @@ def _mean_keeping_z(sd: float, size_nodes: int, link: str) -> np.ndarray:
     average (increasing in h) by interpolation over h. Cached: the same for every grid."""
     z = _Z_GRID  # (Z,)
     nodes, weights = np.polynomial.hermite_e.hermegauss(size_nodes)
-    reach = _Z_MAX + 8.0 * sd + 4.0  # h lies within about sd^2 / 2 of z per unit of z
+    # h(z) grows like z sqrt(1 + sd^2) at most (the probit's exact map; the logistic's is
+    # flatter, the cloglog's shifts by sd^2 / 2 at the low end): the range covers every z
+    reach = (_Z_MAX + 4.0) * float(np.sqrt(1.0 + sd**2))
     h = np.arange(-reach, reach + 0.25 * _Z_STEP, 0.25 * _Z_STEP)  # (T,)
     log_f, log_s = _log_shares_at(h[:, None] + sd * nodes[None, :], link)  # (T, N) each
     w = weights / weights.sum()
