@@ -56,7 +56,7 @@ DEFAULT_METHODS = ("policy", "policy_2w", "grid", "optuna_tpe")
 # its model; and the same runs fitted with the slope free over every family's range and our
 # posterior's grid (``oracle_fit_wide``): what the fit reads without knowing the family's slopes;
 # and the fit placing its own runs as it learns, read at each checkpoint (``oracle_fit_adaptive``):
-# the bound of a design that knows the form but none of the truth's parameters.
+# what one design that knows the form but none of the truth's parameters reaches.
 # Each has its own random stream, so a row's numbers do not depend on which others are computed.
 ROWS = (
     "sampler",
