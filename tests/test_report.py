@@ -7,6 +7,7 @@ in conftest.py, shared with the browser test).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import optuna
@@ -384,7 +385,7 @@ def test_doubtful_estimates_are_flagged(tmp_path):
     import json
 
     from threshold.report.reading import collect
-    from threshold.search.fit import transition_estimate
+    from threshold.search.fit import STRAY_MASS, transition_estimate
     from threshold.search.sampler import PARAM, policy_settings
     from threshold.search.spec import StudySettings
     from threshold.search.study import SearchConfig, create_or_load_study, open_storage
@@ -431,7 +432,8 @@ def test_doubtful_estimates_are_flagged(tmp_path):
     assert "stray" not in text["plateau"]
     assert text["learned"] == ""
     # A d = 8 run above the d = 15-21 ones (as ADD in the CPU suite's ADD+PROD mod 7).
-    assert "its sizes stray from any smooth curve (P = 0.82" in text["strays"]
+    stray = re.search(r"its sizes stray from any smooth curve \(P = (0\.\d+)", text["strays"])
+    assert stray and STRAY_MASS <= float(stray.group(1)) < 0.9  # 0.81 with the default posterior
     assert "plateau" not in text["strays"]
 
 
