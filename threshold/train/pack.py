@@ -73,6 +73,26 @@ class Member:
         return self.run.data.config.measured_op
 
 
+def _forward_backward(ens: Ensemble, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Every member's loss on inputs ``x`` (M, B, T), targets ``y`` (M, B, T), and its gradient
+    in ``ens.grad``. Each member's loss is its own mean over its own targets, so its gradient is
+    the one its model would get alone. Returns the losses (M,), on the device."""
+    logits = ens(x)  # (M, B, T, V)
+    m = x.shape[0]
+    nll = F.cross_entropy(
+        logits.flatten(0, 2), y.flatten(), ignore_index=IGNORE, reduction="none"
+    ).view(m, -1)  # (M, B*T)
+    counts = (y != IGNORE).flatten(1).sum(1).clamp(min=1)  # (M,)
+    losses = nll.sum(1) / counts  # (M,)
+    with warnings.catch_warnings():
+        # The weights are views into one buffer, so their gradients (views into another) are
+        # not dense; autograd warns that this "may impair performance" and accumulates in place
+        # all the same, which is what the one-buffer optimizer relies on.
+        warnings.filterwarnings("ignore", message="grad and param do not obey the gradient")
+        losses.sum().backward()
+    return losses.detach()
+
+
 @dataclass
 class Pack:
     """Members trained in one stack, in lockstep (they all began together)."""
@@ -159,26 +179,6 @@ def charge_cpu(members: list[Member], since: float) -> None:
     for m in members:
         if m.cpu_s is not None:
             m.cpu_s += share
-
-
-def _forward_backward(ens: Ensemble, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Every member's loss on inputs ``x`` (M, B, T), targets ``y`` (M, B, T), and its gradient
-    in ``ens.grad``. Each member's loss is its own mean over its own targets, so its gradient is
-    the one its model would get alone. Returns the losses (M,), on the device."""
-    logits = ens(x)  # (M, B, T, V)
-    m = x.shape[0]
-    nll = F.cross_entropy(
-        logits.flatten(0, 2), y.flatten(), ignore_index=IGNORE, reduction="none"
-    ).view(m, -1)  # (M, B*T)
-    counts = (y != IGNORE).flatten(1).sum(1).clamp(min=1)  # (M,)
-    losses = nll.sum(1) / counts  # (M,)
-    with warnings.catch_warnings():
-        # The weights are views into one buffer, so their gradients (views into another) are
-        # not dense; autograd warns that this "may impair performance" and accumulates in place
-        # all the same, which is what the one-buffer optimizer relies on.
-        warnings.filterwarnings("ignore", message="grad and param do not obey the gradient")
-        losses.sum().backward()
-    return losses.detach()
 
 
 def groups(pack: Pack, positions: list[int]) -> list[tuple[TaskData, list[int], Ensemble]]:
