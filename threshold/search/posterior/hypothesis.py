@@ -231,19 +231,29 @@ def _log_shares_at(z, link: str) -> tuple[np.ndarray, np.ndarray]:
     return -np.logaddexp(0.0, -z), -np.logaddexp(0.0, z)
 
 
+@lru_cache(maxsize=4)
+def _offset_quadrature(size_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The size offset's Gauss-Hermite nodes for N(0, 1) and their weights, summing to 1: the
+    likelihood integrates the offset over them, and the mean-keeping map averages over them."""
+    nodes, weights = np.polynomial.hermite_e.hermegauss(size_nodes)
+    weights = weights / weights.sum()
+    nodes.setflags(write=False)
+    weights.setflags(write=False)
+    return nodes, weights
+
+
 @lru_cache(maxsize=16)
 def _mean_keeping_z(sd: float, size_nodes: int, link: str) -> np.ndarray:
     """h(z) at the share table's z (Z,): the point whose offset average, over the likelihood's
     own ``size_nodes`` Gauss-Hermite nodes of N(0, sd^2), is F(z). Found on the logit of that
     average (increasing in h) by interpolation over h. Cached: the same for every grid."""
     z = _Z_GRID  # (Z,)
-    nodes, weights = np.polynomial.hermite_e.hermegauss(size_nodes)
+    nodes, w = _offset_quadrature(size_nodes)
     # h(z) grows like z sqrt(1 + sd^2) at most (the probit's exact map; the logistic's is
     # flatter, the cloglog's shifts by sd^2 / 2 at the low end): the range covers every z
     reach = (_Z_MAX + 4.0) * float(np.sqrt(1.0 + sd**2))
     h = np.arange(-reach, reach + 0.25 * _Z_STEP, 0.25 * _Z_STEP)  # (T,)
     log_f, log_s = _log_shares_at(h[:, None] + sd * nodes[None, :], link)  # (T, N) each
-    w = weights / weights.sum()
     averaged = logsumexp(log_f, b=w, axis=1) - logsumexp(log_s, b=w, axis=1)  # (T,)
     target = np.subtract(*_log_shares_at(z, link))  # (Z,) logit F(z)
     out = np.interp(target, averaged, h)

@@ -23,6 +23,7 @@ from threshold.search.posterior.hypothesis import (
     _mean_keeping_z,
     _node_centres,
     _node_sds,
+    _offset_quadrature,
 )
 
 __all__ = [
@@ -77,8 +78,8 @@ def _offset_nodes(cfg: PosteriorSettings) -> tuple[list, list]:
     and for each of ``size_logit_sds`` the indices of its nodes. The first is the sd whose
     ``_mean_keeping_z`` the node's offset starts from, 0 for z itself (``offset_keeps_mean``
     off): then every sd's middle node is the same, offset 0 from z."""
-    gh_nodes, gh_weights = np.polynomial.hermite_e.hermegauss(cfg.size_nodes)
-    gh_log_w = np.log(gh_weights / gh_weights.sum())
+    gh_nodes, gh_weights = _offset_quadrature(cfg.size_nodes)
+    gh_log_w = np.log(gh_weights)
     slots: dict[tuple[float, float, float], int] = {}
     per_sd = []
     for sd in cfg.size_logit_sds:
