@@ -20,6 +20,7 @@ from threshold.errors import ConfigError
 from threshold.model import RecurrentTransformer
 from threshold.tasks import TaskConfig, load_task_data
 from threshold.train import Run, continue_training, init_model, lr_factor, train, train_runs
+from threshold.train import engine as engine_module
 from threshold.train import pack as pack_module
 from threshold.train.batches import IGNORE, batch_arrays, train_batches
 from threshold.train.checkpoint import load_checkpoint, save_checkpoint
@@ -421,6 +422,18 @@ def test_out_of_memory_halves_the_pack_and_loses_no_run(flat_max5, monkeypatch):
     results = train_runs(runs, share=True)
     assert [r.steps for r in results] == [20] * 4
     assert calls[:5] == [4] * 5 and set(calls[5:]) == {2}  # went on in two halves
+
+
+def test_the_halves_of_a_pack_step_eagerly_and_stay_so(flat_max5):
+    # graphed halves side by side would hold what the whole did (each graph keeps its pool)
+    data = flat_max5
+    runs = [Run(model_config_for(data.config, 8), data, TrainConfig(seed=i)) for i in range(4)]
+    pack = engine_module.start_pack(list(enumerate(runs)), torch.device("cpu"), static=True)
+    assert pack.graphed
+    halves = engine_module._halve(pack)
+    assert [len(h.members) for h in halves] == [2, 2]
+    assert [h.graphed for h in halves] == [False, False]
+    assert halves[0].keep([1]).graphed is False  # a repack after a member ends: still eager
 
 
 def test_a_diverging_run_ends_as_a_recorded_diverged_run(flat_max5, flat_max_add5):

@@ -152,13 +152,17 @@ def train_runs(
 
 
 def _halve(pack: Pack) -> list[Pack]:
-    """The pack in two halves, after an out-of-memory error: its CUDA graphs (and their memory
-    pools) are dropped first, so the copies need only the room of the weights and moments."""
+    """The pack in two halves, after an out-of-memory error. The halves step eagerly: a CUDA
+    graph keeps its step's activations in a memory pool of its own, so two graphed halves side by
+    side would need what the whole did (a GPU check halved 16 members down to one that way and
+    still ran out). Its graphs are dropped first, so the copies need only the room of the
+    weights and moments."""
     n, half = len(pack.members), len(pack.members) // 2
-    log.warning("out of memory with %d members: halving the pack", n)
+    log.warning("out of memory with %d members: halving the pack, its halves step eagerly", n)
     pack.graphs = None
     torch.cuda.empty_cache()
-    return [pack.keep(list(range(half))), pack.keep(list(range(half, n)))]
+    parts = list(range(half)), list(range(half, n))
+    return [pack.keep(part, graphed=False) for part in parts]
 
 
 def start_pack(indexed: list[tuple[int, Run]], device: torch.device, static: bool = False) -> Pack:

@@ -102,11 +102,15 @@ class Pack:
     members: list[Member]
     smooth: torch.Tensor  # (M,) smoothed training loss, on the device
     static: bool = False  # batches padded to static lengths (and on a GPU, graphed steps)
+    # False once the pack was halved after an out-of-memory error: each graph keeps its step's
+    # activations in a pool of its own, so graphed halves side by side need what the whole did;
+    # eager steps free them, and the halves' peak is one half's
+    graphed: bool = True
     graphs: StepGraphs | None = None
     saved_at: float = field(default_factory=time.perf_counter)  # its states last written
 
     def __post_init__(self) -> None:
-        if self.static and self.ens.device.type == "cuda":
+        if self.static and self.graphed and self.ens.device.type == "cuda":
             self.graphs = StepGraphs(self.ens, self.opt, self.eager_step)
 
     def eager_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -115,13 +119,15 @@ class Pack:
         self.opt.step()
         return losses
 
-    def keep(self, positions: list[int]) -> Pack:
-        """The pack of the members at ``positions`` (a repack: the stack shrinks to them)."""
+    def keep(self, positions: list[int], graphed: bool | None = None) -> Pack:
+        """The pack of the members at ``positions`` (a repack: the stack shrinks to them);
+        ``graphed`` as this pack's unless given."""
         ens = self.ens.select(positions)
         index = torch.tensor(positions, device=self.smooth.device)
         members = [self.members[p] for p in positions]
         opt = self.opt.select(ens, positions)
-        return Pack(ens, opt, members, self.smooth[index], self.static)
+        graphed = self.graphed if graphed is None else graphed
+        return Pack(ens, opt, members, self.smooth[index], self.static, graphed)
 
 
 def resume(
