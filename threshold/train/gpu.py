@@ -114,7 +114,8 @@ def _out_of_memory(data: TaskData, device: torch.device) -> dict:
         results = train_runs(runs, device, memory_bytes=10 * need, share=True)
         ended = [r.steps for r in results]
     except torch.OutOfMemoryError as e:
-        return {"ok": False, "error": str(e).splitlines()[0], "fraction": fraction}
+        error = str(e).splitlines()[0]
+        return {"ok": False, "error": error, "fraction": fraction, "halvings": halvings}
     finally:
         engine_log.removeHandler(handler)
         torch.cuda.set_per_process_memory_fraction(1.0, index)
