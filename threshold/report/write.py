@@ -89,7 +89,9 @@ def _plotly_script(out: Path) -> str:
 
     Each report folder carries its own copy (4.8 MB: the plotly package ships only its full
     bundle), so a folder copied or moved alone still draws its figure; git keeps one blob for
-    every identical copy, so the repository does not grow with them.
+    every identical copy, so the repository does not grow with them. The committed reports link
+    theirs to ``reports/cpu/all``'s, so a copy of the working tree (the one a lent GPU gets, 64
+    MiB at most) carries it once; a report written there again writes through the link.
     """
     (out / PLOTLY_JS).write_text(get_plotlyjs(), encoding="utf-8")
     return PLOTLY_JS
