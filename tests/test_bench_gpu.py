@@ -3,6 +3,8 @@
 import json
 import tarfile
 
+import pytest
+
 from threshold.train.checkpoint import load_checkpoint
 
 
@@ -45,3 +47,16 @@ def test_bench_gpu_refuses_a_part_it_does_not_have(tmp_path, cli):
     assert out.exit_code != 0
     assert "--parts 'checks,plots' is not allowed" in out.stderr
     assert "checks, throughput, science" in out.stderr and not list(tmp_path.glob("gpu-*"))
+
+
+@pytest.mark.parametrize(
+    ("sizes", "words"),
+    [
+        ("32", "give two or more positive sizes"),
+        ("16,x", "is not an integer"),
+        ("16,16", "repeats"),
+    ],
+)
+def test_bench_gpu_refuses_science_sizes_it_cannot_run(tmp_path, cli, sizes, words):
+    out = cli(["bench", "gpu", "--device", "cpu", "--sizes", sizes, "--out", tmp_path])
+    assert out.exit_code != 0 and words in out.stderr and not list(tmp_path.glob("gpu-*"))

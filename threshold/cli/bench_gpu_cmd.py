@@ -9,9 +9,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from threshold.cli.common import CacheDir, Device, run_guarded
+from threshold.cli.common import CacheDir, Device, int_list, run_guarded
 from threshold.errors import ConfigError
-from threshold.search.gpu import PARTS
+from threshold.search.gpu import PARTS, SIZES
 from threshold.search.gpu import bench_gpu as run
 from threshold.train.device import resolve_device
 
@@ -28,6 +28,13 @@ def bench_gpu(
     parts: Annotated[
         str, typer.Option(help="Which parts to run, comma-separated: checks,throughput,science.")
     ] = "checks,throughput,science",
+    sizes: Annotated[
+        str,
+        typer.Option(
+            help="The science pair's d_model sizes, comma-separated; fewer sizes leave more steps"
+            " for each run."
+        ),
+    ] = ",".join(map(str, SIZES)),
 ) -> None:
     """The engine on a GPU against the CPU, its throughput (eager, CUDA graphs, compiled) and a
     small-init science pair in the minutes left; with --device cpu, tiny settings (CI)."""
@@ -41,11 +48,14 @@ def bench_gpu(
             raise ConfigError(
                 f"--parts {parts!r} is not allowed: name one or more of {', '.join(PARTS)}"
             )
+        ds = sorted(int_list(sizes, "--sizes"))
+        if len(ds) < 2 or ds[0] < 1:
+            raise ConfigError(f"--sizes {sizes!r} is not allowed: give two or more positive sizes")
         dev = resolve_device(device)
         console = Console(stderr=True)
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         record, json_path, md_path = run(
-            out, dev, minutes, cache_dir, note=lambda s: console.log(s), parts=asked
+            out, dev, minutes, cache_dir, note=lambda s: console.log(s), parts=asked, sizes=ds
         )
         typer.echo(md_path.read_text())
         typer.echo(f"written: {json_path}, {md_path}")

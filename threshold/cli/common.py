@@ -309,6 +309,19 @@ def task_config(tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, meas
     )
 
 
+def int_list(text: str, option: str) -> list[int]:
+    """``16,24,32`` as integers; a repeat or a non-integer is refused, naming the option."""
+    if not text.strip():
+        raise ConfigError(f"{option} is empty: give an integer or a list like 16,24,32")
+    try:
+        values = [int(x) for x in text.split(",")]  # an empty item ("8,,16") is refused too
+    except ValueError:
+        raise ConfigError(f"{option} {text!r} is not an integer or a list like 16,24,32") from None
+    if len(set(values)) != len(values):
+        raise ConfigError(f"{option} {text!r} repeats a value: name each once")
+    return values
+
+
 def _fail(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(EXIT_USAGE)

@@ -49,6 +49,7 @@ from threshold.cli.common import (
     WeightDecay,
     Weights,
     Window,
+    int_list,
     recipe_overrides,
     run_guarded,
     task_config,
@@ -189,20 +190,6 @@ def train(
             _print_batch_report(reports)
 
     run_guarded(body)
-
-
-def int_list(text: str, option: str) -> list[int]:
-    """``16,24,32`` as integers; a repeat or a non-integer is refused, naming the option."""
-
-    if not text.strip():
-        raise ConfigError(f"{option} is empty: give an integer or a list like 16,24,32")
-    try:
-        values = [int(x) for x in text.split(",")]  # an empty item ("8,,16") is refused too
-    except ValueError:
-        raise ConfigError(f"{option} {text!r} is not an integer or a list like 16,24,32") from None
-    if len(set(values)) != len(values):
-        raise ConfigError(f"{option} {text!r} repeats a value: name each once")
-    return values
 
 
 def _checkpoint_paths(out: Path | None, runs, force: bool = False) -> list[Path | None]:

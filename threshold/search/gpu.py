@@ -8,8 +8,8 @@ outcome even when another part fails:
 2. throughput of packs of 1 to 128 members, eager and graphed (and ``torch.compile`` when it
    compiles within a minute) (:func:`threshold.train.gpu.throughput`);
 3. in the minutes left, a science pair under the ``small`` recipe: ADD alone against ADD in
-   MAX+MED+ADD, mod 10, 2 seeds at sizes d 16-128, trained together for as many steps as fit,
-   each read by the posterior, with the reduction factor at every budget checkpoint;
+   MAX+MED+ADD, mod 10, 2 seeds at sizes d 16-128 (``--sizes``), trained together for as many
+   steps as fit, each read by the posterior, with the reduction factor at every budget checkpoint;
 4. ``gpu-<date>-<commit>.json`` and a Markdown summary of every number, for ``reports/gpu/``,
    and the science pair's trained models as checkpoints in ``gpu-<date>-<commit>-models.tar.gz``
    (for the embedding and layer analyses on the CPU: ``threshold analyze``).
@@ -46,11 +46,12 @@ from threshold.train.evaluate import majority_rate
 from threshold.train.gpu import check_engine, throughput
 from threshold.train.run import Run
 
-__all__ = ["bench_gpu", "science_pair", "summary_markdown"]
+__all__ = ["SIZES", "bench_gpu", "science_pair", "summary_markdown"]
 
 Note = Callable[[str], None]
 MEMBERS = (1, 4, 16, 36, 64, 128)
 PARTS = ("checks", "throughput", "science")
+SIZES = (16, 20, 25, 32, 40, 51, 64, 81, 101, 128)  # the science pair's d on a GPU (log-spaced)
 PADDED = [16, 24, 32, 40]  # the sizes of the padded packs (issue: 36 members at d 16-40)
 
 
@@ -61,9 +62,11 @@ def bench_gpu(
     cache_dir: Path | None = None,
     note: Note = print,
     parts: tuple[str, ...] = PARTS,
+    sizes: tuple[int, ...] | list[int] = SIZES,
 ) -> tuple[dict, Path, Path]:
     """Run each of ``parts`` within about ``minutes``; write the JSON and the Markdown summary
-    into ``out_dir``; return the record and both paths. On the CPU every part runs tiny."""
+    into ``out_dir``; return the record and both paths. ``sizes``: the science pair's d on a GPU.
+    On the CPU every part runs tiny."""
     t0 = time.perf_counter()
     deadline = t0 + 60 * minutes
     tiny = device.type != "cuda"
@@ -98,7 +101,7 @@ def bench_gpu(
     out_dir.mkdir(parents=True, exist_ok=True)
     models = out_dir / f"{stem}-models.tar.gz"
     record["science"] = _part(
-        "science" in parts, lambda: science_pair(device, left, tiny, cache_dir, note, models)
+        "science" in parts, lambda: science_pair(device, left, tiny, cache_dir, note, models, sizes)
     )
     record["wall_s"] = round(time.perf_counter() - t0, 1)
     json_path = out_dir / f"{stem}.json"
@@ -138,12 +141,14 @@ def science_pair(
     cache_dir: Path | None = None,
     note: Note = print,
     models: Path | None = None,
+    sizes: tuple[int, ...] | list[int] = SIZES,
 ) -> dict:
     """ADD alone against ADD in MAX+MED+ADD under the ``small`` recipe, 2 seeds a size, all
     trained together for as many steps as fit in ``seconds``; each study's estimate from the
     posterior and the factor with its 90% interval at every budget checkpoint. ``models``: a
-    ``.tar.gz`` to keep every trained model in, as ``<study>-d<d>-seed<s>.pt`` checkpoints."""
-    mod, sizes = (5, [8, 16]) if tiny else (10, [16, 20, 25, 32, 40, 51, 64, 81, 101, 128])
+    ``.tar.gz`` to keep every trained model in, as ``<study>-d<d>-seed<s>.pt`` checkpoints;
+    ``sizes``: the d run on a GPU (tiny: 8 and 16)."""
+    mod, sizes = (5, [8, 16]) if tiny else (10, list(sizes))
     # tiny: depth-1 ListOps (9 tokens against depth 2's up to 60): an untrained model under the
     # small recipe's init writes to the end of its context, and decoding is most of the CPU
     extra = dict(depth=1, n_train=2000, n_test=40, n_val=50) if tiny else {}
