@@ -60,16 +60,24 @@ def test_the_wide_fit_allows_every_family_s_slopes_and_the_posterior_s():
 def test_the_fit_that_places_as_it_learns_reads_each_checkpoint_and_sharpens():
     """The adaptive fit knows the family's form but none of the truth's parameters: it scores
     every checkpoint with that many runs, its compute grows with them, and over graded studies
-    its median error at 48 runs is well below that at 8 (the bracket and one batch)."""
+    its median error at 48 runs is well below that at 8 (the bracket and one batch). Placing
+    per compute (``cost_power`` 1) spends less on the same studies."""
     s = make_settings()
-    errors = {8: [], 48: []}
+    errors, compute = {8: [], 48: []}, {0.0: 0.0, 1.0: 0.0}
     for i in range(6):
         truth = draw_family_truth(np.random.default_rng(30 + i), "graded")
         rngs = (np.random.default_rng(100 + i), np.random.default_rng(200 + i))
-        scores = FitOracle.adaptive(s, truth, rngs, (8, 48))
-        assert sorted(scores) == [8, 48]
+        scores, placed = FitOracle.adaptive(s, truth, rngs, (8, 48))
+        assert sorted(scores) == sorted(placed) == [8, 48]
         assert [scores[k]["runs"] for k in (8, 48)] == [8, 48]
+        assert placed[48][:8] == placed[8]  # the runs so far, at each checkpoint
         assert scores[48]["compute"] > scores[8]["compute"] and scores[48]["covered"] is None
         for k in errors:
             errors[k].append(abs(scores[k]["error"]))
+        if i < 3:
+            rngs = (np.random.default_rng(100 + i), np.random.default_rng(200 + i))
+            per_compute, _ = FitOracle.adaptive(s, truth, rngs, (48,), cost_power=1.0)
+            compute[0.0] += scores[48]["compute"]
+            compute[1.0] += per_compute[48]["compute"]
     assert np.median(errors[48]) < 0.5 * np.median(errors[8])
+    assert compute[1.0] < 0.8 * compute[0.0]

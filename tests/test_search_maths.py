@@ -703,6 +703,11 @@ def test_bench_families_rows_are_computed_alone_with_the_same_numbers():
     adaptive = bench_families(rows=("oracle_fit_adaptive",), **kw)["families"]["graded"]
     assert set(adaptive) == {"oracle_fit_adaptive_6", "seconds"}
     assert adaptive["oracle_fit_adaptive_6"]["median_runs"] == 6
+    cost = bench_families(rows=("oracle_fit_adaptive_cost",), **kw)["families"]["graded"]
+    assert set(cost) == {"oracle_fit_adaptive_cost_6", "oracle_fit_adaptive_cost_read_6", "seconds"}
+    fitted, read = cost["oracle_fit_adaptive_cost_6"], cost["oracle_fit_adaptive_cost_read_6"]
+    assert fitted["compute_vs_grid"] == read["compute_vs_grid"]  # the same runs, read two ways
+    assert fitted["coverage"] is None and 0 <= read["coverage"] <= 1
     more = bench_families(rows=("grid", "oracle", "oracle_fit"), **kw)["families"]["graded"]
     for key in ("oracle", "oracle_stop", "oracle_fit"):
         assert alone[key] == more[key]

@@ -76,9 +76,10 @@ def bench_search(
             help="Rows of the families table to compute: sampler, grid, spread, oracle,"
             " oracle_fit, and, not by default, oracle_fit_read (the shape-unknown oracle's runs"
             " read by our posterior), oracle_fit_wide (its runs fitted with the slope free"
-            " over every family's range) and oracle_fit_adaptive (the fit placing its own runs"
-            " as it learns, read at each checkpoint). Each has its own random stream: the same"
-            " numbers whichever are chosen."
+            " over every family's range), oracle_fit_adaptive (the fit placing its own runs"
+            " as it learns, read at each checkpoint) and oracle_fit_adaptive_cost (the same,"
+            " placing per compute as our sampler does, its runs also read by our posterior)."
+            " Each has its own random stream: the same numbers whichever are chosen."
         ),
     ] = "sampler,grid,spread,oracle,oracle_fit",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -213,8 +214,12 @@ def _print_bench_families(result: dict) -> None:
 
 
 def _adaptive_label(key: str) -> str:
-    """The families table's label of a checkpoint row: the sampler's or the adaptive fit's."""
-    prefix = "oracle_fit_adaptive_"
-    if key.startswith(prefix):
-        return f"fit placing as it learns, {key[len(prefix) :]} runs"
+    """The families table's label of a checkpoint row: the sampler's or an adaptive fit's."""
+    for prefix, words in (
+        ("oracle_fit_adaptive_cost_read_", "its runs, read by the posterior"),
+        ("oracle_fit_adaptive_cost_", "fit placing per compute as it learns"),
+        ("oracle_fit_adaptive_", "fit placing as it learns"),
+    ):
+        if key.startswith(prefix):
+            return f"{words}, {key[len(prefix) :]} runs"
     return f"{key}, stop off"

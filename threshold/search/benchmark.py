@@ -56,7 +56,9 @@ DEFAULT_METHODS = ("policy", "policy_2w", "grid", "optuna_tpe")
 # its model; and the same runs fitted with the slope free over every family's range and our
 # posterior's grid (``oracle_fit_wide``): what the fit reads without knowing the family's slopes;
 # and the fit placing its own runs as it learns, read at each checkpoint (``oracle_fit_adaptive``):
-# what one design that knows the form but none of the truth's parameters reaches.
+# what one design that knows the form but none of the truth's parameters reaches; the same fit
+# placing per compute as our sampler does (``oracle_fit_adaptive_cost``), with its runs also read
+# by our posterior (its placement without its model).
 # Each has its own random stream, so a row's numbers do not depend on which others are computed.
 ROWS = (
     "sampler",
@@ -67,8 +69,9 @@ ROWS = (
     "oracle_fit_read",
     "oracle_fit_wide",
     "oracle_fit_adaptive",
+    "oracle_fit_adaptive_cost",
 )
-DEFAULT_ROWS = ROWS[:-3]
+DEFAULT_ROWS = ROWS[:-4]
 
 
 def _aggregate(rows: list[dict], truths: np.ndarray) -> dict:
@@ -378,7 +381,7 @@ def _study(
     by column name, and the CPU ``seconds`` it took."""
     start = time.process_time()
     off = dataclasses.replace(settings, precision=1.0 + 1e-9, budget=max(checkpoints))
-    streams = np.random.SeedSequence([seed, FAMILIES.index(family), study]).spawn(10)
+    streams = np.random.SeedSequence([seed, FAMILIES.index(family), study]).spawn(12)
     rngs = [np.random.default_rng(s) for s in streams]  # rngs[2]: the own stop's, before
     truth = draw_family_truth(rngs[0], family, settings.level, settings.chance_corrected)
     row, n = {}, max(checkpoints)
@@ -410,8 +413,20 @@ def _study(
         if "oracle_fit_read" in rows:
             row["oracle_fit_read"] = _scored(settings, sorted(runs, reverse=True), truth.x80)
     if "oracle_fit_adaptive" in rows:
-        adaptive = FitOracle.adaptive(settings, truth, (rngs[8], rngs[9]), checkpoints)
+        adaptive, _ = FitOracle.adaptive(settings, truth, (rngs[8], rngs[9]), checkpoints)
         row |= {f"oracle_fit_adaptive_{k}": score for k, score in adaptive.items()}
+    if "oracle_fit_adaptive_cost" in rows:
+        power = settings.cost_power
+        adaptive, placed = FitOracle.adaptive(
+            settings, truth, (rngs[10], rngs[11]), checkpoints, power
+        )
+        row |= {f"oracle_fit_adaptive_cost_{k}": score for k, score in adaptive.items()}
+        row |= {
+            f"oracle_fit_adaptive_cost_read_{k}": _scored(
+                settings, sorted(runs, reverse=True), truth.x80
+            )
+            for k, runs in placed.items()
+        }
     seconds = time.process_time() - start
     logger.info(
         "%s study %d: %s runs to the own stop, %.1f CPU s",

@@ -155,17 +155,24 @@ class FitOracle:
 
     @classmethod
     def adaptive(
-        cls, settings: SearchSettings, truth, rngs: tuple, checkpoints: tuple[int, ...]
-    ) -> dict[int, dict]:
+        cls,
+        settings: SearchSettings,
+        truth,
+        rngs: tuple,
+        checkpoints: tuple[int, ...],
+        cost_power: float = 0.0,
+    ) -> tuple[dict[int, dict], dict[int, list]]:
         """The fit that places as it learns: the sampler's bracket, then batches of ``BATCH``
         runs (fewer where a checkpoint comes sooner), placed for the parameters fitted so far.
         Each run of a batch goes, greedily, to the candidate size (``candidates`` about the
-        fitted x80) that most lowers the fitted x80's asymptotic variance g' M^-1 g, M the
-        information of the runs so far and of those placed before it in the batch, all at the
-        fitted parameters (``information``, from runs drawn by a truth with those parameters:
-        ``truth_at``). The first fit starts from the middle of the family's ranges at the
-        bracket's middle size, and each later one from the last. Scores (``scored``'s) at
-        each checkpoint, by run count. ``rngs``: the truth's runs' stream, the design's.
+        fitted x80) where it most lowers the fitted x80's asymptotic variance g' M^-1 g, over
+        the run's cost to the ``cost_power`` (0: per run; 1: per compute, as our sampler's
+        look-ahead weighs it by default), M the information of the runs so far and of those
+        placed before it in the batch, all at the fitted parameters (``information``, from runs
+        drawn by a truth with those parameters: ``truth_at``). The first fit starts from the
+        middle of the family's ranges at the bracket's middle size, and each later one from the
+        last. Scores (``scored``'s) and the runs so far, at each checkpoint, by run count.
+        ``rngs``: the truth's runs' stream, the design's.
 
         Bimodal and censored curves' fitted learned mean is fitted but not designed for: the
         design draws their runs with the family's own learned mean (``ceiling_of``)."""
@@ -178,13 +185,14 @@ class FitOracle:
         )
         scale = np.diag([1.0, 0.25, ((ceilings[1] - ceilings[0]) / 4) ** 2])  # before any design
         weak = 0.01 * np.linalg.inv(scale)  # information of a prior 10x as wide: keeps M regular
-        scores = {}
+        scores, placed = {}, {}
         while True:
             theta = cls.fit(settings, family, runs, theta, scale)
             if len(runs) in checkpoints:
                 scores[len(runs)] = cls._score(settings, truth, runs, theta)
+                placed[len(runs)] = list(runs)
             if len(runs) >= max(checkpoints):
-                return scores
+                return scores, placed
             batch = min(cls.BATCH, min(k for k in checkpoints if k > len(runs)) - len(runs))
             guess = cls.truth_at(settings, family, theta)
             ds = cls.candidates(settings, guess.x80, guess.slope)
@@ -192,10 +200,11 @@ class FitOracle:
             info, g = cls.information(settings, guess, theta, design_rng, [*ds, *tried])
             at = {d: info[len(ds) + i] for i, d in enumerate(tried)}
             m = sum(at[d] for d, _ in runs) + weak
-            chosen = []
+            chosen, cost = [], settings.cost(np.array(ds)) ** cost_power
             for _ in range(batch):
-                variance = [g @ np.linalg.solve(m + info[i], g) for i in range(len(ds))]
-                best = int(np.argmin(variance))
+                now = g @ np.linalg.solve(m, g)
+                gain = [now - g @ np.linalg.solve(m + info[i], g) for i in range(len(ds))]
+                best = int(np.argmax(np.array(gain) / cost))
                 chosen.append(ds[best])
                 m = m + info[best]
             runs += runs_at(settings, truth, runs_rng, chosen)
