@@ -5,6 +5,7 @@ import tarfile
 
 import pytest
 
+from threshold.search.gpu import _point
 from threshold.train.checkpoint import load_checkpoint
 
 
@@ -60,3 +61,12 @@ def test_bench_gpu_refuses_a_part_it_does_not_have(tmp_path, cli):
 def test_bench_gpu_refuses_science_sizes_it_cannot_run(tmp_path, cli, sizes, words):
     out = cli(["bench", "gpu", "--device", "cpu", "--sizes", sizes, "--out", tmp_path])
     assert out.exit_code != 0 and words in out.stderr and not list(tmp_path.glob("gpu-*"))
+
+
+def test_a_study_its_runs_only_bound_shows_their_bound_before_the_posterior():
+    estimate = {"params_p80": 120000.0, "interval_params": [43360.0, 414900.0]}
+    bounded = estimate | {"located": "lower bound", "bound_params": 16096.0, "bound_d": 32}
+    assert _point(bounded) == "> 16,096 (d 32; posterior 120,000 (43,360-414,900))"
+    assert _point(estimate | {"located": "point"}) == "120,000 (43,360-414,900)"
+    older = estimate | {"located": "lower bound"}  # a record from before the bound was kept
+    assert _point(older) == "120,000 (43,360-414,900), lower bound"

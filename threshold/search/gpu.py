@@ -36,7 +36,7 @@ import torch
 from threshold.config import make_recipe, model_config_for, param_count
 from threshold.files import atomic_write
 from threshold.meta import git_commit, version
-from threshold.search.bounds import POINT, factor_bound, locate
+from threshold.search.bounds import LOWER, POINT, factor_bound, locate
 from threshold.search.fit import reduction_factor, transition_estimate, transition_posterior
 from threshold.search.settings import SearchSettings
 from threshold.tasks import TaskConfig, load_task_data
@@ -273,6 +273,8 @@ def _estimates(tasks, keys, results, runs, made) -> list[dict]:
                 "asymptote": estimate.get("asymptote"),
                 "learned_runs": sum(acc > 0.5 for _, acc in completed),
                 "located": verdicts[name]["kind"],
+                "bound_params": verdicts[name]["params"],  # the runs' bound, where not located
+                "bound_d": verdicts[name]["d"],
             }
         row["factor"] = reduction_factor(posts["add"], posts["max+med+add"])
         row["factor"]["bound"] = factor_bound(
@@ -365,10 +367,17 @@ def summary_markdown(record: dict) -> str:
 
 
 def _point(e: dict) -> str:
+    """A study's 80% point: the posterior's, or where its runs do not locate it, the bound they
+    give (``> 16,096 (d 32)``, as the report writes it) with the posterior's beside it."""
     lo, hi = e["interval_params"]
     shown = f"{e['params_p80']:,.0f} ({lo:,.0f}-{hi:,.0f})"
     located = e.get("located", POINT)  # records before the verdict was kept were not judged
-    return shown if located == POINT else f"{shown}, {located}"
+    if located == POINT:
+        return shown
+    if e.get("bound_params") is None:  # no bound ("none"), or a record from before it was kept
+        return f"{shown}, {located}"
+    sign = ">" if located == LOWER else "<="
+    return f"{sign} {e['bound_params']:,.0f} (d {e['bound_d']}; posterior {shown})"
 
 
 def _factor(f: dict) -> str:
