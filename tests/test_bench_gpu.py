@@ -68,5 +68,9 @@ def test_a_study_its_runs_only_bound_shows_their_bound_before_the_posterior():
     bounded = estimate | {"located": "lower bound", "bound_params": 16096.0, "bound_d": 32}
     assert _point(bounded) == "> 16,096 (d 32; posterior 120,000 (43,360-414,900))"
     assert _point(estimate | {"located": "point"}) == "120,000 (43,360-414,900)"
+    late = bounded | {"first_d": 40, "out_of_order": [101, 128]}  # what pulls the posterior up
+    assert _point(late) == (
+        "> 16,096 (d 32; d 101, 128 short after d 40 learned; posterior 120,000 (43,360-414,900))"
+    )
     older = estimate | {"located": "lower bound"}  # a record from before the bound was kept
     assert _point(older) == "120,000 (43,360-414,900), lower bound"

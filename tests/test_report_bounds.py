@@ -17,6 +17,7 @@ import optuna
 import pytest
 
 from threshold.report import collect, load_results
+from threshold.report.sentences import transition_words
 from threshold.report.write import write_report
 from threshold.search.bounds import LOCATING_RUNS, factor_bound, locate
 from threshold.search.fit import transition_estimate
@@ -109,6 +110,21 @@ def test_located_needs_runs_on_both_sides_of_the_point():
     every = [(8, 400, 0.75), (9, 700, 0.8), (12, 1400, 0.8), (14, 2000, 0.85)]
     got = locate(every, est)
     assert (got["kind"], got["params"]) == ("upper bound", 400)
+    assert (got["first_d"], got["out_of_order"]) == (8, [])  # every run learned: none short
+    # larger sizes under the level after a smaller one reached it: the fit's point is pulled
+    # up past the run that learned, and the words say why the runs only bound it
+    late = [(8, 400, 0.3), (9, 700, 0.5), (12, 1400, 0.8), (14, 2000, 0.3), (16, 2600, 0.2)]
+    got = locate(late, est | {"params_p80": 1800.0})
+    assert (got["kind"], got["d"], got["first_d"], got["out_of_order"]) == (
+        "lower bound",
+        9,
+        12,
+        [14, 16],
+    )
+    words = transition_words(got, "ADD")
+    assert words.startswith("ADD reached its 80% level at no size up to 700 parameters (d = 9")
+    assert "reached it at d = 12, but runs at the larger d = 14, 16 did not" in words
+    assert "but runs" not in transition_words(locate(one_above, est), "ADD")
     # a bound against a located point divides by the point's interval end on the safe side
     point = {"kind": "point"}
     located = {"params_p80": 100.0, "interval_params": [50.0, 200.0]}

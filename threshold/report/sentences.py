@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from threshold.report.view import Group, Ratio, Row
 
-__all__ = ["bound_phrase", "bound_words", "findings", "transition_text", "transition_words"]
+__all__ = [
+    "bound_phrase",
+    "bound_words",
+    "findings",
+    "out_of_order_words",
+    "transition_text",
+    "transition_words",
+]
 
 
 def _finding(row: Row, base: Row) -> str:
@@ -36,19 +43,37 @@ def _finding(row: Row, base: Row) -> str:
 
 def transition_words(t: dict, label: str) -> str:
     """What the runs say of a transition they only bound: ``ADD ... reached its 80% level at no
-    size up to 455,810 parameters (d = 190; 6 runs)``."""
+    size up to 455,810 parameters (d = 190; 6 runs)``, and why, where larger sizes stayed under
+    the level after a smaller one reached it (:func:`out_of_order_words`)."""
     n = f"{t['n_runs']} run{'s' if t['n_runs'] != 1 else ''}"
-    if t["kind"] == "lower bound":
-        return (
-            f"{label} reached its 80% level at no size up to {t['params']:,.0f} parameters "
-            f"(d = {t['d']}; {n})"
-        )
     if t["kind"] == "upper bound":
         return (
             f"{label} reached its 80% level at every size from {t['params']:,.0f} parameters "
             f"(d = {t['d']}) up ({n})"
         )
-    return f"{label}'s runs neither locate nor bound its 80% point ({n})"
+    if t["kind"] == "lower bound":
+        said = (
+            f"{label} reached its 80% level at no size up to {t['params']:,.0f} parameters "
+            f"(d = {t['d']}; {n})"
+        )
+    else:
+        said = f"{label}'s runs neither locate nor bound its 80% point ({n})"
+    why = out_of_order_words(t)
+    return f"{said}; {why}" if why else said
+
+
+def out_of_order_words(t: dict) -> str | None:
+    """Why runs that did learn only bound their 80% point: ``a run reached it at d = 40, but runs
+    at the larger d = 101, 128 did not (the fit assumes accuracy rises with size; these runs do
+    not)``; None where no larger size fell short, or the verdict predates ``out_of_order``."""
+    late = t.get("out_of_order") or []
+    if not late:
+        return None
+    sizes = ", ".join(str(d) for d in late)
+    return (
+        f"a run reached it at d = {t['first_d']}, but runs at the larger d = {sizes} did not "
+        "(the fit assumes accuracy rises with size; these runs do not)"
+    )
 
 
 def bound_words(r: Ratio, base_label: str, base_t: dict, t: dict) -> str:

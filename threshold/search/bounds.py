@@ -18,6 +18,11 @@ run:
   smallest size at and above which every run reached the level;
 - **none**, when the runs give neither (too few, or learned and unlearned runs mixed out of order).
 
+Every verdict also names the sizes *out of order*: those larger than the smallest run that reached
+the level where a run stayed under it. The posterior assumes accuracy rises with size, so such runs
+pull its 80% point up; under the ``small`` recipe at short budgets, large models alone leave the
+plateau last (docs/results.md), and the report says so beside a lower bound.
+
 A factor (baseline's 80% point / study's) with a bounded side is a bound too. The bounded side's
 value is divided by the other side's 90% interval end on the conservative side (a lower bound on
 the factor uses the study's upper end or the baseline's lower end), so the bound holds wherever the
@@ -44,8 +49,10 @@ def locate(runs: Sequence[tuple[int, float, float]], estimate: dict) -> dict:
 
     Returns ``kind`` ("point", "lower bound", "upper bound" or "none"), the bound's ``params`` and
     ``d`` (None for a point), the accuracy the level asks (``target``), ``above`` (runs above the
-    point that reached it), ``below`` (runs below it that did not), ``n_runs`` and ``checked``
-    (True: judged on the runs' accuracies).
+    point that reached it), ``below`` (runs below it that did not), ``n_runs``, ``checked``
+    (True: judged on the runs' accuracies), ``first_d`` (the smallest d where a run reached the
+    level; None if none did) and ``out_of_order`` (the d larger than ``first_d`` where a run did
+    not, ascending).
     """
     target = float(
         level_target(
@@ -65,7 +72,10 @@ def locate(runs: Sequence[tuple[int, float, float]], estimate: dict) -> dict:
     # every run at or above it learned.
     lower = max(((p, d) for d, p, ok in rows if not ok and p < first_learned), default=None)
     upper = min(((p, d) for d, p, ok in rows if ok and p > last_failed), default=None)
-    out = {"target": target, "above": above, "below": below, "n_runs": len(rows), "checked": True}
+    first_d = min(((p, d) for d, p, ok in rows if ok), default=(None, None))[1]
+    late = sorted({d for d, p, ok in rows if not ok and p > first_learned})
+    out = {"target": target, "above": above, "below": below, "n_runs": len(rows), "checked": True,
+           "first_d": first_d, "out_of_order": late}  # fmt: skip
     if above >= LOCATING_RUNS and below >= LOCATING_RUNS:
         return out | {"kind": POINT, "params": None, "d": None}
     if above < LOCATING_RUNS and lower is not None:
@@ -85,7 +95,8 @@ def sizes_only(params: Sequence[float], estimate: dict) -> dict:
     below = sum(1 for p in params if p < point)
     kind = POINT if above >= LOCATING_RUNS and below >= LOCATING_RUNS else NONE
     return {"kind": kind, "params": None, "d": None, "target": None, "above": None,
-            "below": None, "n_runs": len(params), "checked": False}  # fmt: skip
+            "below": None, "n_runs": len(params), "checked": False, "first_d": None,
+            "out_of_order": []}  # fmt: skip
 
 
 def _side(verdict: dict, estimate: dict, conservative: int) -> tuple[float, float, str]:

@@ -275,6 +275,8 @@ def _estimates(tasks, keys, results, runs, made) -> list[dict]:
                 "located": verdicts[name]["kind"],
                 "bound_params": verdicts[name]["params"],  # the runs' bound, where not located
                 "bound_d": verdicts[name]["d"],
+                "first_d": verdicts[name]["first_d"],  # the smallest d a run learned at
+                "out_of_order": verdicts[name]["out_of_order"],  # larger d a run did not
             }
         row["factor"] = reduction_factor(posts["add"], posts["max+med+add"])
         row["factor"]["bound"] = factor_bound(
@@ -368,16 +370,19 @@ def summary_markdown(record: dict) -> str:
 
 def _point(e: dict) -> str:
     """A study's 80% point: the posterior's, or where its runs do not locate it, the bound they
-    give (``> 16,096 (d 32)``, as the report writes it) with the posterior's beside it."""
+    give (``> 16,096 (d 32)``, as the report writes it) with the posterior's beside it, and the
+    larger sizes that fell short after a smaller one learned (what pulls the posterior up)."""
     lo, hi = e["interval_params"]
     shown = f"{e['params_p80']:,.0f} ({lo:,.0f}-{hi:,.0f})"
     located = e.get("located", POINT)  # records before the verdict was kept were not judged
     if located == POINT:
         return shown
+    late = e.get("out_of_order") or []
+    why = f"d {', '.join(map(str, late))} short after d {e['first_d']} learned; " if late else ""
     if e.get("bound_params") is None:  # no bound ("none"), or a record from before it was kept
-        return f"{shown}, {located}"
+        return f"{shown}, {located}" + (f" ({why[:-2]})" if why else "")
     sign = ">" if located == LOWER else "<="
-    return f"{sign} {e['bound_params']:,.0f} (d {e['bound_d']}; posterior {shown})"
+    return f"{sign} {e['bound_params']:,.0f} (d {e['bound_d']}; {why}posterior {shown})"
 
 
 def _factor(f: dict) -> str:
