@@ -5,7 +5,7 @@ import tarfile
 
 import pytest
 
-from threshold.search.gpu import _point
+from threshold.search.gpu import _factor, _point
 from threshold.train.checkpoint import load_checkpoint
 
 
@@ -74,3 +74,12 @@ def test_a_study_its_runs_only_bound_shows_their_bound_before_the_posterior():
     )
     older = estimate | {"located": "lower bound"}  # a record from before the bound was kept
     assert _point(older) == "120,000 (43,360-414,900), lower bound"
+
+
+def test_a_bounded_factor_keeps_the_posterior_beside_the_bound():
+    posterior = {"factor": 1.675, "interval": [0.862, 4.937]}
+    assert _factor(posterior | {"bound": {"form": "point"}}) == "1.68x (0.86-4.94)"
+    bound = {"form": "lower bound", "value": 0.5147, "at_median": 0.8797}
+    assert _factor(posterior | {"bound": bound}) == (
+        "at least 0.51x (0.88x at the median; posterior 1.68x (0.86-4.94))"
+    )

@@ -393,4 +393,7 @@ def _factor(f: dict) -> str:
     if bound["form"] == "none":
         return f"none: the runs bound neither side (posterior {posterior})"
     word = "at least" if bound["form"] == "lower bound" else "at most"
-    return f"{word} {bound['value']:.1f}x ({bound['at_median']:.1f}x at the median)"
+    return (
+        f"{word} {bound['value']:.2f}x ({bound['at_median']:.2f}x at the median; posterior "
+        f"{posterior})"
+    )
