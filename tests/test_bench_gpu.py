@@ -72,6 +72,12 @@ def test_a_study_its_runs_only_bound_shows_their_bound_before_the_posterior():
     assert _point(late) == (
         "> 16,096 (d 32; d 101, 128 short after d 40 learned; posterior 120,000 (43,360-414,900))"
     )
+    upper = late | {"located": "upper bound"}  # larger sizes short do not pull a point down
+    assert _point(upper) == "<= 16,096 (d 32; posterior 120,000 (43,360-414,900))"
+    neither = late | {"located": "none", "bound_params": None, "bound_d": None}
+    assert _point(neither) == (
+        "120,000 (43,360-414,900), none (d 101, 128 short after d 40 learned)"
+    )
     older = estimate | {"located": "lower bound"}  # a record from before the bound was kept
     assert _point(older) == "120,000 (43,360-414,900), lower bound"
 

@@ -36,7 +36,7 @@ import torch
 from threshold.config import make_recipe, model_config_for, param_count
 from threshold.files import atomic_write
 from threshold.meta import git_commit, version
-from threshold.search.bounds import LOWER, POINT, factor_bound, locate
+from threshold.search.bounds import LOWER, POINT, UPPER, factor_bound, locate
 from threshold.search.fit import reduction_factor, transition_estimate, transition_posterior
 from threshold.search.settings import SearchSettings
 from threshold.tasks import TaskConfig, load_task_data
@@ -377,12 +377,13 @@ def _point(e: dict) -> str:
     located = e.get("located", POINT)  # records before the verdict was kept were not judged
     if located == POINT:
         return shown
-    late = e.get("out_of_order") or []
-    why = f"d {', '.join(map(str, late))} short after d {e['first_d']} learned; " if late else ""
+    late = [] if located == UPPER else e.get("out_of_order") or []  # what pulls the point up
+    why = f"d {', '.join(map(str, late))} short after d {e['first_d']} learned" if late else ""
     if e.get("bound_params") is None:  # no bound ("none"), or a record from before it was kept
-        return f"{shown}, {located}" + (f" ({why[:-2]})" if why else "")
+        return f"{shown}, {located}" + (f" ({why})" if why else "")
     sign = ">" if located == LOWER else "<="
-    return f"{sign} {e['bound_params']:,.0f} (d {e['bound_d']}; {why}posterior {shown})"
+    inside = "; ".join(part for part in (f"d {e['bound_d']}", why, f"posterior {shown}") if part)
+    return f"{sign} {e['bound_params']:,.0f} ({inside})"
 
 
 def _factor(f: dict) -> str:
