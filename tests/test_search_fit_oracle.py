@@ -81,3 +81,16 @@ def test_the_fit_that_places_as_it_learns_reads_each_checkpoint_and_sharpens():
             compute[1.0] += per_compute[48]["compute"]
     assert np.median(errors[48]) < 0.5 * np.median(errors[8])
     assert compute[1.0] < 0.8 * compute[0.0]
+
+
+def test_the_form_picking_fit_tells_the_forms_apart_and_reads_as_the_true_form_does():
+    """``pick`` is not told the form: on a study's designed runs it picks the truth's family
+    from the five (graded and bimodal here), and then reads x80 as the fit told the form."""
+    s = make_settings()
+    for family, seed in (("graded", 4), ("bimodal", 5)):
+        truth = draw_family_truth(np.random.default_rng(seed), family, d80_range=(40.0, 40.0))
+        runs, sd, cov = FitOracle.runs(s, truth, np.random.default_rng(seed), 48)
+        picked = FitOracle.pick(s, truth, runs)
+        assert picked["picked_true"] and picked["runs"] == 48 and picked["covered"] is None
+        told = FitOracle.scored(s, truth, runs, sd, cov)
+        assert abs(picked["error"] - told["error"]) < 0.05

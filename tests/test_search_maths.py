@@ -708,6 +708,15 @@ def test_bench_families_rows_are_computed_alone_with_the_same_numbers():
     fitted, read = cost["oracle_fit_adaptive_cost_6"], cost["oracle_fit_adaptive_cost_read_6"]
     assert fitted["compute_vs_grid"] == read["compute_vs_grid"]  # the same runs, read two ways
     assert fitted["coverage"] is None and 0 <= read["coverage"] <= 1
+    # the form-picking fit reads our sampler's runs (and, with the cost fit, that fit's runs)
+    sampler = bench_families(rows=("sampler",), **kw)["families"]["graded"]
+    rows = ("oracle_fit_pick", "oracle_fit_adaptive_cost")
+    pick = bench_families(rows=rows, **kw)["families"]["graded"]
+    assert {"oracle_fit_pick_6", "oracle_fit_adaptive_cost_pick_6"} <= set(pick)
+    ours = pick["oracle_fit_pick_6"]
+    assert ours["compute_vs_grid"] == sampler["6"]["compute_vs_grid"]  # our runs, read by a fit
+    assert ours["coverage"] is None and 0 <= ours["picked_true_form"] <= 1
+    assert pick["oracle_fit_adaptive_cost_pick_6"]["compute_vs_grid"] == read["compute_vs_grid"]
     more = bench_families(rows=("grid", "oracle", "oracle_fit"), **kw)["families"]["graded"]
     for key in ("oracle", "oracle_stop", "oracle_fit"):
         assert alone[key] == more[key]
@@ -727,13 +736,14 @@ def test_a_bench_study_reads_its_own_stop_and_checkpoints_off_one_trajectory():
     settings = SearchSettings(TABLE, chance=FAMILY_CHANCE, precision=1.0 + 1e-9, budget=5)
     off = dataclasses.replace(settings, budget=4)
     truth = draw_family_truth(np.random.default_rng(0), "plateau", 0.8, False)
-    own, scores = _trajectory(settings, off, truth, np.random.default_rng(1), (3, 4))
+    own, scores, path = _trajectory(settings, off, truth, np.random.default_rng(1), (3, 4))
     assert own["runs"] == 5 and [scores[n]["runs"] for n in (3, 4)] == [3, 4]
     runs, rng = [], np.random.default_rng(1)  # the same draws, by hand
     for _ in range(3):
         d = decide(settings, runs, []).d
         runs.append((d, truth.sample(rng, float(settings.x_of(d)))))
     assert scores[3] == _scored(settings, runs, truth.x80)
+    assert path[:3] == runs and len(path) == own["runs"]  # the trajectory's runs come back
 
 
 def test_overrides_change_the_named_settings_and_are_checked():

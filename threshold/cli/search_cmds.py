@@ -77,8 +77,10 @@ def bench_search(
             " oracle_fit, and, not by default, oracle_fit_read (the shape-unknown oracle's runs"
             " read by our posterior), oracle_fit_wide (its runs fitted with the slope free"
             " over every family's range), oracle_fit_adaptive (the fit placing its own runs"
-            " as it learns, read at each checkpoint) and oracle_fit_adaptive_cost (the same,"
-            " placing per compute as our sampler does, its runs also read by our posterior)."
+            " as it learns, read at each checkpoint), oracle_fit_adaptive_cost (the same,"
+            " placing per compute as our sampler does, its runs also read by our posterior)"
+            " and oracle_fit_pick (our sampler's runs read by a fit that picks the likeliest"
+            " family's form; with oracle_fit_adaptive_cost, that fit's runs too)."
             " Each has its own random stream: the same numbers whichever are chosen."
         ),
     ] = "sampler,grid,spread,oracle,oracle_fit",
@@ -216,6 +218,8 @@ def _print_bench_families(result: dict) -> None:
 def _adaptive_label(key: str) -> str:
     """The families table's label of a checkpoint row: the sampler's or an adaptive fit's."""
     for prefix, words in (
+        ("oracle_fit_adaptive_cost_pick_", "its runs, read by the form-picking fit"),
+        ("oracle_fit_pick_", "our runs, read by the form-picking fit"),
         ("oracle_fit_adaptive_cost_read_", "its runs, read by the posterior"),
         ("oracle_fit_adaptive_cost_", "fit placing per compute as it learns"),
         ("oracle_fit_adaptive_", "fit placing as it learns"),

@@ -58,7 +58,9 @@ DEFAULT_METHODS = ("policy", "policy_2w", "grid", "optuna_tpe")
 # and the fit placing its own runs as it learns, read at each checkpoint (``oracle_fit_adaptive``):
 # what one design that knows the form but none of the truth's parameters reaches; the same fit
 # placing per compute as our sampler does (``oracle_fit_adaptive_cost``), with its runs also read
-# by our posterior (its placement without its model).
+# by our posterior (its placement without its model); and our sampler's runs at each checkpoint
+# read by the fit that picks the likeliest form (``oracle_fit_pick``: our placement without our
+# model), and with ``oracle_fit_adaptive_cost`` that fit's runs as well.
 # Each has its own random stream, so a row's numbers do not depend on which others are computed.
 ROWS = (
     "sampler",
@@ -70,8 +72,9 @@ ROWS = (
     "oracle_fit_wide",
     "oracle_fit_adaptive",
     "oracle_fit_adaptive_cost",
+    "oracle_fit_pick",
 )
-DEFAULT_ROWS = ROWS[:-4]
+DEFAULT_ROWS = ("sampler", "grid", "spread", "oracle", "oracle_fit")
 
 
 def _aggregate(rows: list[dict], truths: np.ndarray) -> dict:
@@ -178,13 +181,14 @@ def bench_search(
 
 def _trajectory(
     settings: SearchSettings, off: SearchSettings, truth, rng: np.random.Generator, checkpoints
-) -> tuple[dict, dict]:
+) -> tuple[dict, dict, list]:
     """``decide`` in a loop with one worker, one trajectory read twice: to the tool's own stop
     (``settings``), and with the stop off (``off``: the same settings but for the precision and
     budget) to the largest checkpoint or a stop that ``off`` keeps (the range's edge). Both
     choose the same run wherever neither stops, so whichever ends first, the other goes on
     from its runs. Returns the scores (``_scored``) at the own stop and at each checkpoint (a
-    checkpoint the stop-off trajectory did not reach: its last runs), by run count."""
+    checkpoint the stop-off trajectory did not reach: its last runs), by run count, and the
+    runs, in order."""
     completed: list[tuple[int, float]] = []
     own, scores = None, {}
     while True:
@@ -206,7 +210,7 @@ def _trajectory(
     if missing:  # the stop-off trajectory ended early: each such checkpoint reads all its runs
         last = _scored(settings, completed[: max(checkpoints)], truth.x80)
         scores |= dict.fromkeys(missing, last)
-    return own, scores
+    return own, scores, completed
 
 
 def _scored(settings: SearchSettings, runs, truth_x80: float) -> dict:
@@ -285,7 +289,11 @@ def _family_row(rows: list[dict], grid_compute: float) -> dict:
         "median_abs_log_error": float(np.median(err)),
         "within_20": float(np.mean(np.abs(np.expm1([r["error"] for r in rows])) <= 0.2)),
         "median_signed_log_error": float(np.median([r["error"] for r in rows])),
-    }
+    } | (  # a form-picking fit's rows: how often it picked the truth's form
+        {"picked_true_form": float(np.mean([r["picked_true"] for r in rows]))}
+        if "picked_true" in rows[0]
+        else {}
+    )
 
 
 def bench_families(
@@ -385,9 +393,15 @@ def _study(
     rngs = [np.random.default_rng(s) for s in streams]  # rngs[2]: the own stop's, before
     truth = draw_family_truth(rngs[0], family, settings.level, settings.chance_corrected)
     row, n = {}, max(checkpoints)
-    if "sampler" in rows:
-        own, scores = _trajectory(settings, off, truth, rngs[1], checkpoints)
-        row |= {str(k): scores[k] for k in checkpoints} | {"stop": own}
+    if {"sampler", "oracle_fit_pick"} & set(rows):
+        own, scores, ours = _trajectory(settings, off, truth, rngs[1], checkpoints)
+        if "sampler" in rows:
+            row |= {str(k): scores[k] for k in checkpoints} | {"stop": own}
+        if "oracle_fit_pick" in rows:
+            row |= {
+                f"oracle_fit_pick_{k}": FitOracle.pick(settings, truth, ours[:k])
+                for k in checkpoints
+            }
     if "grid" in rows:
         grid_runs = runs_at(settings, truth, rngs[3], [d for d in sizes for _ in range(grid_seeds)])
         # Both read largest first, a size's runs together, as a study's bracket comes: the same
@@ -427,6 +441,11 @@ def _study(
             )
             for k, runs in placed.items()
         }
+        if "oracle_fit_pick" in rows:
+            row |= {
+                f"oracle_fit_adaptive_cost_pick_{k}": FitOracle.pick(settings, truth, runs)
+                for k, runs in placed.items()
+            }
     seconds = time.process_time() - start
     logger.info(
         "%s study %d: %s runs to the own stop, %.1f CPU s",

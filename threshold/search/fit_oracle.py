@@ -5,7 +5,9 @@ own seed model (``families.log_likelihood``) and reads the fitted curve's 80% po
 where a locally c-optimal design for x80 puts them: at the truth's parameters (``runs``: the
 bound ``oracle_fit`` of ``bench search``), or at the parameters fitted so far, batch by batch from
 the sampler's bracket (``adaptive``: ``oracle_fit_adaptive``): one design that knows the form but
-none of the truth's parameters (a greedy sequential one; a better one may exist).
+none of the truth's parameters (a greedy sequential one; a better one may exist). ``pick`` reads
+any runs (our sampler's: ``oracle_fit_pick``) without being told the form: it fits each family
+of ``PICKS`` and reads the likeliest, a reader that knows the forms there are but not which.
 """
 
 from __future__ import annotations
@@ -25,7 +27,12 @@ from threshold.search.families import (
 from threshold.search.policy import bracket
 from threshold.search.settings import SearchSettings
 
-__all__ = ["FitOracle", "runs_at"]
+__all__ = ["PICKS", "FitOracle", "runs_at"]
+
+
+# The forms ``FitOracle.pick`` chooses from: every family but censored, whose runs look like a
+# bimodal family's moved right (no reader that trusts its runs can tell them apart).
+PICKS = ("bimodal", "graded", "shallow", "partial", "plateau")
 
 
 def runs_at(settings: SearchSettings, truth, rng: np.random.Generator, ds) -> list:
@@ -210,6 +217,31 @@ class FitOracle:
             runs += runs_at(settings, truth, runs_rng, chosen)
             scale = np.linalg.inv(m)  # the estimate's covariance: the fit's whitening
 
+    @classmethod
+    def pick(cls, settings: SearchSettings, truth, runs) -> dict:
+        """The runs read by the likeliest of ``PICKS``' fits (each of three parameters, so the
+        likeliest is also the best by AIC), each fitted from the middle of its family's ranges
+        at the runs' 30th and 60th size percentiles (``fit``): the score (``scored``'s) and
+        ``picked_true`` (whether it picked the truth's family)."""
+        x = settings.x_of(np.array([d for d, _ in runs]))
+        y = np.array([v for _, v in runs])
+        best = None
+        for family in PICKS:
+            slopes, ceilings = fit_bounds(family)
+            scale = np.diag([1.0, 0.25, ((ceilings[1] - ceilings[0]) / 4) ** 2])
+            for mid in np.percentile(x, [30, 60]):
+                start = np.array([mid, np.mean(np.log(slopes)), np.mean(ceilings)])
+                theta = cls.fit(settings, family, runs, start, scale)
+                ll = float(
+                    log_likelihood(family, x - theta[0], y, np.exp(theta[1]), theta[2]).sum()
+                )
+                if best is None or ll > best[0]:
+                    best = (ll, family, theta)
+        _, family, theta = best
+        return cls._score(settings, truth, runs, theta, family) | {
+            "picked_true": family == truth.family
+        }
+
     @staticmethod
     def truth_at(settings: SearchSettings, family: str, theta) -> FamilyTruth:
         """A truth of the family with these parameters (mid, ln slope, ceiling), to draw a
@@ -221,13 +253,16 @@ class FitOracle:
         return FamilyTruth(family, mid, slope, 1.0, CHANCE, x80, extra)
 
     @classmethod
-    def _score(cls, settings: SearchSettings, truth, runs, theta) -> dict:
+    def _score(
+        cls, settings: SearchSettings, truth, runs, theta, family: str | None = None
+    ) -> dict:
+        """The fit's x80 error with parameters ``theta`` of ``family`` (default: the truth's)."""
         ds = np.array([d for d, _ in runs])
         return {
             "runs": len(runs),
             "compute": float(settings.cost(ds).sum()),
             "covered": None,
-            "error": float(cls.x80(settings, truth.family, theta) - truth.x80),
+            "error": float(cls.x80(settings, family or truth.family, theta) - truth.x80),
         }
 
     @staticmethod
