@@ -186,11 +186,7 @@ class FitOracle:
         runs_rng, design_rng = rngs
         family = truth.family
         runs = runs_at(settings, truth, runs_rng, bracket(settings))
-        slopes, ceilings = fit_bounds(family)
-        theta = np.array(
-            [float(settings.x_of(runs[-1][0])), np.mean(np.log(slopes)), np.mean(ceilings)]
-        )
-        scale = np.diag([1.0, 0.25, ((ceilings[1] - ceilings[0]) / 4) ** 2])  # before any design
+        theta, scale = cls.first_guess(family, float(settings.x_of(runs[-1][0])))
         weak = 0.01 * np.linalg.inv(scale)  # information of a prior 10x as wide: keeps M regular
         scores, placed = {}, {}
         while True:
@@ -217,6 +213,14 @@ class FitOracle:
             runs += runs_at(settings, truth, runs_rng, chosen)
             scale = np.linalg.inv(m)  # the estimate's covariance: the fit's whitening
 
+    @staticmethod
+    def first_guess(family: str, mid: float) -> tuple[np.ndarray, np.ndarray]:
+        """Where a fit starts before any design: (mid, ln slope, ceiling) at ``mid`` and the
+        middle of the family's ranges, and the whitening ``fit`` uses then (3, 3)."""
+        slopes, ceilings = fit_bounds(family)
+        start = np.array([mid, np.mean(np.log(slopes)), np.mean(ceilings)])
+        return start, np.diag([1.0, 0.25, ((ceilings[1] - ceilings[0]) / 4) ** 2])
+
     @classmethod
     def pick(cls, settings: SearchSettings, truth, runs) -> dict:
         """The runs read by the likeliest of ``PICKS``' fits (each of three parameters, so the
@@ -227,11 +231,8 @@ class FitOracle:
         y = np.array([v for _, v in runs])
         best = None
         for family in PICKS:
-            slopes, ceilings = fit_bounds(family)
-            scale = np.diag([1.0, 0.25, ((ceilings[1] - ceilings[0]) / 4) ** 2])
             for mid in np.percentile(x, [30, 60]):
-                start = np.array([mid, np.mean(np.log(slopes)), np.mean(ceilings)])
-                theta = cls.fit(settings, family, runs, start, scale)
+                theta = cls.fit(settings, family, runs, *cls.first_guess(family, float(mid)))
                 ll = float(
                     log_likelihood(family, x - theta[0], y, np.exp(theta[1]), theta[2]).sum()
                 )

@@ -393,7 +393,7 @@ def _factor(f: dict) -> str:
         return posterior
     if bound["form"] == "none":
         return f"none: the runs bound neither side (posterior {posterior})"
-    word = "at least" if bound["form"] == "lower bound" else "at most"
+    word = "at least" if bound["form"] == LOWER else "at most"
     return (
         f"{word} {bound['value']:.2f}x ({bound['at_median']:.2f}x at the median; posterior "
         f"{posterior})"
