@@ -42,6 +42,7 @@ TINY = ["--mod", "5", "--n-train", "2000", "--n-test", "100"]
         (["bench", "search", "--precision", "1"], "precision 1.0"),
         (["bench", "search", "--set", "nope=1"], "unknown setting nope"),
         (["bench", "search", "--set", "size_sd"], "NAME=VALUE"),
+        (["bench", "search", "--read-set", "size_sd"], "--read-set 'size_sd'"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, cli, args, named):
@@ -266,11 +267,16 @@ def test_bench_search_with_a_changed_setting(cli):
             "search",
             *("--studies", "1", "--families", "graded", "--runs", "3"),
             *("--set", "budget=5", "--set", "plateau_lengths=[0.75, 1.5]", "--json"),
+            *("--read-set", "plateau_gaps=[]"),
         ]
     )
     assert proc.exit_code == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["overrides"] == {"budget": 5, "plateau_lengths": [0.75, 1.5]}
-    assert result["families"]["graded"]["stop"]["median_runs"] <= 5  # the changed budget holds
+    assert result["read_overrides"] == {"plateau_gaps": []}
+    graded = result["families"]["graded"]
+    assert graded["stop"]["median_runs"] <= 5  # the changed budget holds
+    # the sampler's three runs, read again by a posterior without plateaus: the same runs
+    assert graded["sampler_read_3"]["compute_vs_grid"] == graded["3"]["compute_vs_grid"]
     twice = cli(["bench", "search", "--set", "precision=2.0"])
     assert twice.exit_code != 0 and "use --precision" in twice.stderr

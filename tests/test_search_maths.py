@@ -10,6 +10,7 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
 from threshold.errors import ConfigError
+from threshold.search import families
 from threshold.search.benchmark import bench_search
 from threshold.search.fit import fit_logistic, transition_estimate
 from threshold.search.policy import bracket, decide, posterior_summary, search_range
@@ -717,6 +718,13 @@ def test_bench_families_rows_are_computed_alone_with_the_same_numbers():
     assert ours["compute_vs_grid"] == sampler["6"]["compute_vs_grid"]  # our runs, read by a fit
     assert ours["coverage"] is None and 0 <= ours["picked_true_form"] <= 1
     assert pick["oracle_fit_adaptive_cost_pick_6"]["compute_vs_grid"] == read["compute_vs_grid"]
+    # read_settings reads the sampler's runs again: under the sampler's own settings, its row
+    same = SearchSettings(TABLE, chance=families.CHANCE)  # bench_families' default
+    again = bench_families(rows=("oracle",), read_settings=same, **kw)["families"]["graded"]
+    assert again["sampler_read_6"] == sampler["6"]
+    other = SearchSettings(listops_table(4, 256), chance=families.CHANCE)
+    with pytest.raises(ConfigError, match="size table"):
+        bench_families(rows=("sampler",), read_settings=other, **kw)
     more = bench_families(rows=("grid", "oracle", "oracle_fit"), **kw)["families"]["graded"]
     for key in ("oracle", "oracle_stop", "oracle_fit"):
         assert alone[key] == more[key]

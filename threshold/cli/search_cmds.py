@@ -63,6 +63,15 @@ def bench_search(
             "(repeatable; VALUE in JSON, e.g. size_sd=0.05 or plateau_lengths=[0.75,1.5]).",
         ),
     ] = None,
+    read_overrides: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--read-set",
+            help="NAME=VALUE: the sampler's runs (placed with the --set settings) also read by a"
+            " posterior with this setting changed as well (repeatable; rows 'our runs, read"
+            " with --read-set'): a setting's effect on the reading alone, on the same runs.",
+        ),
+    ] = None,
     jobs: Annotated[
         int,
         typer.Option(
@@ -114,15 +123,19 @@ def bench_search(
             except ValueError:
                 raise ConfigError(f"--runs {runs!r}: give run counts such as 12,24,48") from None
             names = tuple(f.strip() for f in families.split(",") if f.strip())
+            settings = with_overrides(policy_settings(defaults, chance=CHANCE), changed)
+            read_changed = _parsed_overrides(read_overrides or [], "--read-set")
             result = bench_families(
                 n_studies=studies,
                 seed=seed,
                 families=names,
                 checkpoints=counts,
-                settings=with_overrides(policy_settings(defaults, chance=CHANCE), changed),
+                settings=settings,
                 jobs=jobs,
                 rows=tuple(r.strip() for r in rows.split(",") if r.strip()),
+                read_settings=with_overrides(settings, read_changed) if read_changed else None,
             )
+            result["read_overrides"] = read_changed
         result["overrides"] = changed
         if as_json:
             typer.echo(json.dumps(result))
@@ -134,8 +147,9 @@ def bench_search(
     run_guarded(body)
 
 
-def _parsed_overrides(pairs: list[str]) -> dict:
-    """{name: value} from ``--set NAME=VALUE`` options, each VALUE read as JSON."""
+def _parsed_overrides(pairs: list[str], option: str = "--set") -> dict:
+    """{name: value} from ``--set NAME=VALUE`` (or ``option``'s) options, each VALUE read as
+    JSON."""
     out = {}
     for pair in pairs:
         name, sep, text = pair.partition("=")
@@ -145,17 +159,21 @@ def _parsed_overrides(pairs: list[str]) -> dict:
             out[name.strip()] = json.loads(text)
         except ValueError:
             raise ConfigError(
-                f"--set {pair!r}: give NAME=VALUE with VALUE in JSON, e.g. size_sd=0.05"
+                f"{option} {pair!r}: give NAME=VALUE with VALUE in JSON, e.g. size_sd=0.05"
             ) from None
     if "precision" in out:  # one way to set it, the one find has
-        raise ConfigError("--set precision: use --precision, as with find")
+        raise ConfigError(f"{option} precision: use --precision, as with find")
     return out
 
 
 def _overrides_note(result: dict) -> str:
     """The settings a bench run changed, for its table's title ('' when none)."""
-    changed = result.get("overrides") or {}
-    return "; " + ", ".join(f"{k}={json.dumps(v)}" for k, v in changed.items()) if changed else ""
+    parts = [
+        f"{prefix}{k}={json.dumps(v)}"
+        for key, prefix in (("overrides", ""), ("read_overrides", "read with "))
+        for k, v in (result.get(key) or {}).items()
+    ]
+    return "; " + ", ".join(parts) if parts else ""
 
 
 def _print_bench_search(result: dict) -> None:
@@ -220,6 +238,7 @@ def _adaptive_label(key: str) -> str:
     for prefix, words in (
         ("oracle_fit_adaptive_cost_pick_", "its runs, read by the form-picking fit"),
         ("oracle_fit_pick_", "our runs, read by the form-picking fit"),
+        ("sampler_read_", "our runs, read with --read-set"),
         ("oracle_fit_adaptive_cost_read_", "its runs, read by the posterior"),
         ("oracle_fit_adaptive_cost_", "fit placing per compute as it learns"),
         ("oracle_fit_adaptive_", "fit placing as it learns"),

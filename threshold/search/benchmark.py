@@ -60,7 +60,10 @@ DEFAULT_METHODS = ("policy", "policy_2w", "grid", "optuna_tpe")
 # placing per compute as our sampler does (``oracle_fit_adaptive_cost``), with its runs also read
 # by our posterior (its placement without its model); and our sampler's runs at each checkpoint
 # read by the fit that picks the likeliest form (``oracle_fit_pick``: our placement without our
-# model), and with ``oracle_fit_adaptive_cost`` that fit's runs as well.
+# model), and with ``oracle_fit_adaptive_cost`` that fit's runs as well. Beside any of them, with
+# ``read_settings``, our sampler's runs at each checkpoint read by a posterior of other settings
+# (``sampler_read_*``): a setting's effect on the reading alone, on the very runs the sampler row
+# reads (a setting in ``settings`` changes where the runs go as well).
 # Each has its own random stream, so a row's numbers do not depend on which others are computed.
 ROWS = (
     "sampler",
@@ -307,6 +310,7 @@ def bench_families(
     grid_seeds: int = 3,
     jobs: int = 1,
     rows: tuple[str, ...] = DEFAULT_ROWS,
+    read_settings: SearchSettings | None = None,
 ) -> dict:
     """The sampler on each truth family: one trajectory per study, scored after each number of
     runs in ``checkpoints`` with its stop switched off, and at its own stop (``_trajectory``).
@@ -331,6 +335,8 @@ def bench_families(
 
     ``rows`` names the rows to compute (``DEFAULT_ROWS``, or any of ``ROWS``; each with its
     own random stream, so the same studies give the same numbers whichever are chosen).
+    ``read_settings`` (the same size table as ``settings``) adds ``sampler_read_K``: the
+    sampler's first K runs, placed under ``settings``, read under these instead.
     ``jobs`` processes share the studies (each study is a function of its seeds alone, so the
     result is the same for any ``jobs``); ``seconds`` is a family's CPU seconds, its studies'
     together.
@@ -346,10 +352,22 @@ def bench_families(
     if jobs < 1:
         raise ConfigError(f"jobs {jobs} is not allowed: use 1 or more")
     settings = settings or SearchSettings(listops_table(), chance=CHANCE)
+    if read_settings is not None and read_settings.params_of_d != settings.params_of_d:
+        raise ConfigError("read_settings must have the size table of settings: the runs' sizes")
     sizes = sorted({settings.nearest(v) for v in np.geomspace(*grid_range, grid_sizes)})
     grid_compute = float(settings.cost(np.array(sizes)).sum()) * grid_seeds
     tasks = [  # study by study, each family's in turn: a run cut short has some of each
-        (settings, family, seed, study, tuple(checkpoints), tuple(sizes), grid_seeds, tuple(rows))
+        (
+            settings,
+            family,
+            seed,
+            study,
+            tuple(checkpoints),
+            tuple(sizes),
+            grid_seeds,
+            tuple(rows),
+            read_settings,
+        )
         for study in range(n_studies)
         for family in families
     ]
@@ -384,6 +402,7 @@ def _study(
     sizes: tuple[int, ...],
     grid_seeds: int,
     rows: tuple[str, ...] = DEFAULT_ROWS,
+    read_settings: SearchSettings | None = None,
 ) -> dict:
     """One study of ``bench_families``: each column's score (``_scored``, the oracles' own),
     by column name, and the CPU ``seconds`` it took."""
@@ -393,10 +412,15 @@ def _study(
     rngs = [np.random.default_rng(s) for s in streams]  # rngs[2]: the own stop's, before
     truth = draw_family_truth(rngs[0], family, settings.level, settings.chance_corrected)
     row, n = {}, max(checkpoints)
-    if {"sampler", "oracle_fit_pick"} & set(rows):
+    if {"sampler", "oracle_fit_pick"} & set(rows) or read_settings is not None:
         own, scores, ours = _trajectory(settings, off, truth, rngs[1], checkpoints)
         if "sampler" in rows:
             row |= {str(k): scores[k] for k in checkpoints} | {"stop": own}
+        if read_settings is not None:  # the checkpoint's runs, as the sampler row reads them
+            row |= {
+                f"sampler_read_{k}": _scored(read_settings, ours[:k], truth.x80)
+                for k in checkpoints
+            }
         if "oracle_fit_pick" in rows:
             row |= {
                 f"oracle_fit_pick_{k}": FitOracle.pick(settings, truth, ours[:k])
