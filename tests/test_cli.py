@@ -43,6 +43,7 @@ TINY = ["--mod", "5", "--n-train", "2000", "--n-test", "100"]
         (["bench", "search", "--set", "nope=1"], "unknown setting nope"),
         (["bench", "search", "--set", "size_sd"], "NAME=VALUE"),
         (["bench", "search", "--read-set", "size_sd"], "--read-set 'size_sd'"),
+        (["bench", "search", "--methods", "--read-set", "size_sd=0"], "leave out --methods"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, cli, args, named):

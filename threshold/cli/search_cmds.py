@@ -101,6 +101,11 @@ def bench_search(
         if studies < 1:
             raise ConfigError(f"--studies {studies} is not allowed: use 1 or more")
         changed = _parsed_overrides(overrides or [])
+        read_changed = _parsed_overrides(read_overrides or [], "--read-set")
+        if read_changed and (methods or batches):
+            raise ConfigError(
+                "--read-set reads the families table's runs: leave out --methods and --batches"
+            )
         # The tool's own defaults on ListOps mod 10 (vocabulary 22, context 60).
         search = SearchConfig(precision=precision)
         defaults = StudySettings(TaskConfig(ops=("add",)), TrainConfig(), search)
@@ -124,7 +129,6 @@ def bench_search(
                 raise ConfigError(f"--runs {runs!r}: give run counts such as 12,24,48") from None
             names = tuple(f.strip() for f in families.split(",") if f.strip())
             settings = with_overrides(policy_settings(defaults, chance=CHANCE), changed)
-            read_changed = _parsed_overrides(read_overrides or [], "--read-set")
             result = bench_families(
                 n_studies=studies,
                 seed=seed,
