@@ -96,9 +96,11 @@ def test_an_interrupted_trial_is_enqueued_again_and_goes_on(tmp_path, monkeypatc
         time.sleep(0.05)
     (state,) = states.rglob("*.state")
     worker.send_signal(signal.SIGINT)
-    worker.communicate(timeout=60)
+    _, err = worker.communicate(timeout=60)
     trials = optuna.load_study(study_name=name, storage=url).get_trials()
-    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]
+    # the worker's stderr says where the signal struck (it failed once under the full suite's
+    # load, 2026-11-27, with no copy enqueued: [FAIL] alone)
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING], err[-3000:]
     cut, waiting = trials
     assert waiting.params == cut.params and waiting.user_attrs["seed"] == cut.user_attrs["seed"]
     assert cut.intermediate_values and waiting.intermediate_values == cut.intermediate_values
