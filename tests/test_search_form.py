@@ -1,5 +1,8 @@
-"""The posterior's curve form: its link (logistic, probit or cloglog), and a size offset that
-keeps each size's mean share on the smooth curve (``offset_keeps_mean``)."""
+"""The posterior's curve form: its link (logistic, probit or cloglog), a size offset that keeps
+each size's mean share on the smooth curve (``offset_keeps_mean``), and the finer slope grid the
+runs are read with (``PosteriorSettings.reading``)."""
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -92,3 +95,38 @@ def test_single_runs_along_a_partly_learned_curve_keep_their_slope_with_the_mean
     assert slopes[0] > 2.2
     assert slopes[1] == pytest.approx(slope, rel=0.1)
     assert x80[1] > x80[0] + 0.05
+
+
+def test_the_reading_splits_the_slope_grid_and_its_prior():
+    """``reading`` splits each gap between slopes (sorted) into ``read_slope_split`` log-even
+    ones, the slope prior interpolated in ln slope; a split of 1 reads with the slopes as they
+    are, and one below 1 is refused."""
+    cfg = post.PosteriorSettings(slopes=(4.0, 1.0), slope_weights=(4.0, 1.0), read_slope_split=2)
+    fine = cfg.reading()
+    np.testing.assert_allclose(fine.slopes, (1.0, 2.0, 4.0))
+    np.testing.assert_allclose(fine.slope_weights, (1.0, 2.0, 4.0))
+    assert fine.reading() is fine
+    assert len(post.PosteriorSettings().reading().slopes) == 15
+    assert len(post.PosteriorSettings(read_slope_split=3).reading().slopes) == 22
+    with pytest.raises(ConfigError, match="read_slope_split"):
+        post.PosteriorSettings(read_slope_split=0)
+
+
+@pytest.mark.parametrize("slope", [1.8, 2.9, 4.3])
+def test_graded_runs_below_the_80_point_read_closer_on_the_finer_slope_grid(slope):
+    """Graded runs that lie mostly below the 80% point, on a curve whose slope falls between
+    two of the look-ahead's slopes, put x80 where the curve drawn through them crosses the
+    level: the reading's finer slope grid reads it closer to the truth than the coarse one."""
+    x80, top = 10.0, 0.98
+    share = (0.8 * top - CHANCE) / (top - CHANCE)
+    mid = x80 - np.log(share / (1.0 - share)) / slope
+    x = np.append(np.repeat(np.linspace(x80 - 3.0 / slope, x80 + 0.3, 6), 4), [12.5, 12.5])
+    noise = np.random.default_rng(0).normal(0.0, 0.01, x.size)
+    y = np.clip(CHANCE + (top - CHANCE) * expit(slope * (x - mid)) + noise, 0.0, 1.0)
+    errors = []
+    for split in (1, 2):
+        cfg = dataclasses.replace(post.PosteriorSettings(), read_slope_split=split).reading()
+        grid = post.make_grid(cfg, CHANCE, 0.8, False, 8.0, 13.0)
+        w = post.normalize(grid.log_prior + post.log_likelihood(grid, x, y))
+        errors.append(abs(post.summarize(grid, w, 8.0, 13.0).x80_median - x80))
+    assert errors[1] < 0.7 * errors[0]

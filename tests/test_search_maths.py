@@ -293,7 +293,8 @@ def test_bad_settings_are_refused():
 
 def test_a_decision_at_48_runs_is_fast_and_its_cache_bounded(monkeypatch):
     """The next decision of a 48-run study (its first 47 runs decided before, the last one in
-    the middle of the sizes) sums only the new run's size, once, and the same decision from
+    the middle of the sizes) sums only the new run's size, once on the look-ahead's grid and
+    once on the reading's, and the same decision from
     an empty cache is the same; they take well under a second and a few seconds on one core
     (about 0.05 s and 1 s on a quiet one: the loose bounds are for busy CI); the state cache
     stays within its 100 MB, however many studies it has seen."""
@@ -310,7 +311,7 @@ def test_a_decision_at_48_runs_is_fast_and_its_cache_bounded(monkeypatch):
     start = time.process_time()
     decision = decide(s, completed, [64, 80])
     assert time.process_time() - start < 1.0
-    assert added == [1]  # one group: the new run, on the state of the 47 before
+    assert added == [1, 1]  # per grid one group: the new run, on the state of the 47 before
     policy._STATES.clear()
     start = time.process_time()
     assert decide(s, completed, [64, 80]) == decision
@@ -417,7 +418,8 @@ def test_gives_up_when_the_transition_is_outside_the_allowed_sizes(accuracy, rea
 
 def test_graded_runs_are_read_as_graded_and_located():
     """Runs near a smooth curve (no bimodal seeds): the posterior picks a graded seed model and
-    puts the 80% point near the curve's, not near its midpoint."""
+    puts the 80% point near the curve's, not near its midpoint; a decision on these runs
+    carries the same estimate, read on the reading's finer slope grid."""
     from threshold.search.families import draw_family_truth
 
     s = make_settings()
@@ -430,6 +432,9 @@ def test_graded_runs_are_read_as_graded_and_located():
     lo, hi = np.log(est["interval_params"])
     assert lo <= truth.x80 <= hi
     assert abs(np.log(est["params_p80"]) - truth.x80) < 0.3
+    decision = decide(s, runs, [])  # a decision reads the runs as the estimate does (the
+    for key in ("params_p80", "interval_params", "asymptote"):  # look-ahead's grid: 5% off)
+        assert decision.estimate[key] == est[key]
 
 
 def test_the_largest_runs_bound_the_asymptote():

@@ -24,7 +24,8 @@ same inputs give the same decision. Phases, in order:
 
 Pending runs enter the posterior at their expected log-likelihood (``fantasy_update``), so
 parallel workers with different pending lists spread out unless one size is genuinely best.
-The stop rule and the reported estimate use completed runs only.
+The stop rule and the reported estimate use completed runs only, read on the reading's finer
+slope grid (``PosteriorSettings.reading``); the look-ahead chooses on the coarser one.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def search_range(settings: SearchSettings, sizes: Iterable[int]) -> tuple[int, i
     return min([settings.d_lo, *sizes]), max([settings.d_hi, *sizes])
 
 
-@lru_cache(maxsize=4)  # about 15 MB each at the default range: a search and its widenings
+@lru_cache(maxsize=8)  # the default range: 16 MB (the look-ahead's), 29 MB (the reading's)
 def _grid(posterior, chance: float, level: float, corrected: bool, x_lo: float, x_hi: float):
     """``make_grid``, cached: a search rebuilds the same grid at every decision."""
     return make_grid(posterior, chance, level, corrected, x_lo, x_hi)
@@ -221,11 +222,14 @@ def _groups(runs: tuple) -> list[int]:
     return [i + 1 for i in range(len(runs)) if i + 1 == len(runs) or runs[i + 1][0] != runs[i][0]]
 
 
-def _size_sums(settings: SearchSettings, completed, cover: Sequence[int] = ()):
-    """The grid restricted to the (midpoint, slope) pairs pruning keeps, the completed runs'
-    per-sd sums of log likelihood over sizes on it (G, H') (``_DROPPED`` for a dropped
-    hypothesis of a kept pair), and the range (d_lo, d_hi) the runs span together with the
-    initial range and the sizes in ``cover``.
+def _size_sums(
+    settings: SearchSettings, completed, cover: Sequence[int] = (), look_ahead: bool = False
+):
+    """On the reading's grid (``PosteriorSettings.reading``), or with ``look_ahead`` the
+    look-ahead's: the grid restricted to the (midpoint, slope) pairs pruning keeps, the
+    completed runs' per-sd sums of log likelihood over sizes on it (G, H') (``_DROPPED`` for a
+    dropped hypothesis of a kept pair), and the range (d_lo, d_hi) the runs span together with
+    the initial range and the sizes in ``cover``.
 
     Runs are added in the order they came, consecutive runs at one size together (``_added``),
     and after each group the hypotheses the posterior so far puts far below the likeliest are
@@ -236,7 +240,7 @@ def _size_sums(settings: SearchSettings, completed, cover: Sequence[int] = ()):
     ds, ys = _runs(settings, completed)
     d_lo, d_hi = search_range(settings, [*ds.tolist(), *cover])
     key = (
-        settings.posterior,
+        settings.posterior if look_ahead else settings.posterior.reading(),
         float(settings.chance),
         float(settings.level),
         bool(settings.chance_corrected),
@@ -269,14 +273,15 @@ def _size_sums(settings: SearchSettings, completed, cover: Sequence[int] = ()):
 
 
 def posterior_of(
-    settings: SearchSettings, completed, cover: Sequence[int] = ()
+    settings: SearchSettings, completed, cover: Sequence[int] = (), look_ahead: bool = False
 ) -> tuple[Grid, np.ndarray, tuple[int, int]]:
     """Grid and unnormalised log posterior weights (H,) from completed runs (``grid.log_prior``
     plus their log likelihood), and the range (d_lo, d_hi) they span together with the initial
-    range and the sizes in ``cover`` (pending runs, new edges). The grid holds only the
-    (midpoint, slope) pairs that pruning kept (``_size_sums``): every later step (summaries,
-    pending runs, the look-ahead) works on those alone."""
-    grid, sums, d_range = _size_sums(settings, completed, cover)
+    range and the sizes in ``cover`` (pending runs, new edges). The grid is the reading's, or
+    with ``look_ahead`` the look-ahead's coarser one (``PosteriorSettings.reading``), and holds
+    only the (midpoint, slope) pairs that pruning kept (``_size_sums``): every later step
+    (summaries, pending runs, the look-ahead) works on those alone."""
+    grid, sums, d_range = _size_sums(settings, completed, cover, look_ahead)
     return grid, grid.log_prior + pool_offset_sds(grid.settings, sums), d_range
 
 
@@ -357,11 +362,12 @@ def decide(settings: SearchSettings, completed, pending: Sequence[int]) -> Decis
     """
     pending = [int(d) for d in pending]
     settings.x_of(np.array(pending, dtype=int))  # raises on a size outside the table
-    grid, log_w, d_range = posterior_of(settings, completed, pending)
+    grid, log_w, d_range = posterior_of(settings, completed, pending, look_ahead=True)
     ds = [int(d) for d, _ in completed]
     counts = Counter(ds) + Counter(pending)
     n_used = len(ds) + len(pending)
-    observed = _summary(settings, grid, normalize(log_w), d_range)
+    read, read_log_w, _ = posterior_of(settings, completed, pending)  # the same range
+    observed = _summary(settings, read, normalize(read_log_w), d_range)
     estimate = _estimate(settings, observed, len(ds)) if ds else {}
 
     def stop(reason: str) -> Decision:
@@ -393,10 +399,10 @@ def decide(settings: SearchSettings, completed, pending: Sequence[int]) -> Decis
         return normalize(log_w)  # (H,)
 
     w = fantasised(grid, log_w)
-    now = _summary(settings, grid, w, d_range) if pending else observed  # no pending: the same
+    now = _summary(settings, grid, w, d_range)  # what the look-ahead's gains start from
     wide = _widen(settings, now, d_range)
     if wide != d_range:  # rebuild so the grid's margin lies beyond the new edges
-        grid, log_w, _ = posterior_of(settings, completed, [*pending, *wide])
+        grid, log_w, _ = posterior_of(settings, completed, [*pending, *wide], look_ahead=True)
         w = fantasised(grid, log_w)
         now = _summary(settings, grid, w, wide)
 
