@@ -22,7 +22,7 @@ import pytest
 from optuna.trial import TrialState
 
 from threshold.config import Execution
-from threshold.search import record
+from threshold.search import record, worker
 from threshold.search.spec import StudySettings
 from threshold.search.study import create_or_load_study, open_storage
 from threshold.search.worker import run_worker
@@ -156,3 +156,22 @@ def test_a_retry_reports_no_step_twice(tmp_path, monkeypatch, recwarn):
     assert retry.intermediate_values == held | {
         s: v for s, v in first.intermediate_values.items() if s not in held
     }
+
+
+def test_an_interrupt_while_a_finished_run_is_recorded_enqueues_its_trial(tmp_path, monkeypatch):
+    """Ctrl-C after a run's last step, while its checkpoint and metrics are being written: the
+    trial is not left running (no worker would take it up until its heartbeat went stale) but
+    fails, and a copy waits with its size and seed."""
+    monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))
+    _, url, name = _tiny_study(tmp_path, "record", 20)
+
+    def cut(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(worker, "_record", cut)
+    with pytest.raises(KeyboardInterrupt):
+        run_worker(name, Execution(url, 1, 1, "cpu", 5, tmp_path))
+    trials = optuna.load_study(study_name=name, storage=url).get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]
+    assert trials[1].params == trials[0].params
+    assert trials[1].user_attrs["seed"] == trials[0].user_attrs["seed"]

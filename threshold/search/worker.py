@@ -265,9 +265,10 @@ def _run_batch(study, settings, data, store, sampler, k, execution, device, note
             _hold(study, len(runs), Path(os.environ[HOLD_ENV]))
 
     def done(i: int, result: TrainResult) -> None:
-        run = live.pop(i)
+        run = live[i]  # live until told: an interrupt while recording fails it and enqueues it
         value = _record(run, result, settings, store)
         study.tell(run.trial, value)
+        del live[i]
         log.info(  # one line a run (Optuna logs a finished trial only under study.optimize)
             "trial %d: d = %d accuracy %.3f (%s, %d steps, %.0f s)",
             run.trial.number, run.model_cfg.d_model, value, result.stop_reason, result.steps,
