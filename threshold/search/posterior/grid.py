@@ -257,11 +257,10 @@ def _learn_prob(grid: Grid, x: np.ndarray) -> np.ndarray:
     return _share_at(z, grid.settings.link)
 
 
-def _share_probs(grid: Grid, x, offset: float = 0.0) -> np.ndarray:
-    """P(share node | hypothesis) at sizes x (J,), logit p shifted by ``offset``: (Q, J, L),
-    Q = C * K, kappa fastest."""
+def _share_probs(grid: Grid, x) -> np.ndarray:
+    """P(share node | hypothesis) at sizes x (J,): (Q, J, L), Q = C * K, kappa fastest."""
     mid, slope = _pairs(grid)
-    z = slope[:, None] * (np.asarray(x, dtype=float)[None, :] - mid[:, None]) + offset  # (C, J)
+    z = slope[:, None] * (np.asarray(x, dtype=float)[None, :] - mid[:, None])  # (C, J)
     idx = np.rint((np.clip(z, -_Z_MAX, _Z_MAX) + _Z_MAX) / _Z_STEP).astype(int)  # (C, J)
     probs = grid.share_table[:, idx, :]  # (K, C, J, L)
     return probs.transpose(1, 0, 2, 3).reshape(-1, idx.shape[1], probs.shape[-1])  # (Q, J, L)
