@@ -130,8 +130,9 @@ class PosteriorSettings:
     # neighbouring slopes into this many, log-spaced; the look-ahead keeps the slopes above, 1
     # reads with them too. Runs mostly lie below the 80% point, so x80 is read off the curve
     # drawn through them, and a slope a grid step off moves it: on the same runs, 15 slopes
-    # instead of 8 read graded studies at 0.034 instead of 0.055 (docs/search-benchmark.md,
-    # twelfth pass), while choosing sizes on them bought nothing for twice the compute.
+    # instead of 8 read graded studies at 0.030 and 0.043 instead of 0.055 and 0.069 (two
+    # draws; the other families as before), for 1.6x the CPU of a decision, while choosing
+    # sizes on them bought nothing (docs/search-benchmark.md, twelfth and thirteenth passes).
     read_slope_split: int = 2
 
     def __post_init__(self) -> None:
