@@ -13,7 +13,7 @@ from __future__ import annotations
 import signal
 import threading
 
-__all__ = ["exit_status", "install", "raise_if_interrupted"]
+__all__ = ["exit_status", "install", "interrupted", "raise_if_interrupted"]
 
 _requested = threading.Event()
 _received: list[int] = []  # the signals that asked this process to stop, in order
@@ -42,3 +42,11 @@ def raise_if_interrupted() -> None:
     """Raise KeyboardInterrupt if a signal asked this process to stop (it may have been dropped)."""
     if _requested.is_set():
         raise KeyboardInterrupt
+
+
+def interrupted(error: BaseException) -> bool:
+    """Whether ``error`` ended the work because a signal asked this process to stop: a
+    KeyboardInterrupt, or any error raised after one. A signal that strikes inside a library's
+    cleanup can surface as that library's own error instead (``torch.save`` cut mid-write
+    raises RuntimeError "unexpected pos" as its zip writer closes)."""
+    return isinstance(error, KeyboardInterrupt) or _requested.is_set()

@@ -36,7 +36,7 @@ from optuna.trial import TrialState
 from threshold.config import Execution, ModelConfig, TrainConfig, param_count, pretrain_task
 from threshold.errors import ThresholdError
 from threshold.files import atomic_write
-from threshold.interrupt import raise_if_interrupted
+from threshold.interrupt import interrupted, raise_if_interrupted
 from threshold.model import RecurrentTransformer
 from threshold.search import record
 from threshold.search.fit import transition_estimate
@@ -308,10 +308,13 @@ def _run_batch(study, settings, data, store, sampler, k, execution, device, note
                     members, device, progress, done, every, save_every_s=execution.save_every_s
                 )
         except BaseException as e:  # told trials stay told; the others fail, to be run again
+            cut = interrupted(e)
             for run in live.values():
                 study.tell(run.trial, state=TrialState.FAIL)
-                if isinstance(e, KeyboardInterrupt):
+                if cut:
                     _enqueue_again(study, run.trial)
+            if cut and not isinstance(e, KeyboardInterrupt):
+                raise KeyboardInterrupt from e  # the process ends as the signal asked
             raise
     return len(runs), cancelled
 
