@@ -130,3 +130,27 @@ def test_graded_runs_below_the_80_point_read_closer_on_the_finer_slope_grid(slop
         w = post.normalize(grid.log_prior + post.log_likelihood(grid, x, y))
         errors.append(abs(post.summarize(grid, w, 8.0, 13.0).x80_median - x80))
     assert errors[1] < 0.7 * errors[0]
+
+
+def test_the_look_ahead_reads_the_reading_s_hypotheses_on_its_own_slopes():
+    """The look-ahead's posterior is the reading's restricted to the posterior's own slopes
+    (``reading`` keeps them exactly), weights and all; where pruning left none of those, it is
+    the reading's whole."""
+    from threshold.search.policy import _look_ahead, posterior_of
+    from threshold.search.settings import SearchSettings
+    from threshold.search.simulate import listops_table
+
+    settings = SearchSettings(listops_table(4, 512), chance=CHANCE)
+    runs = [(128, 0.98), (8, 0.12), (32, 0.6), (24, 0.4), (48, 0.9)]
+    read, log_w, _ = posterior_of(settings, runs)
+    grid, coarse = _look_ahead(settings, read, log_w)
+    assert set(np.unique(grid.slope)) == set(settings.posterior.slopes)
+    assert set(np.unique(read.slope)) > set(settings.posterior.slopes)
+    kept = np.isin(read.slope, settings.posterior.slopes)
+    np.testing.assert_array_equal(grid.x80, read.x80[kept])
+    np.testing.assert_array_equal(coarse, log_w[kept])
+    block = read.kappas.size * read.asymptotes.size
+    between = np.flatnonzero(~np.isin(read.slope[::block], settings.posterior.slopes))
+    only = post.restricted(read, between)
+    rows = (between[:, None] * block + np.arange(block)).ravel()
+    assert _look_ahead(settings, only, log_w[rows])[0] is only

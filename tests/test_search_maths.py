@@ -293,8 +293,8 @@ def test_bad_settings_are_refused():
 
 def test_a_decision_at_48_runs_is_fast_and_its_cache_bounded(monkeypatch):
     """The next decision of a 48-run study (its first 47 runs decided before, the last one in
-    the middle of the sizes) sums only the new run's size, once on the look-ahead's grid and
-    once on the reading's, and the same decision from an empty cache is the same; they take
+    the middle of the sizes) sums only the new run's size, once (the look-ahead reads the
+    reading's posterior), and the same decision from an empty cache is the same; they take
     well under a second and a few seconds on one core (about 0.05 s and 1 s on a quiet one: the
     loose bounds are for busy CI); the state cache stays within its 100 MB, however many
     studies it has seen."""
@@ -311,7 +311,7 @@ def test_a_decision_at_48_runs_is_fast_and_its_cache_bounded(monkeypatch):
     start = time.process_time()
     decision = decide(s, completed, [64, 80])
     assert time.process_time() - start < 1.0
-    assert added == [1, 1]  # per grid one group: the new run, on the state of the 47 before
+    assert added == [1]  # one group: the new run, on the state of the 47 before
     policy._STATES.clear()
     start = time.process_time()
     assert decide(s, completed, [64, 80]) == decision

@@ -25,7 +25,8 @@ same inputs give the same decision. Phases, in order:
 Pending runs enter the posterior at their expected log-likelihood (``fantasy_update``), so
 parallel workers with different pending lists spread out unless one size is genuinely best.
 The stop rule and the reported estimate use completed runs only, read on the reading's finer
-slope grid (``PosteriorSettings.reading``); the look-ahead chooses on the coarser one.
+slope grid (``PosteriorSettings.reading``); the look-ahead chooses on the hypotheses of that
+posterior whose slopes are the coarser grid's (``_look_ahead``): one chain of sums for both.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from threshold.search.posterior import (
     normalize,
     offset_sd_posterior,
     pool_offset_sds,
+    restricted,
     seed_variance,
     size_log_likelihood,
     spread_out,
@@ -118,7 +120,7 @@ def search_range(settings: SearchSettings, sizes: Iterable[int]) -> tuple[int, i
     return min([settings.d_lo, *sizes]), max([settings.d_hi, *sizes])
 
 
-@lru_cache(maxsize=8)  # the default range: 16 MB (the look-ahead's), 29 MB (the reading's)
+@lru_cache(maxsize=4)  # 29 MB each at the default range: a search and its widenings
 def _grid(posterior, chance: float, level: float, corrected: bool, x_lo: float, x_hi: float):
     """``make_grid``, cached: a search rebuilds the same grid at every decision."""
     return make_grid(posterior, chance, level, corrected, x_lo, x_hi)
@@ -222,14 +224,11 @@ def _groups(runs: tuple) -> list[int]:
     return [i + 1 for i in range(len(runs)) if i + 1 == len(runs) or runs[i + 1][0] != runs[i][0]]
 
 
-def _size_sums(
-    settings: SearchSettings, completed, cover: Sequence[int] = (), look_ahead: bool = False
-):
-    """On the reading's grid (``PosteriorSettings.reading``), or with ``look_ahead`` the
-    look-ahead's: the grid restricted to the (midpoint, slope) pairs pruning keeps, the
-    completed runs' per-sd sums of log likelihood over sizes on it (G, H') (``_DROPPED`` for a
-    dropped hypothesis of a kept pair), and the range (d_lo, d_hi) the runs span together with
-    the initial range and the sizes in ``cover``.
+def _size_sums(settings: SearchSettings, completed, cover: Sequence[int] = ()):
+    """The reading's grid (``PosteriorSettings.reading``) restricted to the (midpoint, slope)
+    pairs pruning keeps, the completed runs' per-sd sums of log likelihood over sizes on it
+    (G, H') (``_DROPPED`` for a dropped hypothesis of a kept pair), and the range (d_lo, d_hi)
+    the runs span together with the initial range and the sizes in ``cover``.
 
     Runs are added in the order they came, consecutive runs at one size together (``_added``),
     and after each group the hypotheses the posterior so far puts far below the likeliest are
@@ -240,7 +239,7 @@ def _size_sums(
     ds, ys = _runs(settings, completed)
     d_lo, d_hi = search_range(settings, [*ds.tolist(), *cover])
     key = (
-        settings.posterior if look_ahead else settings.posterior.reading(),
+        settings.posterior.reading(),
         float(settings.chance),
         float(settings.level),
         bool(settings.chance_corrected),
@@ -273,16 +272,29 @@ def _size_sums(
 
 
 def posterior_of(
-    settings: SearchSettings, completed, cover: Sequence[int] = (), look_ahead: bool = False
+    settings: SearchSettings, completed, cover: Sequence[int] = ()
 ) -> tuple[Grid, np.ndarray, tuple[int, int]]:
     """Grid and unnormalised log posterior weights (H,) from completed runs (``grid.log_prior``
     plus their log likelihood), and the range (d_lo, d_hi) they span together with the initial
-    range and the sizes in ``cover`` (pending runs, new edges). The grid is the reading's, or
-    with ``look_ahead`` the look-ahead's coarser one (``PosteriorSettings.reading``), and holds
-    only the (midpoint, slope) pairs that pruning kept (``_size_sums``): every later step
-    (summaries, pending runs, the look-ahead) works on those alone."""
-    grid, sums, d_range = _size_sums(settings, completed, cover, look_ahead)
+    range and the sizes in ``cover`` (pending runs, new edges). The grid is the reading's
+    (``PosteriorSettings.reading``) and holds only the (midpoint, slope) pairs that pruning
+    kept (``_size_sums``): every later step (summaries, pending runs, the look-ahead) works on
+    those alone."""
+    grid, sums, d_range = _size_sums(settings, completed, cover)
     return grid, grid.log_prior + pool_offset_sds(grid.settings, sums), d_range
+
+
+def _look_ahead(settings: SearchSettings, grid: Grid, log_w: np.ndarray) -> tuple:
+    """The look-ahead's posterior, (grid, log_w): the reading's hypotheses whose slope is one
+    of the posterior's own ``slopes`` (``reading`` keeps them exactly and adds the ones between),
+    so one chain of sums serves both. Where pruning left none of those (an in-between slope
+    fits the runs far better than its neighbours), every hypothesis left."""
+    block = grid.kappas.size * grid.asymptotes.size  # hypotheses per (midpoint, slope) pair
+    pairs = np.flatnonzero(np.isin(grid.slope[::block], settings.posterior.slopes))  # (C',)
+    if pairs.size == 0 or pairs.size * block == grid.mid.size:
+        return grid, log_w
+    rows = (pairs[:, None] * block + np.arange(block)[None, :]).ravel()  # (H',)
+    return restricted(grid, pairs), log_w[rows]
 
 
 def offset_sd_weights(settings: SearchSettings, completed) -> np.ndarray:
@@ -362,11 +374,10 @@ def decide(settings: SearchSettings, completed, pending: Sequence[int]) -> Decis
     """
     pending = [int(d) for d in pending]
     settings.x_of(np.array(pending, dtype=int))  # raises on a size outside the table
-    grid, log_w, d_range = posterior_of(settings, completed, pending, look_ahead=True)
+    read, read_log_w, d_range = posterior_of(settings, completed, pending)
     ds = [int(d) for d, _ in completed]
     counts = Counter(ds) + Counter(pending)
     n_used = len(ds) + len(pending)
-    read, read_log_w, _ = posterior_of(settings, completed, pending)  # the same range
     observed = _summary(settings, read, normalize(read_log_w), d_range)
     estimate = _estimate(settings, observed, len(ds)) if ds else {}
 
@@ -398,11 +409,14 @@ def decide(settings: SearchSettings, completed, pending: Sequence[int]) -> Decis
             log_w = fantasy_update(grid, log_w, float(settings.x_of(d)))
         return normalize(log_w)  # (H,)
 
+    grid, log_w = _look_ahead(settings, read, read_log_w)
     w = fantasised(grid, log_w)
     now = _summary(settings, grid, w, d_range)  # what the look-ahead's gains start from
     wide = _widen(settings, now, d_range)
     if wide != d_range:  # rebuild so the grid's margin lies beyond the new edges
-        grid, log_w, _ = posterior_of(settings, completed, [*pending, *wide], look_ahead=True)
+        grid, log_w = _look_ahead(
+            settings, *posterior_of(settings, completed, [*pending, *wide])[:2]
+        )
         w = fantasised(grid, log_w)
         now = _summary(settings, grid, w, wide)
 

@@ -131,8 +131,9 @@ class PosteriorSettings:
     # reads with them too. Runs mostly lie below the 80% point, so x80 is read off the curve
     # drawn through them, and a slope a grid step off moves it: on the same runs, 15 slopes
     # instead of 8 read graded studies at 0.030 and 0.043 instead of 0.055 and 0.069 (two
-    # draws; the other families as before), for 1.6x the CPU of a decision, while choosing
-    # sizes on them bought nothing (docs/search-benchmark.md, twelfth and thirteenth passes).
+    # draws; the other families as before), for about 1.4x the CPU of a decision, while
+    # choosing sizes on them bought nothing (docs/search-benchmark.md, twelfth and thirteenth
+    # passes). The look-ahead reads this posterior's hypotheses on the slopes above.
     read_slope_split: int = 2
 
     def __post_init__(self) -> None:
@@ -198,18 +199,21 @@ class PosteriorSettings:
 
     def reading(self) -> PosteriorSettings:
         """The settings the runs are read with: each gap between neighbouring slopes (sorted)
-        split into ``read_slope_split`` log-spaced ones (a slope given twice counts once), the
-        slope prior interpolated in ln slope between its values; the rest as here."""
+        split into ``read_slope_split`` log-spaced ones (a slope given twice counts once; the
+        given ones kept exactly), the slope prior interpolated in ln slope between its values;
+        the rest as here."""
         if self.read_slope_split == 1:
             return self
-        logs, first = np.unique(np.log(self.slopes), return_index=True)  # (S,) increasing
-        steps = np.linspace(0.0, 1.0, self.read_slope_split + 1)[:-1]  # (split,)
-        fine = np.append((logs[:-1, None] + np.diff(logs)[:, None] * steps).ravel(), logs[-1])
+        given, first = np.unique(self.slopes, return_index=True)  # (S,) increasing
+        logs = np.log(given)
+        steps = np.linspace(0.0, 1.0, self.read_slope_split + 1)[1:-1]  # (split - 1,)
+        between = np.exp(logs[:-1, None] + np.diff(logs)[:, None] * steps)  # (S - 1, split - 1)
+        fine = np.append(np.concatenate([given[:-1, None], between], axis=1).ravel(), given[-1])
         weights = ()
         if self.slope_weights:
             log_w = np.log(np.asarray(self.slope_weights)[first])
-            weights = tuple(np.exp(np.interp(fine, logs, log_w)).tolist())
-        slopes = tuple(np.exp(fine).tolist())
+            weights = tuple(np.exp(np.interp(np.log(fine), logs, log_w)).tolist())
+        slopes = tuple(fine.tolist())  # the given slopes exactly: the look-ahead's are among them
         return replace(self, slopes=slopes, slope_weights=weights, read_slope_split=1)
 
 
