@@ -131,7 +131,8 @@ class PosteriorSettings:
     # reads with them too. Runs mostly lie below the 80% point, so x80 is read off the curve
     # drawn through them, and a slope a grid step off moves it: on the same runs, 15 slopes
     # instead of 8 read graded studies at 0.030 and 0.043 instead of 0.055 and 0.069 (two
-    # draws; the other families as before), for about 1.4x the CPU of a decision, while
+    # draws of three; the third 0.050 and 0.049; the other families as before), for about
+    # 1.3x the CPU of a decision, while
     # choosing sizes on them bought nothing (docs/search-benchmark.md, twelfth and thirteenth
     # passes). The look-ahead reads this posterior's hypotheses on the slopes above.
     read_slope_split: int = 2
