@@ -16,11 +16,16 @@ import time
 
 import pytest
 
+from threshold.memory import keep_freed_memory
+
 # One torch thread in every test process, as the CLI gives its workers (TrainConfig.threads): the
 # test processes share the cores with each other and with their workers, and a second thread only
 # spins. Measured on a busy 2-core machine (load 6): tests/test_engine.py 159 s of CPU with one
 # thread, 297 s with two. Torch reads it when it loads, after this file.
 os.environ["OMP_NUM_THREADS"] = "1"
+# The C allocator keeps freed memory for the next array, as the CLI sets it for its processes
+# (threshold/memory.py): the search's tests spend a sixth of their CPU on page faults without.
+keep_freed_memory()
 
 # The files that take half a minute or more of CPU time (`--cpu-durations`, 2026-11-26, after
 # the third round of docs/testing.md), longest first: started first so that no core idles at

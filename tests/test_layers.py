@@ -16,7 +16,13 @@ import threshold
 ROOT = Path(threshold.__file__).parent
 # Lowest first: a module may import its own layer and the layers before it, never one after it.
 ORDER = (
-    ("threshold.errors", "threshold.files", "threshold.interrupt", "threshold.meta"),
+    (
+        "threshold.errors",
+        "threshold.files",
+        "threshold.interrupt",
+        "threshold.memory",
+        "threshold.meta",
+    ),
     ("threshold.tasks",),
     ("threshold.config",),
     ("threshold.model",),

@@ -15,6 +15,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from threshold.cli.commands import STATE
 from threshold.errors import ConfigError, ThresholdError
 from threshold.interrupt import exit_status, install
+from threshold.memory import keep_freed_memory
 from threshold.tasks import TaskConfig
 
 EXIT_USAGE = 2
@@ -332,8 +333,10 @@ def run_guarded(body):
 
     SIGINT and SIGTERM both raise KeyboardInterrupt (also in a process started with SIGINT
     ignored, as background jobs are), so a running trial is marked failed, never left running.
+    The C allocator keeps freed memory for the next array (:mod:`threshold.memory`).
     """
     install()
+    keep_freed_memory()
     try:
         return body()
     except ThresholdError as e:

@@ -19,6 +19,7 @@ import sys
 from threshold.config import Execution
 from threshold.errors import ThresholdError
 from threshold.interrupt import exit_status, install
+from threshold.memory import keep_freed_memory
 from threshold.report.notes import NOTE_RENDER
 from threshold.search.find import die_with_parent
 from threshold.search.worker import quiet_storage_log, run_worker
@@ -30,6 +31,7 @@ log = logging.getLogger("threshold.worker")
 
 def main(argv: list[str]) -> int:
     install()
+    keep_freed_memory()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s worker %(process)d %(message)s")
 
     die_with_parent()

@@ -23,6 +23,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from threshold.errors import ConfigError
+from threshold.memory import keep_freed_memory
 from threshold.search.families import CHANCE, FAMILIES, draw_family_truth
 from threshold.search.fit_oracle import FitOracle, runs_at
 from threshold.search.policy import bracket, decide, posterior_summary
@@ -374,7 +375,9 @@ def bench_families(
     if jobs == 1:
         studies = [_study(*task) for task in tasks]
     else:
-        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+        with ProcessPoolExecutor(
+            jobs, mp_context=get_context("spawn"), initializer=keep_freed_memory
+        ) as pool:
             studies = list(pool.map(_study, *zip(*tasks, strict=True)))
     out: dict = {}
     for family in families:
