@@ -52,3 +52,28 @@ def test_the_exit_status_says_which_signal_stopped_the_process(name, status):
     """128 + the signal's number, as a shell reports a process killed by it (SIGTERM: 143)."""
     proc = subprocess.run([sys.executable, "-c", STATUS.format(name=name)], capture_output=True)
     assert proc.returncode == status, proc.stderr
+
+
+GUARDED = """
+import os, signal, sys
+import typer
+from threshold.cli.common import run_guarded
+
+def body():
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        signal.pause()
+    except KeyboardInterrupt:  # as torch.save's zip writer raises, closing after Ctrl-C
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos")
+
+try:
+    run_guarded(body)
+except typer.Exit as e:
+    sys.exit(e.exit_code)
+"""
+
+
+def test_a_command_whose_interrupt_surfaces_as_another_error_ends_as_interrupted():
+    proc = subprocess.run([sys.executable, "-c", GUARDED], capture_output=True, text=True)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip() == "interrupted"

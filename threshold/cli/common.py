@@ -14,7 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from threshold.cli.commands import STATE
 from threshold.errors import ConfigError, ThresholdError
-from threshold.interrupt import exit_status, install
+from threshold.interrupt import exit_status, install, interrupted
 from threshold.memory import keep_freed_memory
 from threshold.tasks import TaskConfig
 
@@ -332,17 +332,20 @@ def run_guarded(body):
     """Run ``body``; a ThresholdError becomes one line on stderr and exit status 2.
 
     SIGINT and SIGTERM both raise KeyboardInterrupt (also in a process started with SIGINT
-    ignored, as background jobs are), so a running trial is marked failed, never left running.
+    ignored, as background jobs are), so a running trial is marked failed, never left running;
+    any error raised after one ends the command as interrupted too (exit status 130 or 143).
     The C allocator keeps freed memory for the next array (:mod:`threshold.memory`).
     """
     install()
     keep_freed_memory()
     try:
         return body()
-    except ThresholdError as e:
-        if STATE.debug:
-            raise
-        raise _fail(str(e)) from None
-    except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        raise typer.Exit(exit_status()) from None
+    except (KeyboardInterrupt, Exception) as e:
+        if interrupted(e):  # a signal can surface as a library's own error (interrupt.py)
+            if STATE.debug and not isinstance(e, KeyboardInterrupt):
+                raise
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(exit_status()) from None
+        if isinstance(e, ThresholdError) and not STATE.debug:
+            raise _fail(str(e)) from None
+        raise
