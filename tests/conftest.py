@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from threshold.memory import keep_freed_memory
+from threshold.allocator import keep_freed_memory
 
 # One torch thread in every test process, as the CLI gives its workers (TrainConfig.threads): the
 # test processes share the cores with each other and with their workers, and a second thread only
@@ -24,7 +24,7 @@ from threshold.memory import keep_freed_memory
 # thread, 297 s with two. Torch reads it when it loads, after this file.
 os.environ["OMP_NUM_THREADS"] = "1"
 # The C allocator keeps freed memory for the next array, as the CLI sets it for its processes
-# (threshold/memory.py): the search's tests spend a sixth of their CPU on page faults without.
+# (threshold/allocator.py): the search's tests spend a sixth of their CPU on page faults without.
 keep_freed_memory()
 
 # The files that take half a minute or more of CPU time (`--cpu-durations`, 2026-11-26, after

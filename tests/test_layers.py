@@ -17,10 +17,10 @@ ROOT = Path(threshold.__file__).parent
 # Lowest first: a module may import its own layer and the layers before it, never one after it.
 ORDER = (
     (
+        "threshold.allocator",
         "threshold.errors",
         "threshold.files",
         "threshold.interrupt",
-        "threshold.memory",
         "threshold.meta",
     ),
     ("threshold.tasks",),

@@ -12,10 +12,10 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from threshold.allocator import keep_freed_memory
 from threshold.cli.commands import STATE
 from threshold.errors import ConfigError, ThresholdError
 from threshold.interrupt import exit_status, install, interrupted
-from threshold.memory import keep_freed_memory
 from threshold.tasks import TaskConfig
 
 EXIT_USAGE = 2
@@ -334,7 +334,7 @@ def run_guarded(body):
     SIGINT and SIGTERM both raise KeyboardInterrupt (also in a process started with SIGINT
     ignored, as background jobs are), so a running trial is marked failed, never left running;
     any error raised after one ends the command as interrupted too (exit status 130 or 143).
-    The C allocator keeps freed memory for the next array (:mod:`threshold.memory`).
+    The C allocator keeps freed memory for the next array (:mod:`threshold.allocator`).
     """
     install()
     keep_freed_memory()

@@ -16,10 +16,10 @@ import json
 import logging
 import sys
 
+from threshold.allocator import keep_freed_memory
 from threshold.config import Execution
 from threshold.errors import ThresholdError
 from threshold.interrupt import exit_status, install
-from threshold.memory import keep_freed_memory
 from threshold.report.notes import NOTE_RENDER
 from threshold.search.find import die_with_parent
 from threshold.search.worker import quiet_storage_log, run_worker

@@ -22,8 +22,8 @@ from multiprocessing import get_context
 import numpy as np
 from scipy.optimize import brentq
 
+from threshold.allocator import keep_freed_memory
 from threshold.errors import ConfigError
-from threshold.memory import keep_freed_memory
 from threshold.search.families import CHANCE, FAMILIES, draw_family_truth
 from threshold.search.fit_oracle import FitOracle, runs_at
 from threshold.search.policy import bracket, decide, posterior_summary

@@ -1,5 +1,5 @@
 """The C allocator keeps freed memory: arrays of a decision's sizes, made and dropped again,
-touch pages the process already holds (threshold/memory.py)."""
+touch pages the process already holds (threshold/allocator.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 _ROUNDS = """
 import resource, sys
 import numpy as np
-from threshold.memory import keep_freed_memory
+from threshold.allocator import keep_freed_memory
 if sys.argv[1] == "keep" and not keep_freed_memory():
     sys.exit("keep_freed_memory() could not set the thresholds")
 rng = np.random.default_rng(0)
