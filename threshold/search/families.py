@@ -82,7 +82,8 @@ class FamilyTruth:
 
     def sample(self, rng: np.random.Generator, x: float) -> float:
         """One run's final accuracy at x."""
-        return float(np.clip(_SAMPLE[self.family](self, rng, float(x) - self.mid), 0.0, 1.0))
+        y = float(_SAMPLE[self.family](self, rng, float(x) - self.mid))
+        return min(max(y, 0.0), 1.0)  # np.clip's value; a tenth of its cost on one float
 
 
 # --- means, with z = x - mid -------------------------------------------------------------------
