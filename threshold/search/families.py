@@ -83,7 +83,7 @@ class FamilyTruth:
     def sample(self, rng: np.random.Generator, x: float) -> float:
         """One run's final accuracy at x."""
         y = float(_SAMPLE[self.family](self, rng, float(x) - self.mid))
-        return min(max(y, 0.0), 1.0)  # np.clip's value; a tenth of its cost on one float
+        return min(max(y, 0.0), 1.0)  # np.clip's value, without its cost on a single float
 
 
 # --- means, with z = x - mid -------------------------------------------------------------------
