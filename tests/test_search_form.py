@@ -10,6 +10,7 @@ from scipy.special import betaincinv, expit, ndtr
 
 from threshold.errors import ConfigError
 from threshold.search import posterior as post
+from threshold.search.policy import _look_ahead, posterior_of
 from threshold.search.posterior.hypothesis import (
     _Z_GRID,
     LINKS,
@@ -17,6 +18,8 @@ from threshold.search.posterior.hypothesis import (
     _mean_keeping_z,
     _share_at,
 )
+from threshold.search.settings import SearchSettings
+from threshold.search.simulate import listops_table
 
 CHANCE = 0.15
 SHARES = {
@@ -136,10 +139,6 @@ def test_the_look_ahead_reads_the_reading_s_hypotheses_on_its_own_slopes():
     """The look-ahead's posterior is the reading's restricted to the posterior's own slopes
     (``reading`` keeps them exactly), weights and all; where pruning left none of those, it is
     the reading's whole."""
-    from threshold.search.policy import _look_ahead, posterior_of
-    from threshold.search.settings import SearchSettings
-    from threshold.search.simulate import listops_table
-
     settings = SearchSettings(listops_table(4, 512), chance=CHANCE)
     runs = [(128, 0.98), (8, 0.12), (32, 0.6), (24, 0.4), (48, 0.9)]
     read, log_w, _ = posterior_of(settings, runs)

@@ -4,12 +4,11 @@ A decision of the search builds and drops arrays of 1-30 MB by the thousand. gli
 serves each one above its threshold (128 kB at first, moved up to the largest freed so far)
 with a fresh ``mmap`` and returns it with ``munmap`` when numpy frees it, and it gives the top
 of its heap back to the system whenever more than its trim threshold lies free there (128 kB at
-first, then twice the mmap threshold). Either way, the next
-array's pages are new to the process: the kernel zeroes each one on its first touch, a page
-fault every 4 kB. Measured on 480 decisions and 10 cold reads of the benchmark's saved studies
-(docs/search-benchmark.md, "The allocator keeps freed memory"): 2.9 million page faults and
-62 + 11 CPU s with the defaults, 74 thousand and 53 + 1 s with the settings below, the same
-decisions to the last digit.
+first, then twice the mmap threshold). Either way, the next array's pages are new to the
+process: the kernel zeroes each one on its first touch, a page fault every 4 kB. Measured on
+480 decisions and 10 cold reads of the benchmark's saved studies (docs/search-benchmark.md,
+"The allocator keeps freed memory"): 2.9 million page faults and 62 + 11 CPU s with the
+defaults, 74 thousand and 53 + 1 s with the settings below, the same decisions to the last digit.
 
 Arrays up to ``MMAP_THRESHOLD`` come from the heap, and up to ``TRIM_THRESHOLD`` of free heap
 is kept for them: a process holds on to about its largest working set, as it would at its
