@@ -290,11 +290,11 @@ def _look_ahead(settings: SearchSettings, grid: Grid, log_w: np.ndarray) -> tupl
     so one chain of sums serves both. Where pruning left none of those (an in-between slope
     fits the runs far better than its neighbours), every hypothesis left."""
     block = grid.kappas.size * grid.asymptotes.size  # hypotheses per (midpoint, slope) pair
-    pairs = np.flatnonzero(np.isin(grid.slope[::block], settings.posterior.slopes))  # (C',)
-    if pairs.size == 0 or pairs.size * block == grid.mid.size:
+    on_slopes = np.isin(grid.slope[::block], settings.posterior.slopes)  # (C,) per pair
+    if not on_slopes.any() or on_slopes.all():
         return grid, log_w
-    rows = (pairs[:, None] * block + np.arange(block)[None, :]).ravel()  # (H',)
-    return restricted(grid, pairs), log_w[rows]
+    # ``restricted`` keeps every hypothesis of a kept pair, in order: the weights go with them
+    return restricted(grid, np.flatnonzero(on_slopes)), log_w[np.repeat(on_slopes, block)]
 
 
 def offset_sd_weights(settings: SearchSettings, completed) -> np.ndarray:
