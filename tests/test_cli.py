@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -281,3 +282,14 @@ def test_bench_search_with_a_changed_setting(cli):
     assert graded["sampler_read_3"]["compute_vs_grid"] == graded["3"]["compute_vs_grid"]
     twice = cli(["bench", "search", "--set", "precision=2.0"])
     assert twice.exit_code != 0 and "use --precision" in twice.stderr
+
+
+def test_bench_search_states_each_row_against_the_oracle(cli):
+    """The families table gives each row's error as a ratio to the shape-known oracle's with as
+    many runs, with its interval, and its compute as a ratio."""
+    args = ["bench", "search", "--studies", "1", "--families", "graded", "--runs", "3"]
+    proc = cli([*args, "--rows", "sampler,oracle", "--set", "budget=4"], COLUMNS="200")
+    assert proc.exit_code == 0, proc.stderr
+    assert "vs oracle" in proc.stdout and "oracle, shape known" in proc.stdout
+    row = next(line for line in proc.stdout.splitlines() if "3, stop off" in line)
+    assert re.search(r"\d+\.\d \(\d+\.\d-\d+\.\d\), \d+\.\d", row), row

@@ -673,10 +673,20 @@ def test_bench_families_small():
             "spread",
             "oracle",
             "oracle_stop",
+            "oracle_6",
             "oracle_fit",
             "seconds",
         }
         assert set(rows) == keys
+        ratios = {k: m["x_oracle"] for k, m in rows.items() if k != "seconds" and "x_oracle" in m}
+        against = {k: ratio["against"] for k, ratio in ratios.items()}
+        assert against == {
+            "6": "oracle_6",
+            "9": "oracle",
+            "stop": "oracle_stop",
+            "spread": "oracle",
+            "oracle_fit": "oracle",
+        }
         assert rows["6"]["median_runs"] == 6 and rows["9"]["median_runs"] == 9
         assert rows["grid"]["compute_vs_grid"] == pytest.approx(1.0)
         assert rows["spread"]["median_runs"] == 9

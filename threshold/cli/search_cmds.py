@@ -208,7 +208,7 @@ def _print_bench_families(result: dict) -> None:
         + _overrides_note(result)
     )
     cols = ("family", "runs", "median runs", "compute vs grid", "coverage", "median |ln err|")
-    for col in (*cols, "within 20%", "median ln err"):
+    for col in (*cols, "within 20%", "median ln err", "vs oracle: |ln err| (90%), compute"):
         table.add_column(col, justify="right")
     for family, rows in result["families"].items():
         for key, m in rows.items():
@@ -233,12 +233,21 @@ def _print_bench_families(result: dict) -> None:
                 f"{m['median_abs_log_error']:.3f}",
                 f"{m['within_20']:.2f}",
                 f"{m['median_signed_log_error']:+.3f}",
+                _vs_oracle_cell(m.get("x_oracle")),
             )
     Console().print(table)
 
 
+def _vs_oracle_cell(ratio: dict | None) -> str:
+    """A families row's error and compute as ratios to the shape-known oracle's."""
+    if ratio is None:
+        return "-"
+    lo, hi = ratio["error_90"]
+    return f"{ratio['error']:.1f} ({lo:.1f}-{hi:.1f}), {ratio['compute']:.1f}"
+
+
 def _adaptive_label(key: str) -> str:
-    """The families table's label of a checkpoint row: the sampler's or an adaptive fit's."""
+    """The families table's label of a checkpoint row: the sampler's, an oracle's or a fit's."""
     for prefix, words in (
         ("oracle_fit_adaptive_cost_pick_", "its runs, read by the form-picking fit"),
         ("oracle_fit_pick_", "our runs, read by the form-picking fit"),
@@ -246,6 +255,7 @@ def _adaptive_label(key: str) -> str:
         ("oracle_fit_adaptive_cost_read_", "its runs, read by the posterior"),
         ("oracle_fit_adaptive_cost_", "fit placing per compute as it learns"),
         ("oracle_fit_adaptive_", "fit placing as it learns"),
+        ("oracle_", "oracle, shape known"),
     ):
         if key.startswith(prefix):
             return f"{words}, {key[len(prefix) :]} runs"

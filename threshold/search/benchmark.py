@@ -21,6 +21,7 @@ from multiprocessing import get_context
 
 import numpy as np
 from scipy.optimize import brentq
+from scipy.stats import beta
 
 from threshold.allocator import keep_freed_memory
 from threshold.errors import ConfigError
@@ -283,13 +284,13 @@ def _spread_runs(settings: SearchSettings, truth, rng, n: int, sizes: int = 9) -
 
 def _family_row(rows: list[dict], grid_compute: float) -> dict:
     err = np.abs([r["error"] for r in rows])
+    covered = None if rows[0]["covered"] is None else np.array([r["covered"] for r in rows])
     return {
         "median_runs": float(np.median([r["runs"] for r in rows])),
         "compute_vs_grid": float(np.mean([r["compute"] for r in rows]) / grid_compute),
         "median_compute_vs_grid": float(np.median([r["compute"] for r in rows]) / grid_compute),
-        "coverage": None
-        if rows[0]["covered"] is None
-        else float(np.mean([r["covered"] for r in rows])),
+        "coverage": None if covered is None else float(np.mean(covered)),
+        "coverage_90": None if covered is None else _jeffreys(int(covered.sum()), covered.size),
         "median_abs_log_error": float(np.median(err)),
         "within_20": float(np.mean(np.abs(np.expm1([r["error"] for r in rows])) <= 0.2)),
         "median_signed_log_error": float(np.median([r["error"] for r in rows])),
@@ -298,6 +299,46 @@ def _family_row(rows: list[dict], grid_compute: float) -> dict:
         if "picked_true" in rows[0]
         else {}
     )
+
+
+def _jeffreys(hits: int, n: int) -> list[float]:
+    """A 90% interval of a share seen as ``hits`` of ``n`` (Jeffreys': the beta(1/2, 1/2)
+    prior's posterior, 5% either side)."""
+    return [float(beta.ppf(q, hits + 0.5, n - hits + 0.5)) for q in (0.05, 0.95)]
+
+
+def _oracle_column(column: str, runs: float, checkpoints: tuple[int, ...]) -> str | None:
+    """The shape-known oracle's column a column is measured against: the oracle with as many
+    runs (a checkpoint's, by the name's last part; the largest checkpoint's for a design of
+    that many runs), or to the precision for the own stop; None for the oracle's own columns
+    and a design of another number of runs (the grid's 48 beside other checkpoints)."""
+    n = max(checkpoints)
+    if column in ("oracle", "oracle_stop") or (column[:7] == "oracle_" and column[7:].isdigit()):
+        return None
+    if column == "stop":
+        return "oracle_stop"
+    tail = column.rsplit("_", 1)[-1]
+    k = int(tail) if tail.isdigit() else n if runs == n else None
+    return None if k is None else "oracle" if k == n else f"oracle_{k}"
+
+
+def _vs_oracle(
+    mine: list[dict], column: str, reference: str, rng: np.random.Generator, draws: int = 2000
+) -> dict:
+    """A column's median |ln error| over the shape-known oracle's on the same studies, with a
+    90% interval from resampling the studies (both columns together), and its mean compute over
+    the oracle's."""
+    ours = np.abs([row[column]["error"] for row in mine])  # (n_studies,)
+    theirs = np.abs([row[reference]["error"] for row in mine])
+    pick = rng.integers(0, ours.size, size=(draws, ours.size))  # (draws, n_studies)
+    ratios = np.median(ours[pick], axis=1) / np.median(theirs[pick], axis=1)
+    compute = [np.mean([row[c]["compute"] for row in mine]) for c in (column, reference)]
+    return {
+        "against": reference,
+        "error": float(np.median(ours) / np.median(theirs)),
+        "error_90": [float(q) for q in np.quantile(ratios, [0.05, 0.95])],
+        "compute": float(compute[0] / compute[1]),
+    }
 
 
 def bench_families(
@@ -324,10 +365,14 @@ def bench_families(
     them around x80 (``spread``, ``_spread_runs``), read by our posterior: where the sampler
     matches it, its placement is not what limits the estimate; and an oracle that knows the
     curve but for its place and runs every run at the most informative size (``_Oracle``):
-    with the largest checkpoint's number of runs (``oracle``), and with the runs it needs to
-    reach the stop's precision (``oracle_stop``). No design and no posterior that must also
-    learn the curve's shape can do better: where the oracle misses a target, the family's runs
-    hold too little information for it.
+    with the largest checkpoint's number of runs (``oracle``), with each smaller checkpoint's
+    (``oracle_K``), and with the runs it needs to reach the stop's precision (``oracle_stop``).
+    No design and no posterior that must also learn the curve's shape can do better: where the
+    oracle misses a target, the family's runs hold too little information for it. With the
+    oracle computed, every other column with as many runs as one of its columns (the own stop:
+    ``oracle_stop``) states its error and mean compute as ratios to that column's on the same
+    studies (``x_oracle``: the error's ratio with a 90% interval from resampling the studies,
+    ``_vs_oracle``); coverage comes with a 90% interval (``coverage_90``, ``_jeffreys``).
 
     A second bound, ``oracle_fit`` (``FitOracle``), knows the family's functional form and
     seed model, uses the true parameters only to place its runs (a locally c-optimal design for
@@ -384,6 +429,11 @@ def bench_families(
         mine = [row for task, row in zip(tasks, studies, strict=True) if task[1] == family]
         columns = [k for k in mine[0] if k != "seconds"]
         out[family] = {k: _family_row([row[k] for row in mine], grid_compute) for k in columns}
+        rng = np.random.default_rng([seed, FAMILIES.index(family)])  # the ratios' resampling
+        for k in columns:
+            reference = _oracle_column(k, out[family][k]["median_runs"], tuple(checkpoints))
+            if reference in out[family]:
+                out[family][k]["x_oracle"] = _vs_oracle(mine, k, reference, rng)
         out[family]["seconds"] = round(sum(row["seconds"] for row in mine), 1)
         logger.info("family %s: %.0f CPU seconds", family, out[family]["seconds"])
     return {
@@ -411,7 +461,7 @@ def _study(
     by column name, and the CPU ``seconds`` it took."""
     start = time.process_time()
     off = dataclasses.replace(settings, precision=1.0 + 1e-9, budget=max(checkpoints))
-    streams = np.random.SeedSequence([seed, FAMILIES.index(family), study]).spawn(12)
+    streams = np.random.SeedSequence([seed, FAMILIES.index(family), study]).spawn(13)
     rngs = [np.random.default_rng(s) for s in streams]  # rngs[2]: the own stop's, before
     truth = draw_family_truth(rngs[0], family, settings.level, settings.chance_corrected)
     row, n = {}, max(checkpoints)
@@ -445,6 +495,11 @@ def _study(
         row["oracle_stop"] = oracle.scored(
             settings, truth, rngs[5], oracle.runs_to(settings.precision)
         )
+        # the same oracle with each smaller checkpoint's runs: what the sampler's reads there
+        # are measured against
+        row |= {
+            f"oracle_{k}": oracle.scored(settings, truth, rngs[12], k) for k in checkpoints if k < n
+        }
     if {"oracle_fit", "oracle_fit_read", "oracle_fit_wide"} & set(rows):
         runs, sd, cov = FitOracle.runs(settings, truth, rngs[7], n)
         if "oracle_fit" in rows:

@@ -1,0 +1,70 @@
+"""The families table's ratios to the shape-known oracle and its coverage intervals."""
+
+import numpy as np
+import pytest
+
+from threshold.search.benchmark import _jeffreys, _oracle_column, _vs_oracle
+
+CHECKPOINTS = (12, 24, 48)
+
+
+@pytest.mark.parametrize(
+    ("column", "runs", "against"),
+    [
+        ("12", 12, "oracle_12"),
+        ("48", 47, "oracle"),  # a trajectory that ended at the range's edge: still the 48 column
+        ("stop", 22.5, "oracle_stop"),
+        ("sampler_read_24", 24, "oracle_24"),
+        ("oracle_fit_adaptive_cost_read_12", 12, "oracle_12"),
+        ("oracle_fit", 48, "oracle"),
+        ("grid", 48, "oracle"),
+        ("oracle", 48, None),
+        ("oracle_12", 12, None),
+        ("oracle_stop", 7, None),
+    ],
+)
+def test_each_column_is_measured_against_the_oracle_with_as_many_runs(column, runs, against):
+    assert _oracle_column(column, runs, CHECKPOINTS) == against
+
+
+def test_a_design_of_another_number_of_runs_has_no_oracle_to_be_measured_against():
+    assert _oracle_column("grid", 48, (6, 9)) is None
+
+
+def test_the_ratio_resamples_the_studies_in_pairs():
+    """Errors of twice the oracle's on every study give 2 exactly, however the studies are
+    drawn; drawn apart, the two medians would scatter the ratio."""
+    rng = np.random.default_rng(0)
+    theirs = rng.lognormal(-3.0, 1.0, 40)  # (n_studies,) |ln error|
+    mine = [
+        {"48": {"error": -2 * e, "compute": 3.0}, "oracle": {"error": e, "compute": 2.0}}
+        for e in theirs
+    ]
+    ratio = _vs_oracle(mine, "48", "oracle", np.random.default_rng(1))
+    assert ratio["against"] == "oracle" and ratio["error"] == pytest.approx(2.0)
+    assert ratio["error_90"] == pytest.approx([2.0, 2.0])
+    assert ratio["compute"] == pytest.approx(1.5)
+
+
+def test_the_ratio_interval_holds_its_estimate_and_narrows_with_studies():
+    rng = np.random.default_rng(2)
+    widths = []
+    for n in (40, 640):
+        ours, theirs = rng.lognormal(-2.0, 1.0, n), rng.lognormal(-2.7, 1.0, n)
+        mine = [
+            {"48": {"error": a, "compute": 1.0}, "oracle": {"error": b, "compute": 1.0}}
+            for a, b in zip(ours, theirs, strict=True)
+        ]
+        ratio = _vs_oracle(mine, "48", "oracle", np.random.default_rng(3))
+        lo, hi = ratio["error_90"]
+        assert lo < ratio["error"] < hi
+        widths.append(hi / lo)
+    assert widths[1] < widths[0] ** 0.5  # 16x the studies: about a quarter of the log width
+
+
+def test_coverage_intervals_are_jeffreys_intervals():
+    lo, hi = _jeffreys(34, 40)  # 0.85: not told from 0.9 by 40 studies
+    assert lo < 0.85 < hi and hi > 0.9
+    assert _jeffreys(0, 40)[0] == pytest.approx(0.0, abs=1e-4)
+    lo, hi = _jeffreys(102, 120)  # 0.85 of 120: short of 0.9
+    assert hi < 0.91
