@@ -186,3 +186,28 @@ def test_an_interrupt_while_a_finished_run_is_recorded_enqueues_its_trial(
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]
     assert trials[1].params == trials[0].params
     assert trials[1].user_attrs["seed"] == trials[0].user_attrs["seed"]
+
+
+def test_an_interrupt_just_after_a_run_is_told_fails_only_the_runs_not_told(tmp_path, monkeypatch):
+    """A signal that strikes after a finished run's trial is told, before the worker has noted
+    it: that trial stays complete, the batch's other run fails and a copy waits, and the worker
+    stops as interrupted (not with Optuna's refusal to fail a complete trial)."""
+    monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))
+    monkeypatch.setattr(interrupt, "_requested", threading.Event())  # this test's signal alone
+    _, url, name = _tiny_study(tmp_path, "told", 20)
+    tell = optuna.Study.tell
+
+    def told_then_cut(self, trial, values=None, **kw):
+        told = tell(self, trial, values, **kw)
+        if values is not None:  # a run's value, not a failure
+            interrupt._requested.set()
+            raise KeyboardInterrupt
+        return told
+
+    monkeypatch.setattr(optuna.Study, "tell", told_then_cut)
+    with pytest.raises(KeyboardInterrupt):
+        run_worker(name, Execution(url, 1, 2, "cpu", 5, tmp_path))
+    trials = optuna.load_study(study_name=name, storage=url).get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.WAITING]
+    assert trials[2].params == trials[1].params
+    assert trials[2].user_attrs["seed"] == trials[1].user_attrs["seed"]

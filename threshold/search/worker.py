@@ -309,7 +309,8 @@ def _run_batch(study, settings, data, store, sampler, k, execution, device, note
                 )
         except BaseException as e:  # told trials stay told; the others fail, to be run again
             cut = interrupted(e)
-            for run in live.values():
+            told = _finished(study)  # a signal can strike between a run's tell and its del
+            for run in (r for r in live.values() if r.trial.number not in told):
                 study.tell(run.trial, state=TrialState.FAIL)
                 if cut:
                     _enqueue_again(study, run.trial)
@@ -317,6 +318,12 @@ def _run_batch(study, settings, data, store, sampler, k, execution, device, note
                 raise KeyboardInterrupt from e  # the process ends as the signal asked
             raise
     return len(runs), cancelled
+
+
+def _finished(study: optuna.Study) -> set[int]:
+    """The numbers of the study's trials that are told (complete, failed or pruned)."""
+    done = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+    return {t.number for t in study.get_trials(deepcopy=False, states=done)}
 
 
 def _hold(study: optuna.Study, runs: int, path: Path) -> None:
