@@ -734,8 +734,9 @@ def test_bench_families_rows_are_computed_alone_with_the_same_numbers():
     assert ours["coverage"] is None and 0 <= ours["picked_true_form"] <= 1
     assert pick["oracle_fit_adaptive_cost_pick_6"]["compute_vs_grid"] == read["compute_vs_grid"]
     # read_settings reads the sampler's runs again: under the sampler's own settings, its row
-    same = SearchSettings(TABLE, chance=families.CHANCE)  # bench_families' default
+    same = SearchSettings(listops_table(), chance=families.CHANCE)  # bench_families' default
     again = bench_families(rows=("oracle",), read_settings=same, **kw)["families"]["graded"]
+    assert again["sampler_read_6"].pop("x_oracle")["against"] == "oracle"  # with the oracle row
     assert again["sampler_read_6"] == sampler["6"]
     other = SearchSettings(listops_table(4, 256), chance=families.CHANCE)
     with pytest.raises(ConfigError, match="size table"):

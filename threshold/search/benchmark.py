@@ -118,7 +118,7 @@ def bench_search(
 ) -> dict:
     """Run the methods on n_studies simulated studies; return per-method summaries.
 
-    ``settings`` defaults to the search defaults on the ListOps mod 10 size table (d 4..512,
+    ``settings`` defaults to the search defaults on the ListOps mod 10 size table (d 2..512,
     chance at the simulated unlearned level); ``model`` to the default response model. The
     result holds per-method numbers under ``methods`` and each method's mean (median) compute
     as a share of the grid's under ``compute_vs_grid`` (``median_compute_vs_grid``).

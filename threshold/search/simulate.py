@@ -33,7 +33,7 @@ from scipy.special import expit, logit, ndtr
 from threshold.search.fit import bootstrap_interval, fit_logistic
 from threshold.search.policy import decide, posterior_summary
 from threshold.search.posterior import level_fraction
-from threshold.search.settings import SearchSettings
+from threshold.search.settings import SearchConfig, SearchSettings
 
 __all__ = [
     "ResponseModel",
@@ -62,8 +62,11 @@ def listops_params(d, vocab_size: int = VOCAB_SIZE, n_ctx: int = N_CTX):
     return 12 * d**2 + 15 * d + (2 * vocab_size + n_ctx) * d
 
 
-def listops_table(d_min: int = 4, d_max: int = 512) -> tuple[tuple[int, int], ...]:
-    """params_of_d for every integer d in [d_min, d_max]."""
+def listops_table(
+    d_min: int = SearchConfig.d_min, d_max: int = SearchConfig.d_max
+) -> tuple[tuple[int, int], ...]:
+    """params_of_d for every integer d in [d_min, d_max]; by default the range a study of the
+    tool's defaults may widen to, so a benchmark run from Python reads as ``bench search`` does."""
     return tuple((d, int(listops_params(d))) for d in range(d_min, d_max + 1))
 
 

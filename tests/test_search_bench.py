@@ -1,9 +1,17 @@
-"""The families table's ratios to the shape-known oracle and its coverage intervals."""
+"""The search benchmark's defaults, and its families table's ratios to the shape-known oracle
+and coverage intervals."""
 
 import numpy as np
 import pytest
 
+from threshold.config import TrainConfig
 from threshold.search.benchmark import _jeffreys, _oracle_column, _vs_oracle
+from threshold.search.families import CHANCE
+from threshold.search.sampler import policy_settings
+from threshold.search.settings import SearchConfig, SearchSettings
+from threshold.search.simulate import listops_table
+from threshold.search.spec import StudySettings
+from threshold.tasks import TaskConfig
 
 CHECKPOINTS = (12, 24, 48)
 
@@ -68,3 +76,12 @@ def test_coverage_intervals_are_jeffreys_intervals():
     assert _jeffreys(0, 40)[0] == pytest.approx(0.0, abs=1e-4)
     lo, hi = _jeffreys(102, 120)  # 0.85 of 120: short of 0.9
     assert hi < 0.91
+
+
+def test_the_benchmark_reads_with_the_settings_of_the_tools_defaults():
+    """``bench_families`` without settings (Python) searches as ``threshold bench search`` does
+    (the settings of a study of the tool's defaults): the same size table, down to d 2, where
+    runs of shallow studies go. Before, the library's table began at d 4, and shallow studies
+    read from Python were not those of the command."""
+    defaults = StudySettings(TaskConfig(ops=("add",)), TrainConfig(), SearchConfig())
+    assert SearchSettings(listops_table(), chance=CHANCE) == policy_settings(defaults, CHANCE)
