@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from threshold.config import TrainConfig
-from threshold.search.benchmark import _jeffreys, _oracle_column, _vs_oracle
+from threshold.search.bench_table import coverage_interval, oracle_column, vs_oracle
 from threshold.search.families import CHANCE
 from threshold.search.sampler import policy_settings
 from threshold.search.settings import SearchConfig, SearchSettings
@@ -32,11 +32,11 @@ CHECKPOINTS = (12, 24, 48)
     ],
 )
 def test_each_column_is_measured_against_the_oracle_with_as_many_runs(column, runs, against):
-    assert _oracle_column(column, runs, CHECKPOINTS) == against
+    assert oracle_column(column, runs, CHECKPOINTS) == against
 
 
 def test_a_design_of_another_number_of_runs_has_no_oracle_to_be_measured_against():
-    assert _oracle_column("grid", 48, (6, 9)) is None
+    assert oracle_column("grid", 48, (6, 9)) is None
 
 
 def test_the_ratio_resamples_the_studies_in_pairs():
@@ -48,7 +48,7 @@ def test_the_ratio_resamples_the_studies_in_pairs():
         {"48": {"error": -2 * e, "compute": 3.0}, "oracle": {"error": e, "compute": 2.0}}
         for e in theirs
     ]
-    ratio = _vs_oracle(mine, "48", "oracle", np.random.default_rng(1))
+    ratio = vs_oracle(mine, "48", "oracle", np.random.default_rng(1))
     assert ratio["against"] == "oracle" and ratio["error"] == pytest.approx(2.0)
     assert ratio["error_90"] == pytest.approx([2.0, 2.0])
     assert ratio["compute"] == pytest.approx(1.5)
@@ -63,7 +63,7 @@ def test_the_ratio_interval_holds_its_estimate_and_narrows_with_studies():
             {"48": {"error": a, "compute": 1.0}, "oracle": {"error": b, "compute": 1.0}}
             for a, b in zip(ours, theirs, strict=True)
         ]
-        ratio = _vs_oracle(mine, "48", "oracle", np.random.default_rng(3))
+        ratio = vs_oracle(mine, "48", "oracle", np.random.default_rng(3))
         lo, hi = ratio["error_90"]
         assert lo < ratio["error"] < hi
         widths.append(hi / lo)
@@ -71,10 +71,10 @@ def test_the_ratio_interval_holds_its_estimate_and_narrows_with_studies():
 
 
 def test_coverage_intervals_are_jeffreys_intervals():
-    lo, hi = _jeffreys(34, 40)  # 0.85: not told from 0.9 by 40 studies
+    lo, hi = coverage_interval(34, 40)  # 0.85: not told from 0.9 by 40 studies
     assert lo < 0.85 < hi and hi > 0.9
-    assert _jeffreys(0, 40)[0] == pytest.approx(0.0, abs=1e-4)
-    lo, hi = _jeffreys(102, 120)  # 0.85 of 120: short of 0.9
+    assert coverage_interval(0, 40)[0] == pytest.approx(0.0, abs=1e-4)
+    lo, hi = coverage_interval(102, 120)  # 0.85 of 120: short of 0.9
     assert hi < 0.91
 
 

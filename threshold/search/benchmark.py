@@ -21,10 +21,10 @@ from multiprocessing import get_context
 
 import numpy as np
 from scipy.optimize import brentq
-from scipy.stats import beta
 
 from threshold.allocator import keep_freed_memory
 from threshold.errors import ConfigError
+from threshold.search.bench_table import family_row, oracle_column, vs_oracle
 from threshold.search.families import CHANCE, FAMILIES, draw_family_truth
 from threshold.search.fit_oracle import FitOracle, runs_at
 from threshold.search.policy import bracket, decide, posterior_summary
@@ -282,65 +282,6 @@ def _spread_runs(settings: SearchSettings, truth, rng, n: int, sizes: int = 9) -
     )
 
 
-def _family_row(rows: list[dict], grid_compute: float) -> dict:
-    err = np.abs([r["error"] for r in rows])
-    covered = None if rows[0]["covered"] is None else np.array([r["covered"] for r in rows])
-    return {
-        "median_runs": float(np.median([r["runs"] for r in rows])),
-        "compute_vs_grid": float(np.mean([r["compute"] for r in rows]) / grid_compute),
-        "median_compute_vs_grid": float(np.median([r["compute"] for r in rows]) / grid_compute),
-        "coverage": None if covered is None else float(np.mean(covered)),
-        "coverage_90": None if covered is None else _jeffreys(int(covered.sum()), covered.size),
-        "median_abs_log_error": float(np.median(err)),
-        "within_20": float(np.mean(np.abs(np.expm1([r["error"] for r in rows])) <= 0.2)),
-        "median_signed_log_error": float(np.median([r["error"] for r in rows])),
-    } | (  # a form-picking fit's rows: how often it picked the truth's form
-        {"picked_true_form": float(np.mean([r["picked_true"] for r in rows]))}
-        if "picked_true" in rows[0]
-        else {}
-    )
-
-
-def _jeffreys(hits: int, n: int) -> list[float]:
-    """A 90% interval of a share seen as ``hits`` of ``n`` (Jeffreys': the beta(1/2, 1/2)
-    prior's posterior, 5% either side)."""
-    return [float(beta.ppf(q, hits + 0.5, n - hits + 0.5)) for q in (0.05, 0.95)]
-
-
-def _oracle_column(column: str, runs: float, checkpoints: tuple[int, ...]) -> str | None:
-    """The shape-known oracle's column a column is measured against: the oracle with as many
-    runs (a checkpoint's, by the name's last part; the largest checkpoint's for a design of
-    that many runs), or to the precision for the own stop; None for the oracle's own columns
-    and a design of another number of runs (the grid's 48 beside other checkpoints)."""
-    n = max(checkpoints)
-    if column in ("oracle", "oracle_stop") or (column[:7] == "oracle_" and column[7:].isdigit()):
-        return None
-    if column == "stop":
-        return "oracle_stop"
-    tail = column.rsplit("_", 1)[-1]
-    k = int(tail) if tail.isdigit() else n if runs == n else None
-    return None if k is None else "oracle" if k == n else f"oracle_{k}"
-
-
-def _vs_oracle(
-    mine: list[dict], column: str, reference: str, rng: np.random.Generator, draws: int = 2000
-) -> dict:
-    """A column's median |ln error| over the shape-known oracle's on the same studies, with a
-    90% interval from resampling the studies (both columns together), and its mean compute over
-    the oracle's."""
-    ours = np.abs([row[column]["error"] for row in mine])  # (n_studies,)
-    theirs = np.abs([row[reference]["error"] for row in mine])
-    pick = rng.integers(0, ours.size, size=(draws, ours.size))  # (draws, n_studies)
-    ratios = np.median(ours[pick], axis=1) / np.median(theirs[pick], axis=1)
-    compute = [np.mean([row[c]["compute"] for row in mine]) for c in (column, reference)]
-    return {
-        "against": reference,
-        "error": float(np.median(ours) / np.median(theirs)),
-        "error_90": [float(q) for q in np.quantile(ratios, [0.05, 0.95])],
-        "compute": float(compute[0] / compute[1]),
-    }
-
-
 def bench_families(
     n_studies: int = 100,
     seed: int = 0,
@@ -372,7 +313,7 @@ def bench_families(
     oracle computed, every other column with as many runs as one of its columns (the own stop:
     ``oracle_stop``) states its error and mean compute as ratios to that column's on the same
     studies (``x_oracle``: the error's ratio with a 90% interval from resampling the studies,
-    ``_vs_oracle``); coverage comes with a 90% interval (``coverage_90``, ``_jeffreys``).
+    ``bench_table.vs_oracle``); coverage comes with a 90% interval (``coverage_90``).
 
     A second bound, ``oracle_fit`` (``FitOracle``), knows the family's functional form and
     seed model, uses the true parameters only to place its runs (a locally c-optimal design for
@@ -428,12 +369,12 @@ def bench_families(
     for family in families:
         mine = [row for task, row in zip(tasks, studies, strict=True) if task[1] == family]
         columns = [k for k in mine[0] if k != "seconds"]
-        out[family] = {k: _family_row([row[k] for row in mine], grid_compute) for k in columns}
+        out[family] = {k: family_row([row[k] for row in mine], grid_compute) for k in columns}
         rng = np.random.default_rng([seed, FAMILIES.index(family)])  # the ratios' resampling
         for k in columns:
-            reference = _oracle_column(k, out[family][k]["median_runs"], tuple(checkpoints))
+            reference = oracle_column(k, out[family][k]["median_runs"], tuple(checkpoints))
             if reference in out[family]:
-                out[family][k]["x_oracle"] = _vs_oracle(mine, k, reference, rng)
+                out[family][k]["x_oracle"] = vs_oracle(mine, k, reference, rng)
         out[family]["seconds"] = round(sum(row["seconds"] for row in mine), 1)
         logger.info("family %s: %.0f CPU seconds", family, out[family]["seconds"])
     return {
