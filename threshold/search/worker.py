@@ -309,7 +309,9 @@ def _run_batch(study, settings, data, store, sampler, k, execution, device, note
                 )
         except BaseException as e:  # told trials stay told; the others fail, to be run again
             cut = interrupted(e)
-            told = _finished(study)  # a signal can strike between a run's tell and its del
+            # a signal can strike between a run's tell and its del; with no run live (the error
+            # came before any began: the storage, say) the storage is not asked again
+            told = _finished(study) if live else set()
             for run in (r for r in live.values() if r.trial.number not in told):
                 study.tell(run.trial, state=TrialState.FAIL)
                 if cut:
