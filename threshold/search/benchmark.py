@@ -370,7 +370,9 @@ def bench_families(
         mine = [row for task, row in zip(tasks, studies, strict=True) if task[1] == family]
         columns = [k for k in mine[0] if k != "seconds"]
         out[family] = {k: family_row([row[k] for row in mine], grid_compute) for k in columns}
-        rng = np.random.default_rng([seed, FAMILIES.index(family)])  # the ratios' resampling
+        # the ratios' resampling, drawn column by column: a column's interval (not its ratio)
+        # depends on which rows were asked for
+        rng = np.random.default_rng([seed, FAMILIES.index(family)])
         for k in columns:
             reference = oracle_column(k, out[family][k]["median_runs"], tuple(checkpoints))
             if reference in out[family]:
