@@ -26,7 +26,7 @@ from scipy.optimize import OptimizeWarning, curve_fit
 from scipy.special import expit, logit
 
 from threshold.errors import ConfigError
-from threshold.search.policy import offset_sd_weights, posterior_of, posterior_summary, rounded
+from threshold.search.policy import offset_sd_weights, posterior_summary, read_posterior, rounded
 from threshold.search.posterior import (
     Grid,
     difference_distribution,
@@ -283,7 +283,7 @@ def strays(estimate: dict) -> bool:
 
 def transition_posterior(settings: SearchSettings, completed) -> tuple[Grid, np.ndarray]:
     """The grid and posterior weights (H,) behind ``transition_estimate``, for the same runs."""
-    grid, log_w, _ = posterior_of(settings, completed)
+    grid, log_w, _ = read_posterior(settings, completed)
     return grid, normalize(log_w)
 
 

@@ -27,6 +27,8 @@ parallel workers with different pending lists spread out unless one size is genu
 The stop rule and the reported estimate use completed runs only, read on the reading's finer
 slope grid (``PosteriorSettings.reading``); the look-ahead chooses on the hypotheses of that
 posterior whose slopes are the coarser grid's (``_look_ahead``): one chain of sums for both.
+The estimate a study reports (``read_posterior``) reads the same posterior once more on a grid
+finer still where its mass lies (``posterior.refined``); decisions do not, so they cost no more.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from threshold.search.posterior import (
     normalize,
     offset_sd_posterior,
     pool_offset_sds,
+    refined,
     restricted,
     seed_variance,
     size_log_likelihood,
@@ -67,6 +70,7 @@ __all__ = [
     "offset_sd_weights",
     "posterior_of",
     "posterior_summary",
+    "read_posterior",
     "repeat_discount",
     "rounded",
     "search_range",
@@ -83,7 +87,8 @@ class Decision:
     d: int | None = None  # size of the next run (None when stopping)
     replicate: int | None = None  # runs already at d (completed + pending): the caller's seed index
     info: dict = field(default_factory=dict)  # small numbers explaining the choice
-    estimate: dict = field(default_factory=dict)  # current estimate from completed runs
+    # current estimate from completed runs, on the decision's grid (not ``read_posterior``'s)
+    estimate: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -309,9 +314,21 @@ def _summary(settings: SearchSettings, grid: Grid, w: np.ndarray, d_range) -> Po
     return summarize(grid, w, float(x_lo), float(x_hi))
 
 
-def posterior_summary(settings: SearchSettings, completed) -> tuple[PosteriorSummary, tuple]:
-    """Posterior summary of x80 from completed runs, and the range (d_lo, d_hi) it was read on."""
+def read_posterior(settings: SearchSettings, completed) -> tuple[Grid, np.ndarray, tuple[int, int]]:
+    """The reading of completed runs: ``posterior_of`` integrated on a finer grid where its
+    mass lies (``refined``): grid, unnormalised log posterior weights (H,) and range. What the
+    study reports; its decisions, its stop among them, read ``posterior_of`` itself."""
     grid, log_w, d_range = posterior_of(settings, completed)
+    ds, ys = _runs(settings, completed)
+    x = settings.x_of(ds)
+    grid, log_w = refined(grid, log_w, x, ys, settings.level, settings.chance_corrected)
+    return grid, log_w, d_range
+
+
+def posterior_summary(settings: SearchSettings, completed) -> tuple[PosteriorSummary, tuple]:
+    """Posterior summary of x80 from completed runs (``read_posterior``), and the range
+    (d_lo, d_hi) it was read on."""
+    grid, log_w, d_range = read_posterior(settings, completed)
     return _summary(settings, grid, normalize(log_w), d_range), d_range
 
 

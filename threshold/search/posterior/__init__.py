@@ -13,6 +13,8 @@ modules listed before it:
   their prior (``make_grid``), cut to the hypotheses left (``restricted``, ``spread_out``).
 - :mod:`~threshold.search.posterior.likelihood`: log p(runs | hypothesis), size by size, pruned
   as runs are added (``add_size``); ``normalize``.
+- :mod:`~threshold.search.posterior.refine`: the posterior read again on a finer grid where its
+  mass lies (``refined``).
 - :mod:`~threshold.search.posterior.lookahead`: what one more run is expected to do
   (``expected_variances``, ``fantasy_update``, ``seed_variance``).
 - :mod:`~threshold.search.posterior.summaries`: what the posterior says (``summarize``,
@@ -49,6 +51,7 @@ from threshold.search.posterior.lookahead import (
     fantasy_update,
     seed_variance,
 )
+from threshold.search.posterior.refine import refined
 from threshold.search.posterior.summaries import (
     PosteriorSummary,
     curve_quantiles,
@@ -74,6 +77,7 @@ __all__ = [
     "normalize",
     "offset_sd_posterior",
     "pool_offset_sds",
+    "refined",
     "restricted",
     "seed_variance",
     "size_log_likelihood",

@@ -33,7 +33,7 @@ from threshold.search.posterior.hypothesis import (
     level_target,
 )
 
-__all__ = ["Grid", "make_grid", "restricted", "spread_out"]
+__all__ = ["Grid", "location_axis", "make_grid", "restricted", "spread_out"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,6 +91,12 @@ def _ceiling_log_prior(settings: PosteriorSettings, asym: np.ndarray, gaps: np.n
     return np.log(prior / prior.sum())
 
 
+def location_axis(settings: PosteriorSettings, x_lo: float, x_hi: float) -> np.ndarray:
+    """The grid's locations: ``m_step`` apart from x_lo - margin to x_hi + margin: (M,)."""
+    lo, hi = x_lo - settings.margin, x_hi + settings.margin
+    return np.linspace(lo, hi, int(np.ceil((hi - lo) / settings.m_step)) + 1)
+
+
 def make_grid(
     settings: PosteriorSettings,
     chance: float,
@@ -98,8 +104,11 @@ def make_grid(
     chance_corrected: bool,
     x_lo: float,
     x_hi: float,
+    pairs: np.ndarray | None = None,
 ) -> Grid:
-    """Hypotheses with midpoints from x_lo - margin to x_hi + margin (x = ln parameters)."""
+    """Hypotheses with midpoints from x_lo - margin to x_hi + margin (x = ln parameters); with
+    ``pairs`` (C', increasing indices into the (location, slope) pairs, slope fastest), those
+    pairs' only, laid out as ``restricted`` lays them (built without the others)."""
     all_asym = np.sort(np.asarray(settings.asymptotes))  # (A_all,)
     frac = level_fraction(all_asym, chance, level, chance_corrected)  # (A_all,)
     keep = (all_asym > chance) & (frac > 0.01) & (frac < 0.99)
@@ -110,27 +119,28 @@ def make_grid(
         )
     asym, gaps, lengths = _ceilings(settings, all_asym[keep], float(chance)).T  # (A,) each
     frac = frac[keep][-1]  # that of the largest asymptote
-    lo, hi = x_lo - settings.margin, x_hi + settings.margin
     # The location axis is where p reaches the level's share f0 (that of the largest asymptote),
     # not the midpoint: x80 then moves little with the slope, and a slope that falls between
     # two grid values cannot drag x80 away from where the runs put it.
-    anchors = np.linspace(lo, hi, int(np.ceil((hi - lo) / settings.m_step)) + 1)  # (M,)
+    anchors = location_axis(settings, x_lo, x_hi)  # (M,)
     f0 = float(frac)
     slopes = np.asarray(settings.slopes)  # (S,)
     kappas = np.asarray(settings.concentrations)  # (K,)
-    m, s, k, a = np.meshgrid(
-        anchors, np.arange(slopes.size), np.arange(kappas.size), np.arange(asym.size), indexing="ij"
-    )  # (M, S, K, A) each
-    anchor, slope_index, kappa_index, asym_index = m.ravel(), s.ravel(), k.ravel(), a.ravel()
+    if pairs is None:
+        pairs = np.arange(anchors.size * slopes.size)
+    pair_anchor, pair_slope = np.divmod(np.asarray(pairs, dtype=int), slopes.size)  # (C,) each
+    shape = (pair_anchor.size, kappas.size, asym.size)
+    c, k, a = (v.ravel() for v in np.indices(shape))  # (H,) each: pair, kappa, ceiling
+    anchor, slope_index, kappa_index, asym_index = anchors[pair_anchor[c]], pair_slope[c], k, a
     slope = slopes[slope_index]  # (H,)
     mid = anchor - float(_z_of(f0, settings.link)) / slope  # (H,)
-    # x80 of each (midpoint, slope, ceiling), broadcast over the concentrations
-    mid_msa = mid.reshape(m.shape)[:, :, 0, :]  # (M, S, A)
+    # x80 of each (pair, ceiling), broadcast over the concentrations
+    mid_ca = mid.reshape(shape)[:, 0, :]  # (C, A)
     target = level_target(asym, chance, level, chance_corrected)  # (A,)
-    x80_msa = _level_crossing(
-        mid_msa, slopes[None, :, None], asym, gaps, lengths, float(chance), target, settings.link
-    )  # (M, S, A)
-    x80 = np.broadcast_to(x80_msa[:, :, None, :], m.shape).ravel()  # (H,)
+    x80_ca = _level_crossing(
+        mid_ca, slopes[pair_slope, None], asym, gaps, lengths, float(chance), target, settings.link
+    )  # (C, A)
+    x80 = np.broadcast_to(x80_ca[:, None, :], shape).ravel()  # (H,)
     ceiling = _ceiling_log_prior(settings, asym, gaps)  # (A,)
     weights = np.asarray(settings.slope_weights or np.ones(slopes.size))  # (S,)
     slope_prior = np.log(weights / weights.sum())  # (S,)

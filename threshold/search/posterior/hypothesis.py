@@ -136,6 +136,10 @@ class PosteriorSettings:
     # (docs/search-benchmark.md, twelfth and thirteenth passes). The look-ahead reads this
     # posterior's hypotheses on the slopes above.
     read_slope_split: int = 2
+    # The reading's finer grid where the posterior's mass lies (``refine.refined``): locations,
+    # slopes and ceilings each split this many times over the cells that hold the mass, the runs
+    # read again on them. 1 reads on the grid above alone.
+    refine_split: int = 2
 
     def __post_init__(self) -> None:
         for name in ("slopes", "asymptotes", "concentrations"):
@@ -193,6 +197,8 @@ class PosteriorSettings:
             raise ConfigError(
                 f"n_nodes {self.n_nodes} and n_bins {self.n_bins}: use at least 3 and 2"
             )
+        if self.refine_split < 1:
+            raise ConfigError(f"refine_split {self.refine_split} is not allowed: use 1 or more")
         if self.read_slope_split < 1:
             raise ConfigError(
                 f"read_slope_split {self.read_slope_split} is not allowed: use 1 or more"
