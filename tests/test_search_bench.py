@@ -1,11 +1,16 @@
 """The search benchmark's defaults, and its families table's ratios to the shape-known oracle
 and coverage intervals."""
 
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_info
 
 from threshold.config import TrainConfig
 from threshold.search.bench_table import coverage_interval, oracle_column, vs_oracle
+from threshold.search.benchmark import _worker_start
 from threshold.search.families import CHANCE
 from threshold.search.sampler import policy_settings
 from threshold.search.settings import SearchConfig, SearchSettings
@@ -85,3 +90,11 @@ def test_the_benchmark_reads_with_the_settings_of_the_tools_defaults():
     read from Python were not those of the command."""
     defaults = StudySettings(TaskConfig(ops=("add",)), TrainConfig(), SearchConfig())
     assert SearchSettings(listops_table(), chance=CHANCE) == policy_settings(defaults, CHANCE)
+
+
+def test_a_benchmark_process_runs_one_blas_thread():
+    """The benchmark's processes are as many as the cores asked for: each runs one BLAS thread
+    (OpenBLAS would start one per core, and they spin against each other)."""
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn"), initializer=_worker_start) as pool:
+        libraries = pool.submit(threadpool_info).result()
+    assert libraries and all(lib["num_threads"] == 1 for lib in libraries)
