@@ -211,17 +211,29 @@ class PosteriorSettings:
         the rest as here."""
         if self.read_slope_split == 1:
             return self
-        given, first = np.unique(self.slopes, return_index=True)  # (S,) increasing
-        logs = np.log(given)
-        steps = np.linspace(0.0, 1.0, self.read_slope_split + 1)[1:-1]  # (split - 1,)
-        between = np.exp(logs[:-1, None] + np.diff(logs)[:, None] * steps)  # (S - 1, split - 1)
-        fine = np.append(np.concatenate([given[:-1, None], between], axis=1).ravel(), given[-1])
-        weights = ()
-        if self.slope_weights:
-            log_w = np.log(np.asarray(self.slope_weights)[first])
-            weights = tuple(np.exp(np.interp(np.log(fine), logs, log_w)).tolist())
+        fine = _split_gaps(np.unique(self.slopes), self.read_slope_split, log=True)
+        weights = self.slope_weights_at(fine)
         slopes = tuple(fine.tolist())  # the given slopes exactly: the look-ahead's are among them
         return replace(self, slopes=slopes, slope_weights=weights, read_slope_split=1)
+
+    def slope_weights_at(self, slopes) -> tuple[float, ...]:
+        """The slope prior's weights at ``slopes``, interpolated in ln slope between the given
+        ones (a slope given twice counts once); () where the prior is even."""
+        if not self.slope_weights:
+            return ()
+        given, first = np.unique(self.slopes, return_index=True)  # (S,) increasing
+        log_w = np.log(np.asarray(self.slope_weights)[first])
+        return tuple(np.exp(np.interp(np.log(slopes), np.log(given), log_w)).tolist())
+
+
+def _split_gaps(values: np.ndarray, split: int, log: bool) -> np.ndarray:
+    """Sorted, distinct values (V,) with each gap between neighbours cut into ``split`` even
+    steps, in ln where ``log``: (split (V - 1) + 1,), the given values kept exactly."""
+    v = np.log(values) if log else values
+    steps = np.linspace(0.0, 1.0, split + 1)[1:-1]  # (split - 1,)
+    between = v[:-1, None] + np.diff(v)[:, None] * steps  # (V - 1, split - 1)
+    between = np.exp(between) if log else between
+    return np.append(np.concatenate([values[:-1, None], between], axis=1).ravel(), values[-1])
 
 
 def level_fraction(asymptote, chance: float, level: float, chance_corrected: bool) -> np.ndarray:

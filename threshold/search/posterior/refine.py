@@ -19,24 +19,15 @@ from dataclasses import replace
 import numpy as np
 
 from threshold.search.posterior.grid import Grid, _pairs, location_axis, make_grid, spread_out
-from threshold.search.posterior.hypothesis import _z_of, level_fraction
+from threshold.search.posterior.hypothesis import _split_gaps, _z_of, level_fraction
 from threshold.search.posterior.likelihood import add_size, normalize, pool_offset_sds
 
 __all__ = ["refined"]
 
-_TAIL = 1e-4  # posterior mass the box may leave out
+_TAIL = 1e-4  # posterior mass the finer grid may leave out
 # Hypotheses near the mass above which the coarse posterior is kept: about 0.4 s of reading
 # with 48 runs on this machine's CPU.
 _MAX_HYPOTHESES = 60000
-
-
-def _split(values: np.ndarray, lo: int, hi: int, split: int, log: bool) -> np.ndarray:
-    """values[lo..hi] (sorted, distinct) with each gap cut into ``split`` even steps (in log
-    where ``log``): the given values kept exactly."""
-    v = np.log(values[lo : hi + 1]) if log else values[lo : hi + 1]
-    steps = np.linspace(0.0, 1.0, split + 1)[:-1]  # (split,)
-    fine = np.append((v[:-1, None] + np.diff(v)[:, None] * steps).ravel(), v[-1])
-    return np.exp(fine) if log else fine
 
 
 def _around(values: np.ndarray, held: np.ndarray) -> tuple[int, int]:
@@ -55,10 +46,10 @@ def refined(
     chance_corrected: bool,
 ) -> tuple[Grid, np.ndarray]:
     """The posterior of runs (x, y) (N,) read on a grid ``refine_split`` times finer than
-    ``grid`` within the box of cells that holds its mass (log weights log_w (H,), log prior
-    included): the finer grid, restricted to the hypotheses pruning kept, and their log
-    weights (H',); or ``grid`` and ``log_w`` as they are where the split is 1, there are no
-    runs, or the box is too large (module docstring)."""
+    ``grid`` about the cells that hold its mass (log weights log_w (H,), log prior included):
+    the finer grid, restricted to the hypotheses pruning kept, and their log weights (H',); or
+    ``grid`` and ``log_w`` as they are where the split is 1, there are no runs, or the finer
+    grid would be too large (module docstring)."""
     cfg = grid.settings
     split = cfg.refine_split
     if split == 1 or np.size(x) == 0:
@@ -71,16 +62,12 @@ def refined(
     asymptotes = np.unique(cfg.asymptotes)
     a_lo, a_hi = _around(asymptotes, grid.asymptotes[grid.asym_index[held]])
     kappas = np.unique(grid.kappa_index[held])  # (K',)
-    fine_slopes = _split(slopes, s_lo, s_hi, split, log=True)
-    weights = ()
-    if cfg.slope_weights:  # the prior interpolated in ln slope, as ``reading`` does
-        log_w_s = np.log(np.asarray(cfg.slope_weights)[np.unique(cfg.slopes, return_index=True)[1]])
-        weights = tuple(np.exp(np.interp(np.log(fine_slopes), np.log(slopes), log_w_s)).tolist())
+    fine_slopes = _split_gaps(slopes[s_lo : s_hi + 1], split, log=True)
     fine = replace(
         cfg,
         slopes=tuple(fine_slopes.tolist()),
-        slope_weights=weights,
-        asymptotes=tuple(_split(asymptotes, a_lo, a_hi, split, log=False).tolist()),
+        slope_weights=cfg.slope_weights_at(fine_slopes),  # as ``reading`` reads the prior
+        asymptotes=tuple(_split_gaps(asymptotes[a_lo : a_hi + 1], split, log=False).tolist()),
         concentrations=tuple(grid.kappas[kappas].tolist()),
         partial_shares=tuple(grid.partial_shares[kappas].tolist()),
         m_step=cfg.m_step / split,
