@@ -77,10 +77,11 @@ def refined(
     # (``make_grid``), along which x80 moves little with the slope. It spans the held cells'
     # locations on it and two coarse steps beyond.
     f0 = float(level_fraction(max(fine.asymptotes), grid.chance, level, chance_corrected))
-    location = grid.mid[held] + float(_z_of(f0, cfg.link)) / grid.slope[held]  # (H',)
+    z0 = float(_z_of(f0, cfg.link))  # a curve's location is its midpoint + z0 / slope
+    location = grid.mid[held] + z0 / grid.slope[held]  # (H',)
     lo, hi = location.min() - 2 * cfg.m_step, location.max() + 2 * cfg.m_step
     locations = location_axis(fine, lo, hi)  # (M,)
-    pairs = _near(locations, fine_slopes, grid, held, f0)  # (C',) the box's pairs near the mass
+    pairs = _near(locations, fine_slopes, grid, held, z0)  # (C',) the box's pairs near the mass
     n_ceilings = len(fine.asymptotes) * (1 + len(fine.plateau_gaps) * len(fine.plateau_lengths))
     if pairs.size * len(fine.concentrations) * n_ceilings > _MAX_HYPOTHESES:
         return grid, log_w
@@ -96,16 +97,16 @@ def refined(
 
 
 def _near(
-    locations: np.ndarray, slopes: np.ndarray, grid: Grid, held: np.ndarray, f0: float
+    locations: np.ndarray, slopes: np.ndarray, grid: Grid, held: np.ndarray, z0: float
 ) -> np.ndarray:
     """The finer grid's (location, slope) pairs (locations (M,) x slopes (S,), slope fastest,
     as ``make_grid`` lays them out) within a coarse step, on both axes, of a pair of ``grid``
-    that holds mass (hypotheses ``held``): (C',) indices, increasing. Locations are where p
-    reaches the level share f0; slopes are compared in ln."""
+    that holds mass (hypotheses ``held``): (C',) indices, increasing. A curve's location is its
+    midpoint + z0 / slope; slopes are compared in ln."""
     cfg = grid.settings
     block = grid.kappas.size * grid.asymptotes.size
     mid_c, slope_c = (v[np.unique(held // block)] for v in _pairs(grid))  # (P,) the held pairs
-    loc_c = mid_c + float(_z_of(f0, cfg.link)) / slope_c  # (P,)
+    loc_c = mid_c + z0 / slope_c  # (P,)
     ln_step = float(np.diff(np.log(np.unique(cfg.slopes))).max(initial=0.0))
     near = np.zeros((locations.size, slopes.size), dtype=bool)  # (M, S)
     for j, s in enumerate(slopes):  # the held pairs of nearby slopes, their locations sorted
