@@ -6,7 +6,12 @@ import pytest
 from scipy.stats import norm
 
 from threshold.errors import ConfigError
-from threshold.search.fit import reduction_factor, transition_estimate, transition_posterior
+from threshold.search.fit import (
+    reduction_factor,
+    transition_estimate,
+    transition_posterior,
+    transition_reading,
+)
 from threshold.search.posterior import (
     curve_quantiles,
     difference_distribution,
@@ -75,6 +80,18 @@ def study_runs(d80: float, seed: int) -> tuple[SearchSettings, list[tuple[int, f
         for _ in range(3)
     ]
     return settings, runs
+
+
+def test_one_reading_gives_the_estimate_and_the_posterior_behind_it():
+    settings, runs = study_runs(80.0, seed=1)
+    estimate, (grid, w) = transition_reading(settings, runs)
+    assert estimate == transition_estimate(settings, runs)
+    grid_alone, w_alone = transition_posterior(settings, runs)
+    np.testing.assert_array_equal(grid.x80, grid_alone.x80)
+    np.testing.assert_array_equal(w, w_alone)
+    assert weighted_quantiles(grid.x80, w, [0.5])[0] == pytest.approx(
+        np.log(estimate["params_p80"]), abs=1e-3
+    )
 
 
 def test_reduction_factor_of_planted_transitions():

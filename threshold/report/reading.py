@@ -26,7 +26,7 @@ from threshold.meta import git_commit, version
 from threshold.report.data import Collected, Progress, StudyData, judge, label
 from threshold.report.efficiency import efficiency
 from threshold.report.factors import compare, x80_marginal
-from threshold.search.fit import transition_estimate, transition_posterior
+from threshold.search.fit import transition_posterior, transition_reading
 from threshold.search.headline import summary as summarize_scores
 from threshold.search.notes import MIN_RUNS, curve_sizes
 from threshold.search.posterior import curve_quantiles
@@ -245,8 +245,9 @@ def _study_data(view: StudyView, analysis_dir: Path) -> StudyData:
         policy = policy_settings(settings, view.chance)
     source = "stored" if estimate is not None else None
     search_status = view.stop.text
+    posterior = None  # read with the estimate where that is recomputed, else when judged sound
     if policy is not None and completed and estimate.get("n_runs") != len(completed):
-        estimate, source = transition_estimate(policy, completed), "recomputed"
+        (estimate, posterior), source = transition_reading(policy, completed), "recomputed"
         search_status = stop_status(settings, Estimate.from_dict(estimate), view.runs).text
     data = StudyData(
         name=view.name,
@@ -264,7 +265,9 @@ def _study_data(view: StudyView, analysis_dir: Path) -> StudyData:
     )
     judge(data, len(completed))
     if data.ok:
-        data.posterior = transition_posterior(policy, completed)
+        if posterior is None:
+            posterior = transition_posterior(policy, completed)
+        data.posterior = posterior
         data.x80 = x80_marginal(data.posterior)
         params = np.array([r["params"] for r in runs if r["params"]], dtype=float)
         xs = curve_sizes(params, *estimate["interval_params"])  # (P,)
@@ -293,7 +296,7 @@ def _budget(view: StudyView, policy: SearchSettings) -> list[dict]:
     for step, tokens, pairs in view.at_checkpoints():
         if len(pairs) < MIN_RUNS:
             continue
-        estimate = transition_estimate(policy, pairs)
+        estimate, posterior = transition_reading(policy, pairs)
         out.append(
             {
                 "step": step,
@@ -302,7 +305,7 @@ def _budget(view: StudyView, policy: SearchSettings) -> list[dict]:
                 "params_p80": estimate["params_p80"],
                 "interval_params": estimate["interval_params"],
                 "asymptote": estimate["asymptote"],
-                "x80": x80_marginal(transition_posterior(policy, pairs)),
+                "x80": x80_marginal(posterior),
                 "runs": [[int(d), round(float(a), 4)] for d, a in pairs],  # (d, accuracy) there
             }
         )

@@ -26,7 +26,7 @@ from scipy.optimize import OptimizeWarning, curve_fit
 from scipy.special import expit, logit
 
 from threshold.errors import ConfigError
-from threshold.search.policy import offset_sd_weights, posterior_summary, read_posterior, rounded
+from threshold.search.policy import offset_sd_weights, read_posterior, rounded, summary_of
 from threshold.search.posterior import (
     Grid,
     difference_distribution,
@@ -48,6 +48,7 @@ __all__ = [
     "strays",
     "transition_estimate",
     "transition_posterior",
+    "transition_reading",
 ]
 
 logger = logging.getLogger(__name__)
@@ -204,7 +205,21 @@ def transition_estimate(settings: SearchSettings, completed) -> dict:
     parameters and in d; ``fit`` holds the least-squares logistic for comparison (None when it
     fails); ``seed_spread`` describes the runs near the transition and the precision they allow.
     """
-    s, d_range = posterior_summary(settings, completed)
+    return transition_reading(settings, completed)[0]
+
+
+def transition_posterior(settings: SearchSettings, completed) -> tuple[Grid, np.ndarray]:
+    """The grid and posterior weights (H,) behind ``transition_estimate``, for the same runs."""
+    grid, log_w, _ = read_posterior(settings, completed)
+    return grid, normalize(log_w)
+
+
+def transition_reading(settings: SearchSettings, completed) -> tuple[dict, tuple[Grid, np.ndarray]]:
+    """``transition_estimate`` and ``transition_posterior`` of the same runs from one reading of
+    them (``read_posterior``), for callers that need both."""
+    grid, log_w, d_range = read_posterior(settings, completed)
+    w = normalize(log_w)
+    s = summary_of(settings, grid, w, d_range)
     ds = np.array([int(d) for d, _ in completed], dtype=int)  # (N,)
     ys = np.array([float(v) for _, v in completed])  # (N,)
     x = settings.x_of(ds)  # (N,)
@@ -215,7 +230,7 @@ def transition_estimate(settings: SearchSettings, completed) -> dict:
     learned = ys > 0.5 * (settings.chance + s.asymptote_mean)  # (N,)
     ratio = s.ratio
     runs_needed = ds.size * (np.log(ratio) / np.log(settings.precision)) ** 2 if ds.size else 0
-    return {
+    estimate = {
         "method": "grid posterior median, 90% credible interval",
         "level": rounded(settings.level),
         "chance_corrected": bool(settings.chance_corrected),
@@ -261,6 +276,7 @@ def transition_estimate(settings: SearchSettings, completed) -> dict:
             "runs_for_precision": rounded(max(runs_needed, ds.size)),  # ~1/sqrt(runs) scaling
         },
     }
+    return estimate, (grid, w)
 
 
 def stray_mass(estimate: dict) -> float | None:
@@ -279,12 +295,6 @@ def strays(estimate: dict) -> bool:
     ``STRAY_MASS``."""
     mass = stray_mass(estimate)
     return mass is not None and mass >= STRAY_MASS
-
-
-def transition_posterior(settings: SearchSettings, completed) -> tuple[Grid, np.ndarray]:
-    """The grid and posterior weights (H,) behind ``transition_estimate``, for the same runs."""
-    grid, log_w, _ = read_posterior(settings, completed)
-    return grid, normalize(log_w)
 
 
 def reduction_factor(

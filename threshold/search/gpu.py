@@ -37,7 +37,7 @@ from threshold.config import make_recipe, model_config_for, param_count
 from threshold.files import atomic_write
 from threshold.meta import git_commit, version
 from threshold.search.bounds import LOWER, POINT, UPPER, factor_bound, locate
-from threshold.search.fit import reduction_factor, transition_estimate, transition_posterior
+from threshold.search.fit import reduction_factor, transition_reading
 from threshold.search.settings import SearchSettings
 from threshold.tasks import TaskConfig, load_task_data
 from threshold.train.checkpoint import save_checkpoint
@@ -261,8 +261,7 @@ def _estimates(tasks, keys, results, runs, made) -> list[dict]:
                 for (n, d, _), r in zip(keys, results, strict=True)
                 if n == name
             ]
-            estimate = transition_estimate(settings[name], completed)
-            posts[name] = transition_posterior(settings[name], completed)
+            estimate, posts[name] = transition_reading(settings[name], completed)
             runs_at = [(d, params[name][d], acc) for d, acc in completed]
             verdicts[name] = locate(runs_at, estimate)
             estimates[name] = estimate

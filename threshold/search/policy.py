@@ -74,6 +74,7 @@ __all__ = [
     "repeat_discount",
     "rounded",
     "search_range",
+    "summary_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -309,7 +310,9 @@ def offset_sd_weights(settings: SearchSettings, completed) -> np.ndarray:
     return offset_sd_posterior(grid.settings, grid.log_prior + sums)
 
 
-def _summary(settings: SearchSettings, grid: Grid, w: np.ndarray, d_range) -> PosteriorSummary:
+def summary_of(settings: SearchSettings, grid: Grid, w: np.ndarray, d_range) -> PosteriorSummary:
+    """The summary of x80 (``summarize``) of a posterior, normalised weights w (H,), read on the
+    range (d_lo, d_hi)."""
     x_lo, x_hi = settings.x_of(np.array(d_range))
     return summarize(grid, w, float(x_lo), float(x_hi))
 
@@ -329,7 +332,7 @@ def posterior_summary(settings: SearchSettings, completed) -> tuple[PosteriorSum
     """Posterior summary of x80 from completed runs (``read_posterior``), and the range
     (d_lo, d_hi) it was read on."""
     grid, log_w, d_range = read_posterior(settings, completed)
-    return _summary(settings, grid, normalize(log_w), d_range), d_range
+    return summary_of(settings, grid, normalize(log_w), d_range), d_range
 
 
 def _estimate(settings: SearchSettings, s: PosteriorSummary, n_runs: int) -> dict:
@@ -395,7 +398,7 @@ def decide(settings: SearchSettings, completed, pending: Sequence[int]) -> Decis
     ds = [int(d) for d, _ in completed]
     counts = Counter(ds) + Counter(pending)
     n_used = len(ds) + len(pending)
-    observed = _summary(settings, read, normalize(read_log_w), d_range)
+    observed = summary_of(settings, read, normalize(read_log_w), d_range)
     estimate = _estimate(settings, observed, len(ds)) if ds else {}
 
     def stop(reason: str) -> Decision:
@@ -428,14 +431,14 @@ def decide(settings: SearchSettings, completed, pending: Sequence[int]) -> Decis
 
     grid, log_w = _look_ahead(settings, read, read_log_w)
     w = fantasised(grid, log_w)
-    now = _summary(settings, grid, w, d_range)  # what the look-ahead's gains start from
+    now = summary_of(settings, grid, w, d_range)  # what the look-ahead's gains start from
     wide = _widen(settings, now, d_range)
     if wide != d_range:  # rebuild so the grid's margin lies beyond the new edges
         grid, log_w = _look_ahead(
             settings, *posterior_of(settings, completed, [*pending, *wide])[:2]
         )
         w = fantasised(grid, log_w)
-        now = _summary(settings, grid, w, wide)
+        now = summary_of(settings, grid, w, wide)
 
     cands = _candidates(settings, wide, counts)  # (J,)
     xc = settings.x_of(cands)  # (J,)
