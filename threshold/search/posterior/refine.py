@@ -18,7 +18,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from threshold.search.posterior.grid import Grid, _pairs, location_axis, make_grid, spread_out
+from threshold.search.posterior.grid import (
+    Grid,
+    _ceilings,
+    _pairs,
+    location_axis,
+    make_grid,
+    spread_out,
+)
 from threshold.search.posterior.hypothesis import _split_gaps, _z_of, level_fraction
 from threshold.search.posterior.likelihood import add_size, normalize, pool_offset_sds
 
@@ -82,7 +89,7 @@ def refined(
     lo, hi = location.min() - 2 * cfg.m_step, location.max() + 2 * cfg.m_step
     locations = location_axis(fine, lo, hi)  # (M,)
     pairs = _near(locations, fine_slopes, grid, held, z0)  # (C',) the box's pairs near the mass
-    n_ceilings = len(fine.asymptotes) * (1 + len(fine.plateau_gaps) * len(fine.plateau_lengths))
+    n_ceilings = len(_ceilings(fine, np.asarray(fine.asymptotes), grid.chance))  # as make_grid
     if pairs.size * len(fine.concentrations) * n_ceilings > _MAX_HYPOTHESES:
         return grid, log_w
     box = make_grid(fine, grid.chance, level, chance_corrected, lo, hi, pairs)
