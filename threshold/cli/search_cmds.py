@@ -23,7 +23,7 @@ from threshold.search.simulate import ResponseModel
 from threshold.search.spec import StudySettings
 from threshold.search.study import SearchConfig
 from threshold.tasks import TaskConfig
-from threshold.train import TrainConfig
+from threshold.config import TrainConfig
 
 
 def bench_search(
