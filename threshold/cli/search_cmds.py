@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from threshold.cli.common import run_guarded
+from threshold.config import TrainConfig
 from threshold.errors import ConfigError
 from threshold.search.benchmark import bench_families
 from threshold.search.benchmark import bench_search as run_bench
@@ -23,7 +24,6 @@ from threshold.search.simulate import ResponseModel
 from threshold.search.spec import StudySettings
 from threshold.search.study import SearchConfig
 from threshold.tasks import TaskConfig
-from threshold.config import TrainConfig
 
 
 def bench_search(
