@@ -6,7 +6,7 @@ with a fresh ``mmap`` and returns it with ``munmap`` when numpy frees it, and it
 of its heap back to the system whenever more than its trim threshold lies free there (128 kB at
 first, then twice the mmap threshold). Either way, the next array's pages are new to the
 process: the kernel zeroes each one on its first touch, a page fault every 4 kB. Measured on
-480 decisions and 10 cold reads of the benchmark's saved studies (docs/search-benchmark.md,
+480 decisions and 10 cold reads of the benchmark's saved studies (docs/search-benchmark-passes.md,
 "The allocator keeps freed memory"): 2.9 million page faults and 62 + 11 CPU s with the
 defaults, 74 thousand and 53 + 1 s with the settings below, the same decisions to the last digit.
 

@@ -133,7 +133,7 @@ class PosteriorSettings:
     # instead of 8 read graded studies at 0.030 and 0.043 instead of 0.055 and 0.069 (two
     # draws of three; the third 0.050 and 0.049; the other families as before), for about
     # 1.3x the CPU of a decision, while choosing sizes on them bought nothing
-    # (docs/search-benchmark.md, twelfth and thirteenth passes). The look-ahead reads this
+    # (docs/search-benchmark-passes.md, twelfth and thirteenth passes). The look-ahead reads this
     # posterior's hypotheses on the slopes above.
     read_slope_split: int = 2
     # The reading's finer grid where the posterior's mass lies (``refine.refined``): locations,
