@@ -61,37 +61,37 @@ def expected_variances(grid: Grid, w: np.ndarray, x: np.ndarray, values: list) -
 
     For outcome bin b, the moments s_m[b] = sum_h w_h z_h^m P(b | h) (z centred values) give the
     posterior variance s2/s0 - (s1/s0)^2, weighted by P(b) = s0; P(b | h) is a sum over share
-    nodes, so the hypotheses are summed first, node by node: (Q x JL) @ (Q x A). The learned
-    node splits between the asymptote and the plateau by r, which depends on the (midpoint,
-    slope) pair: that part is summed pair by pair, (C, J, K) @ (C, K, A).
+    nodes, so the hypotheses are summed first, node by node: (Q x JL) @ (Q x MA), the M = 1 + 2V
+    moments side by side. The learned node splits between the asymptote and the plateau by r,
+    which depends on the (midpoint, slope) pair: that part is summed pair by pair,
+    (C, J, K) @ (C, K, MA).
     """
     eps = grid.settings.outlier_weight
     n_a = grid.asymptotes.size
     x = np.atleast_1d(np.asarray(x, dtype=float))  # (J,)
     shares = _share_probs(grid, x)  # (Q, J, L)
     n_q, n_j, n_l = shares.shape
-    flat = shares.reshape(n_q, -1)  # (Q, J * L)
     wq = w.reshape(n_q, n_a)  # (Q, A)
-    passed = _passed_share(grid, x).transpose(0, 2, 1)  # (C, J, A)
-    n_c = passed.shape[0]
-    learned = shares[:, :, -1].reshape(n_c, -1, n_j).transpose(0, 2, 1)  # (C, J, K)
-
-    def moment(v: np.ndarray) -> np.ndarray:  # (Q, A) -> (J, B)
-        g = (flat.T @ v).reshape(n_j, n_l, n_a)  # (J, L, A)
-        s = np.einsum("jla,lab->jb", g[:, :-1], grid.node_bins[:-1])  # (J, B)
-        per_pair = np.matmul(learned, v.reshape(n_c, -1, n_a))  # (C, J, A)
-        above = np.einsum("cja,cja->ja", per_pair, passed)  # (J, A)
-        s += above @ grid.node_bins[-1] + (g[:, -1] - above) @ grid.plateau_bins
-        return (1.0 - eps) * s + eps * (v.sum(axis=0) @ grid.outlier_bins)[None, :]
-
-    s0 = np.maximum(moment(wq), 1e-300)  # (J, B)
-    out = []
+    weighted = [wq]  # the moments' weights, each (Q, A): w, then w z and w z^2 per value
     for v in values:
         z = (v - _dot(w, v)).reshape(n_q, n_a)  # (Q, A) centred, for accuracy
         wz = wq * z
-        s1, s2 = moment(wz), moment(wz * z)
-        out.append((s2 - s1**2 / s0).sum(axis=1))  # (J,)
-    return np.array(out)  # (V, J)
+        weighted += [wz, wz * z]
+    n_m = len(weighted)
+    stacked = np.stack(weighted, axis=1).reshape(n_q, n_m * n_a)  # (Q, M * A)
+    g = (shares.reshape(n_q, -1).T @ stacked).reshape(n_j, n_l, n_m, n_a)  # (J, L, M, A)
+    s = np.tensordot(g[:, :-1], grid.node_bins[:-1], axes=([1, 3], [0, 1]))  # (J, M, B)
+    passed = _passed_share(grid, x).transpose(0, 2, 1)  # (C, J, A)
+    n_c = passed.shape[0]
+    learned = shares[:, :, -1].reshape(n_c, -1, n_j).transpose(0, 2, 1)  # (C, J, K)
+    per_pair = np.matmul(learned, stacked.reshape(n_c, -1, n_m * n_a))  # (C, J, M * A)
+    above = np.einsum("cjma,cja->jma", per_pair.reshape(n_c, n_j, n_m, n_a), passed)
+    s += above @ grid.node_bins[-1] + (g[:, -1] - above) @ grid.plateau_bins  # (J, M, B)
+    outlier = stacked.sum(axis=0).reshape(n_m, n_a) @ grid.outlier_bins  # (M, B)
+    s = (1.0 - eps) * s + eps * outlier[None]  # (J, M, B)
+    s0 = np.maximum(s[:, 0], 1e-300)  # (J, B)
+    s1, s2 = s[:, 1::2], s[:, 2::2]  # (J, V, B) each
+    return (s2 - s1**2 / s0[:, None]).sum(axis=2).T  # (V, J)
 
 
 def seed_variance(grid: Grid, w: np.ndarray, x) -> np.ndarray:
