@@ -85,7 +85,8 @@ def expected_variances(grid: Grid, w: np.ndarray, x: np.ndarray, values: list) -
     n_c = passed.shape[0]
     learned = shares[:, :, -1].reshape(n_c, -1, n_j).transpose(0, 2, 1)  # (C, J, K)
     per_pair = np.matmul(learned, stacked.reshape(n_c, -1, n_m * n_a))  # (C, J, M * A)
-    above = np.einsum("cjma,cja->jma", per_pair.reshape(n_c, n_j, n_m, n_a), passed)
+    per_pair = per_pair.reshape(n_c, n_j, n_m, n_a)  # (C, J, M, A)
+    above = np.einsum("cjma,cja->jma", per_pair, passed)  # (J, M, A)
     s += above @ grid.node_bins[-1] + (g[:, -1] - above) @ grid.plateau_bins  # (J, M, B)
     outlier = stacked.sum(axis=0).reshape(n_m, n_a) @ grid.outlier_bins  # (M, B)
     s = (1.0 - eps) * s + eps * outlier[None]  # (J, M, B)
