@@ -10,7 +10,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-CODE = re.compile(r"`[^`]*`")
 
 
 def anchors(page: Path) -> set[str]:
@@ -21,8 +20,8 @@ def anchors(page: Path) -> set[str]:
     for line in page.read_text().splitlines():
         if not line.startswith("#"):
             continue
-        text = CODE.sub(lambda m: m.group(0).strip("`"), line.lstrip("#").strip()).lower()
-        slug = re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+        text = line.lstrip("#").strip().lower()
+        slug = re.sub(r"[^\w\- ]", "", text).replace(" ", "-")  # backticks go with the rest
         n = seen.get(slug, 0)
         seen[slug] = n + 1
         out.add(slug if n == 0 else f"{slug}-{n}")
