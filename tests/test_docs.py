@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
+@cache  # each page's headings once, not once per link to it
 def anchors(page: Path) -> set[str]:
     """GitHub's heading anchors of a page: lower case, punctuation but hyphens dropped, spaces
     to hyphens (a repeated heading's later anchors get -1, -2, ...)."""
