@@ -5,7 +5,7 @@ import tarfile
 
 import pytest
 
-from threshold.search.gpu import _factor, _point
+from threshold.search.gpu import _factor, _point, _time_limited
 from threshold.train.checkpoint import load_checkpoint
 
 
@@ -89,3 +89,10 @@ def test_a_bounded_factor_keeps_the_posterior_beside_the_bound():
     assert _factor(posterior | {"bound": bound}) == (
         "at least 0.51x (0.88x at the median; posterior 1.68x (0.86-4.94))"
     )
+
+
+def test_runs_the_time_limit_ended_early_are_named_with_the_step_they_reached():
+    runs = [{"steps": 19943}, {"steps": 19943}]
+    words = _time_limited({"steps": 22600, "runs": runs})
+    assert "by step 19,943" in words and "past step 19,943" in words
+    assert _time_limited({"steps": 22600, "runs": [{"steps": 22600}, *runs]}) == ""

@@ -345,6 +345,7 @@ def summary_markdown(record: dict) -> str:
             f"{sci['sizes'][-1]}, {sci['seeds']} seeds, {sci['steps']} steps a run "
             f"({sci['train_wall_s']} s for {len(sci['runs'])} runs)."
             + (f" The trained models: `{sci['models']}`." if sci.get("models") else "")
+            + _time_limited(sci)
         )
         lines += [
             "",
@@ -365,6 +366,18 @@ def summary_markdown(record: dict) -> str:
             "bound, for the sizes and seeds run (`threshold/search/bounds.py`).",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _time_limited(sci: dict) -> str:
+    """Where the time limit ended runs before their planned steps: where, and that the rows past
+    that step read each run's last accuracy (carried forward, as a stopped run's are)."""
+    ended = max(r["steps"] for r in sci["runs"])
+    if ended >= sci["steps"]:
+        return ""
+    return (
+        f" The time limit ended every run by step {ended:,} (evaluating took more than the fifth"
+        f" of the time left for it), so rows past step {ended:,} read the runs there."
+    )
 
 
 def _point(e: dict) -> str:
