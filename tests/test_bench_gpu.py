@@ -63,6 +63,22 @@ def test_bench_gpu_refuses_science_sizes_it_cannot_run(tmp_path, cli, sizes, wor
     assert out.exit_code != 0 and words in out.stderr and not list(tmp_path.glob("gpu-*"))
 
 
+def test_bench_gpu_runs_the_seeds_it_is_asked_for(tmp_path, cli):
+    out = cli(["bench", "gpu", "--device", "cpu", "--parts", "science", "--seeds", "3", "--out",
+               tmp_path, "--cache-dir", tmp_path / "cache"])  # fmt: skip
+    assert out.exit_code == 0, (out.stderr[-3000:], out.exception)
+    (record_path,) = tmp_path.glob("gpu-*.json")
+    science = json.loads(record_path.read_text())["science"]
+    assert science["seeds"] == 3 and len(science["runs"]) == 12  # 2 studies x 2 sizes x 3 seeds
+    assert {r["seed"] for r in science["runs"]} == {0, 1, 2}
+    assert "3 seeds" in record_path.with_suffix(".md").read_text()
+
+
+def test_bench_gpu_refuses_no_seeds(tmp_path, cli):
+    out = cli(["bench", "gpu", "--device", "cpu", "--seeds", "0", "--out", tmp_path])
+    assert out.exit_code != 0 and "--seeds 0 is not allowed" in out.stderr
+
+
 def test_a_study_its_runs_only_bound_shows_their_bound_before_the_posterior():
     estimate = {"params_p80": 120000.0, "interval_params": [43360.0, 414900.0]}
     bounded = estimate | {"located": "lower bound", "bound_params": 16096.0, "bound_d": 32}

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from threshold.cli.common import CacheDir, Device, int_list, run_guarded
 from threshold.errors import ConfigError
-from threshold.search.gpu import PARTS, SIZES
+from threshold.search.gpu import PARTS, SEEDS, SIZES
 from threshold.search.gpu import bench_gpu as run
 from threshold.train.device import resolve_device
 
@@ -35,6 +35,9 @@ def bench_gpu(
             " for each run."
         ),
     ] = ",".join(map(str, SIZES)),
+    seeds: Annotated[
+        int, typer.Option(help="The science pair's runs a size and study (seeds 0, 1, ...).")
+    ] = SEEDS,
 ) -> None:
     """The engine on a GPU against the CPU, its throughput (eager, CUDA graphs, compiled) and a
     small-init science pair in the minutes left; with --device cpu, tiny settings (CI)."""
@@ -51,11 +54,20 @@ def bench_gpu(
         ds = sorted(int_list(sizes, "--sizes"))
         if len(ds) < 2 or ds[0] < 1:
             raise ConfigError(f"--sizes {sizes!r} is not allowed: give two or more positive sizes")
+        if seeds < 1:
+            raise ConfigError(f"--seeds {seeds} is not allowed: give one or more")
         dev = resolve_device(device)
         console = Console(stderr=True)
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         record, json_path, md_path = run(
-            out, dev, minutes, cache_dir, note=lambda s: console.log(s), parts=asked, sizes=ds
+            out,
+            dev,
+            minutes,
+            cache_dir,
+            note=lambda s: console.log(s),
+            parts=asked,
+            sizes=ds,
+            seeds=seeds,
         )
         typer.echo(md_path.read_text())
         typer.echo(f"written: {json_path}, {md_path}")

@@ -8,8 +8,9 @@ outcome even when another part fails:
 2. throughput of packs of 1 to 128 members, eager and graphed (and ``torch.compile`` when it
    compiles within a minute) (:func:`threshold.train.gpu.throughput`);
 3. in the minutes left, a science pair under the ``small`` recipe: ADD alone against ADD in
-   MAX+MED+ADD, mod 10, 2 seeds at sizes d 16-128 (``--sizes``), trained together for as many
-   steps as fit, each read by the posterior, with the reduction factor at every budget checkpoint;
+   MAX+MED+ADD, mod 10, 2 seeds (``--seeds``) at sizes d 16-128 (``--sizes``), trained together
+   for as many steps as fit, each read by the posterior, with the reduction factor at every budget
+   checkpoint;
 4. ``gpu-<date>-<commit>.json`` and a Markdown summary of every number, for ``reports/gpu/``,
    and the science pair's trained models as checkpoints in ``gpu-<date>-<commit>-models.tar.gz``
    (for the embedding and layer analyses on the CPU: ``threshold analyze``).
@@ -46,12 +47,13 @@ from threshold.train.evaluate import majority_rate
 from threshold.train.gpu import check_engine, throughput
 from threshold.train.run import Run
 
-__all__ = ["SIZES", "bench_gpu", "science_pair", "summary_markdown"]
+__all__ = ["SEEDS", "SIZES", "bench_gpu", "science_pair", "summary_markdown"]
 
 Note = Callable[[str], None]
 MEMBERS = (1, 4, 16, 36, 64, 128)
 PARTS = ("checks", "throughput", "science")
 SIZES = (16, 20, 25, 32, 40, 51, 64, 81, 101, 128)  # the science pair's d on a GPU (log-spaced)
+SEEDS = 2  # the science pair's runs a size and study
 PADDED = [16, 24, 32, 40]  # the sizes of the padded packs (issue: 36 members at d 16-40)
 
 
@@ -63,10 +65,11 @@ def bench_gpu(
     note: Note = print,
     parts: tuple[str, ...] = PARTS,
     sizes: tuple[int, ...] | list[int] = SIZES,
+    seeds: int = SEEDS,
 ) -> tuple[dict, Path, Path]:
     """Run each of ``parts`` within about ``minutes``; write the JSON and the Markdown summary
-    into ``out_dir``; return the record and both paths. ``sizes``: the science pair's d on a GPU.
-    On the CPU every part runs tiny."""
+    into ``out_dir``; return the record and both paths. ``sizes`` and ``seeds``: the science
+    pair's d on a GPU and runs a size. On the CPU every part runs tiny."""
     t0 = time.perf_counter()
     deadline = t0 + 60 * minutes
     tiny = device.type != "cuda"
@@ -101,7 +104,8 @@ def bench_gpu(
     out_dir.mkdir(parents=True, exist_ok=True)
     models = out_dir / f"{stem}-models.tar.gz"
     record["science"] = _part(
-        "science" in parts, lambda: science_pair(device, left, tiny, cache_dir, note, models, sizes)
+        "science" in parts,
+        lambda: science_pair(device, left, tiny, cache_dir, note, models, sizes, seeds),
     )
     record["wall_s"] = round(time.perf_counter() - t0, 1)
     json_path = out_dir / f"{stem}.json"
@@ -142,8 +146,9 @@ def science_pair(
     note: Note = print,
     models: Path | None = None,
     sizes: tuple[int, ...] | list[int] = SIZES,
+    seeds: int = SEEDS,
 ) -> dict:
-    """ADD alone against ADD in MAX+MED+ADD under the ``small`` recipe, 2 seeds a size, all
+    """ADD alone against ADD in MAX+MED+ADD under the ``small`` recipe, ``seeds`` a size, all
     trained together for as many steps as fit in ``seconds``; each study's estimate from the
     posterior and the factor with its 90% interval at every budget checkpoint. ``models``: a
     ``.tar.gz`` to keep every trained model in, as ``<study>-d<d>-seed<s>.pt`` checkpoints;
@@ -164,7 +169,7 @@ def science_pair(
     runs, keys = [], []
     for name, task in tasks.items():
         for d in sizes:
-            for seed in (0, 1):
+            for seed in range(seeds):
                 model_cfg = model_config_for(task, d, cfg, **made.model_kwargs)
                 runs.append(Run(model_cfg, data[name], replace(cfg, seed=1000 * d + seed)))
                 keys.append((name, d, seed))
@@ -186,7 +191,7 @@ def science_pair(
         "recipe": "small",
         "mod": mod,
         "sizes": sizes,
-        "seeds": 2,
+        "seeds": seeds,
         "steps": budget,
         "step_s": rate,
         "train_wall_s": round(time.perf_counter() - t0, 1),
