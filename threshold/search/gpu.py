@@ -380,8 +380,8 @@ def _time_limited(sci: dict) -> str:
     if ended >= sci["steps"]:
         return ""
     return (
-        f" The time limit ended every run by step {ended:,} (evaluating took more than the fifth"
-        f" of the time left for it), so rows past step {ended:,} read the runs there."
+        f" The time limit ended every run by step {ended:,} (the plan leaves evaluation a fifth"
+        f" of the time; it took more), so rows past step {ended:,} read the runs there."
     )
 
 
