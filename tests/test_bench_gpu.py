@@ -5,7 +5,7 @@ import tarfile
 
 import pytest
 
-from threshold.search.gpu import _factor, _point, _time_limited
+from threshold.search.gpu import _factor, _free_stem, _point, _time_limited
 from threshold.train.checkpoint import load_checkpoint
 
 
@@ -112,3 +112,12 @@ def test_runs_the_time_limit_ended_early_are_named_with_the_step_they_reached():
     words = _time_limited({"steps": 22600, "runs": runs})
     assert "by step 19,943" in words and "past step 19,943" in words
     assert _time_limited({"steps": 22600, "runs": [{"steps": 22600}, *runs]}) == ""
+
+
+def test_a_later_call_of_the_same_day_and_commit_writes_beside_the_first(tmp_path):
+    stem = "gpu-2026-11-27-796d23377e"
+    assert _free_stem(tmp_path, stem) == stem
+    (tmp_path / f"{stem}.json").write_text("{}")
+    assert _free_stem(tmp_path, stem) == f"{stem}-2"
+    (tmp_path / f"{stem}-2.json").write_text("{}")
+    assert _free_stem(tmp_path, stem) == f"{stem}-3"

@@ -11,7 +11,8 @@ outcome even when another part fails:
    MAX+MED+ADD, mod 10, 2 seeds (``--seeds``) at sizes d 16-128 (``--sizes``), trained together
    for as many steps as fit, each read by the posterior, with the reduction factor at every budget
    checkpoint;
-4. ``gpu-<date>-<commit>.json`` and a Markdown summary of every number, for ``reports/gpu/``,
+4. ``gpu-<date>-<commit>.json`` (``-2``, ``-3``, ... for a later call of the same day and commit)
+   and a Markdown summary of every number, for ``reports/gpu/``,
    and the science pair's trained models as checkpoints in ``gpu-<date>-<commit>-models.tar.gz``
    (for the embedding and layer analyses on the CPU: ``threshold analyze``).
 
@@ -100,8 +101,8 @@ def bench_gpu(
         lambda: throughput(data, device, list(members), padded, padded[-1], steps, paths, note),
     )
     left = deadline - time.perf_counter() - (5 if tiny else 30)  # leave time to write
-    stem = f"gpu-{record['created'][:10]}-{record['commit'][:10]}"
     out_dir.mkdir(parents=True, exist_ok=True)
+    stem = _free_stem(out_dir, f"gpu-{record['created'][:10]}-{record['commit'][:10]}")
     models = out_dir / f"{stem}-models.tar.gz"
     record["science"] = _part(
         "science" in parts,
@@ -113,6 +114,16 @@ def bench_gpu(
     md_path = out_dir / f"{stem}.md"
     md_path.write_text(summary_markdown(record))
     return record, json_path, md_path
+
+
+def _free_stem(folder: Path, stem: str) -> str:
+    """``stem``, or ``stem-2``, ``stem-3``, ... where a record of that name is in ``folder``
+    already (a second call on the same day and commit), so no call overwrites another's."""
+    name, n = stem, 1
+    while (folder / f"{name}.json").exists():
+        n += 1
+        name = f"{stem}-{n}"
+    return name
 
 
 def _part(asked: bool, fn: Callable) -> dict | list:
