@@ -55,6 +55,7 @@ MEMBERS = (1, 4, 16, 36, 64, 128)
 PARTS = ("checks", "throughput", "science")
 SIZES = (16, 20, 25, 32, 40, 51, 64, 81, 101, 128)  # the science pair's d on a GPU (log-spaced)
 SEEDS = 2  # the science pair's runs a size and study
+EVAL_SHARE = 0.2  # of the science pair's time, planned for evaluations (four checkpoints, the end)
 PADDED = [16, 24, 32, 40]  # the sizes of the padded packs (issue: 36 members at d 16-40)
 
 
@@ -189,8 +190,7 @@ def science_pair(
     else:
         note(f"science pair: timing a step of {len(runs)} runs")
         rate = _seconds_per_step(runs, device)
-        # training takes about 0.8 of the time; evaluations (four checkpoints, the end) the rest
-        budget = int(0.8 * seconds / rate) // 100 * 100
+        budget = int((1 - EVAL_SHARE) * seconds / rate) // 100 * 100
         if budget < 100:
             return {"skipped": f"{seconds:.0f} s left: fewer than 100 steps fit", "step_s": rate}
     limit = None if tiny else seconds
@@ -391,8 +391,9 @@ def _time_limited(sci: dict) -> str:
     if ended >= sci["steps"]:
         return ""
     return (
-        f" The time limit ended every run by step {ended:,} (the plan leaves evaluation a fifth"
-        f" of the time; it took more), so rows past step {ended:,} read the runs there."
+        f" The time limit ended every run by step {ended:,} (the plan leaves evaluation"
+        f" {EVAL_SHARE:.0%} of the time; it took more), so rows past step {ended:,} read the runs"
+        " there."
     )
 
 
