@@ -2,11 +2,18 @@
 
 import json
 import tarfile
+import time
+from dataclasses import replace
 
 import pytest
+import torch
 
-from threshold.search.gpu import _factor, _free_stem, _point, _time_limited
+from threshold.config import TrainConfig, model_config_for
+from threshold.search.gpu import _factor, _free_stem, _point, _seconds_per_step, _time_limited
+from threshold.tasks import TaskConfig, load_task_data
 from threshold.train.checkpoint import load_checkpoint
+from threshold.train.engine import start_pack, step_pack
+from threshold.train.run import Run
 
 
 def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path, cli):
@@ -121,3 +128,17 @@ def test_a_later_call_of_the_same_day_and_commit_writes_beside_the_first(tmp_pat
     assert _free_stem(tmp_path, stem) == f"{stem}-2"
     (tmp_path / f"{stem}-2.json").write_text("{}")
     assert _free_stem(tmp_path, stem) == f"{stem}-3"
+
+
+def test_the_plan_times_a_step_at_the_pace_training_keeps(tmp_path):
+    task = TaskConfig(ops=("max",), n=5, depth=1, n_train=200, n_test=20, n_val=20)
+    data = load_task_data(task, tmp_path)
+    cfg = TrainConfig(batch_size=8)
+    runs = [Run(model_config_for(task, d, cfg), data, replace(cfg, seed=d)) for d in (8, 16)]
+    rate = _seconds_per_step(runs, torch.device("cpu"), steps=6)
+    pack = start_pack(list(enumerate(runs)), torch.device("cpu"))
+    t0 = time.perf_counter()
+    for _ in range(12):
+        step_pack(pack)
+    pace = (time.perf_counter() - t0) / 12
+    assert 0.2 * pace < rate < 5 * pace

@@ -42,6 +42,7 @@ from threshold.search.bounds import LOWER, POINT, UPPER, factor_bound, locate
 from threshold.search.fit import reduction_factor, transition_reading
 from threshold.search.settings import SearchSettings
 from threshold.tasks import TaskConfig, load_task_data
+from threshold.train.bench import sync
 from threshold.train.checkpoint import save_checkpoint
 from threshold.train.engine import start_pack, step_pack, train_runs
 from threshold.train.evaluate import majority_rate
@@ -239,20 +240,23 @@ def _keep_models(path: Path, tasks: dict, keys: list, results: list, runs: list[
             tar.add(member, arcname=member.name)
 
 
-def _seconds_per_step(runs: list[Run], device: torch.device) -> float:
-    """Seconds a step of all ``runs`` takes on ``device``, after a warm-up."""
+def _seconds_per_step(runs: list[Run], device: torch.device, steps: int = 20) -> float:
+    """Seconds a step of all ``runs`` takes on ``device``: the median of ``steps`` steps timed one
+    by one after a warm-up, so that a step capturing the CUDA graph of a batch length not seen
+    before does not set the plan (the likely reason ten steps timed together read 1.3x the
+    training's pace in run13 of reports/gpu)."""
     static = device.type == "cuda"
     pack = start_pack(list(enumerate(runs)), device, static)
     for _ in range(5):
         step_pack(pack)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    t0 = time.perf_counter()
-    for _ in range(10):
+    times = []
+    for _ in range(steps):
+        sync(device)
+        t0 = time.perf_counter()
         step_pack(pack)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return (time.perf_counter() - t0) / 10
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
 
 
 def _estimates(tasks, keys, results, runs, made) -> list[dict]:
