@@ -29,6 +29,7 @@ def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path, cli):
     assert all(r["model_steps_per_s"] > 0 and r["tokens_per_s"] > 0 for r in rows)
     science = record["science"]
     assert science["steps"] == 40 and len(science["runs"]) == 8
+    assert {r["stop_reason"] for r in science["runs"]} <= {"learned", "max_steps"}
     assert [row["step"] for row in science["budget"]] == [20, 40]
     for row in science["budget"]:
         assert (
@@ -119,6 +120,11 @@ def test_runs_the_time_limit_ended_early_are_named_with_the_step_they_reached():
     words = _time_limited({"steps": 22600, "runs": runs})
     assert "by step 19,943" in words and "past step 19,943" in words
     assert _time_limited({"steps": 22600, "runs": [{"steps": 22600}, *runs]}) == ""
+    learned = {"steps": 12000, "stop_reason": "learned"}
+    timed = {"steps": 19943, "stop_reason": "time_limit"}
+    assert _time_limited({"steps": 22600, "runs": [learned, learned]}) == ""
+    words = _time_limited({"steps": 22600, "runs": [learned, timed]})
+    assert "ended 1 of 2 runs by step 19,943" in words
 
 
 def test_a_later_call_of_the_same_day_and_commit_writes_beside_the_first(tmp_path):

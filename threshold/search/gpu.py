@@ -213,6 +213,7 @@ def science_pair(
                 "d": d,
                 "seed": seed,
                 "steps": r.steps,
+                "stop_reason": r.stop_reason,
                 "accuracy": r.accuracy[tasks[name].measured_op],
             }
             for (name, d, seed), r in zip(keys, results, strict=True)
@@ -389,13 +390,21 @@ def summary_markdown(record: dict) -> str:
 
 
 def _time_limited(sci: dict) -> str:
-    """Where the time limit ended runs before their planned steps: where, and that the rows past
-    that step read each run's last accuracy (carried forward, as a stopped run's are)."""
-    ended = max(r["steps"] for r in sci["runs"])
-    if ended >= sci["steps"]:
+    """Where the time limit ended runs before their planned steps: how many, by which step, and
+    that the rows past it read each run's last accuracy (carried forward, as a stopped run's are).
+    A record without the runs' stop reasons (before 2026-11-28) says so only where no run reached
+    the plan, as a run could also stop early by having learned."""
+    runs = sci["runs"]
+    if all("stop_reason" in r for r in runs):
+        short = [r["steps"] for r in runs if r["stop_reason"] == "time_limit"]
+    else:
+        short = [r["steps"] for r in runs] if all(r["steps"] < sci["steps"] for r in runs) else []
+    if not short:
         return ""
+    ended = max(short)
+    which = "every run" if len(short) == len(runs) else f"{len(short)} of {len(runs)} runs"
     return (
-        f" The time limit ended every run by step {ended:,} (the plan leaves evaluation"
+        f" The time limit ended {which} by step {ended:,} (the plan leaves evaluation"
         f" {EVAL_SHARE:.0%} of the time; it took more), so rows past step {ended:,} read the runs"
         " there."
     )
