@@ -138,6 +138,14 @@ def test_train_lists_as_one_batch_one_object_per_model(tmp_path, cli):
     assert [(r["d_model"], r["seed"]) for r in reports] == [(8, 0), (8, 1), (16, 0), (16, 1)]
     assert all(r["steps"] == 40 and r["device"] == "cpu" for r in reports)
     assert reports[0]["params_total"] < reports[2]["params_total"]
+    # progress goes to stderr, --json or not; to a pipe as lines, each run's last step among them
+    done = [line for line in proc.stderr.splitlines() if " step 40/40 " in line]
+    assert sorted(line.split(" step")[0] for line in done) == [
+        "d=16 seed 0",
+        "d=16 seed 1",
+        "d=8 seed 0",
+        "d=8 seed 1",
+    ], proc.stderr
     for r in reports:
         ckpt = load_checkpoint(r["checkpoint"])
         assert ckpt.model_config.d_model == r["d_model"]

@@ -98,7 +98,7 @@ def transfer(
             info = "" if p is None else f"val acc (tf) {val_accuracy_words(p)}"
             bars.update((phase, run_seed), f"seed {run_seed} {phase}", p, info)
 
-        with TrainingBars(enabled=not as_json, first_column="{task.description:<18}") as bars:
+        with TrainingBars(first_column="{task.description:<18}") as bars:
             runs = transfer_experiment(
                 source_ops, target, d_model, list(range(seed, seed + n_seeds)), cfg, pretrain_cfg,
                 cache_dir, on_event=show, device=dev,

@@ -5,6 +5,8 @@ never torch, Optuna or SciPy; ``threshold --help`` does not import it (:mod:`.co
 
 from __future__ import annotations
 
+import math
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +21,7 @@ from threshold.interrupt import exit_status, install, interrupted
 from threshold.tasks import TaskConfig
 
 EXIT_USAGE = 2
+LINE_EVERY_S = 60.0  # training progress written to a file or pipe: a line a run this often
 
 
 # Task options shared by every command that makes data.
@@ -235,22 +238,28 @@ def recipe_overrides(options: dict) -> dict:
 
 
 class TrainingBars:
-    """Rich progress bars on stderr (stdout stays clean), fed by training callbacks, one per key.
+    """Training progress on stderr (stdout stays clean, for ``--json`` too), fed by training
+    callbacks, one entry per key: rich progress bars on a terminal; where stderr is a file or a
+    pipe (a run in the background, its log), a plain line per key at most every
+    :data:`LINE_EVERY_S` seconds, and at its last step.
 
     ``first_column`` is the bar's leading text column, a rich format over ``task`` (e.g. its
     description, or the step count).
     """
 
-    def __init__(self, enabled: bool, first_column: str = "{task.description}") -> None:
+    def __init__(self, first_column: str = "{task.description}") -> None:
+        self.console = Console(stderr=True)
+        self.lines = not self.console.is_terminal
         self.progress = Progress(
             TextColumn(first_column),
             BarColumn(),
             TextColumn("{task.fields[info]}"),
             TimeElapsedColumn(),
-            console=Console(stderr=True),
-            disable=not enabled,
+            console=self.console,
+            disable=self.lines,
         )
         self.bars: dict = {}
+        self.said: dict = {}  # key: when its last line was written (lines only)
 
     def __enter__(self):
         self.progress.__enter__()
@@ -261,11 +270,23 @@ class TrainingBars:
 
     def update(self, key, description: str, p=None, info: str = "") -> None:
         """Start the bar ``key`` if new; with a training ``Progress`` ``p``, move it on."""
+        if self.lines:
+            self._line(key, description, p, info)
+            return
         if key not in self.bars:
             total = None if p is None else p.max_steps
             self.bars[key] = self.progress.add_task(description, total=total, info=info)
         if p is not None:
             self.progress.update(self.bars[key], total=p.max_steps, completed=p.step, info=info)
+
+    def _line(self, key, description: str, p, info: str) -> None:
+        now = time.monotonic()
+        last = p is not None and p.step >= p.max_steps
+        if not last and now - self.said.get(key, -math.inf) < LINE_EVERY_S:
+            return
+        self.said[key] = now
+        step = "" if p is None else f" step {p.step:,}/{p.max_steps:,}"
+        self.console.print(f"{description}{step}  {info}".rstrip(), highlight=False, soft_wrap=True)
 
 
 def val_accuracy_words(p) -> str:

@@ -174,7 +174,7 @@ def train(
             if len(runs) > 1
             else "step {task.completed:>6.0f}/{task.total:.0f}"
         )
-        with TrainingBars(enabled=not as_json, first_column=first) as bars:
+        with TrainingBars(first_column=first) as bars:
             members = [Run(model_cfg, data, cfg) for model_cfg, cfg in runs]
             results = train_runs(members, dev, show, memory_bytes=memory)
         reports = [
