@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from threshold.cli import train_cmds
 from threshold.train.checkpoint import load_checkpoint
 
 
@@ -301,3 +302,35 @@ def test_bench_search_states_each_row_against_the_oracle(cli):
     assert "vs oracle" in proc.stdout and "oracle, shape known" in proc.stdout
     row = next(line for line in proc.stdout.splitlines() if "3, stop off" in line)
     assert re.search(r"\d+\.\d \(\d+\.\d-\d+\.\d\), \d+\.\d", row), row
+
+
+def test_train_interrupted_continues_from_its_training_state(tmp_path, cli, monkeypatch):
+    """With --out each run keeps its training state beside its checkpoint while it trains;
+    stopped by an interrupt, the same command again continues from it; the states go once done."""
+    real = train_cmds.train_runs
+
+    def stopped_at_25(runs, device, on_progress, **kw):  # the engine, saving at every step
+        def progress(i, p):
+            on_progress(i, p)
+            if p.step >= 25:  # what the SIGINT handler raises (a real signal would leave
+                raise KeyboardInterrupt  # this process's interrupt flag set for later tests)
+
+        return real(runs, device, progress, save_every_s=0, **kw)
+
+    out = tmp_path / "models"
+    args = ["train", *TINY, "--d-model", "8,12", "--steps", "60", "--eval-every", "20"]
+    args += ["--out", out, "--json"]
+    monkeypatch.setattr(train_cmds, "train_runs", stopped_at_25)
+    first = cli(args)
+    assert first.exit_code == 130 and "interrupted" in first.stderr, first.stderr
+    states = sorted(p.name for p in out.iterdir())
+    assert states == ["d12-seed0.ckpt.state", "d8-seed0.ckpt.state"], states
+    monkeypatch.setattr(train_cmds, "train_runs", real)
+    again = cli(args)  # the folder holds only training states: no --force needed
+    assert again.exit_code == 0, again.stderr
+    steps = re.findall(r"d=(\d+) seed 0 continues from step (\d+)", again.stderr)
+    assert sorted(d for d, _ in steps) == ["12", "8"], again.stderr
+    assert all(0 < int(s) < 60 for _, s in steps)
+    reports = [json.loads(line) for line in again.stdout.splitlines()]
+    assert [r["steps"] for r in reports] == [60, 60]
+    assert sorted(p.name for p in out.iterdir()) == ["d12-seed0.ckpt", "d8-seed0.ckpt"]

@@ -279,6 +279,10 @@ class TrainingBars:
         if p is not None:
             self.progress.update(self.bars[key], total=p.max_steps, completed=p.step, info=info)
 
+    def say(self, words: str) -> None:
+        """One plain line on stderr, above the bars."""
+        self.console.print(words, highlight=False, soft_wrap=True)
+
     def _line(self, key, description: str, p, info: str) -> None:
         now = time.monotonic()
         last = p is not None and p.step >= p.max_steps
@@ -286,7 +290,7 @@ class TrainingBars:
             return
         self.said[key] = now
         step = "" if p is None else f" step {p.step:,}/{p.max_steps:,}"
-        self.console.print(f"{description}{step}  {info}".rstrip(), highlight=False, soft_wrap=True)
+        self.say(f"{description}{step}  {info}".rstrip())
 
 
 def val_accuracy_words(p) -> str:

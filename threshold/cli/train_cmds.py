@@ -63,6 +63,7 @@ from threshold.train.bench import run_all, run_batched
 from threshold.train.checkpoint import check_writable, save_checkpoint
 from threshold.train.device import resolve_device
 from threshold.train.memory import plan_packs
+from threshold.train.state import load_state
 
 
 def train(
@@ -174,8 +175,12 @@ def train(
             if len(runs) > 1
             else "step {task.completed:>6.0f}/{task.total:.0f}"
         )
+        members = [
+            Run(model_cfg, data, cfg, state=None if path is None else state_path(path))
+            for (model_cfg, cfg), path in zip(runs, paths, strict=True)
+        ]
         with TrainingBars(first_column=first) as bars:
-            members = [Run(model_cfg, data, cfg) for model_cfg, cfg in runs]
+            _say_continued(bars, members)
             results = train_runs(members, dev, show, memory_bytes=memory)
         reports = [
             _train_report(task_cfg, run, result, path, dev)
@@ -192,10 +197,28 @@ def train(
     run_guarded(body)
 
 
+def _say_continued(bars: TrainingBars, members: list[Run]) -> None:
+    """A line for each run that an earlier, interrupted call left a training state for (one
+    saved for other settings is set aside, with a warning)."""
+    for run in members:
+        if run.state is not None and (saved := load_state(run.state, run.state_key())):
+            bars.say(
+                f"d={run.model_cfg.d_model} seed {run.cfg.seed} continues from step "
+                f"{saved.step:,}, its training state in {run.state}"
+            )
+
+
+def state_path(checkpoint: Path) -> Path:
+    """Where a run saving its checkpoint at ``checkpoint`` keeps its training state while it
+    trains (each minute; removed once it ends): the same command run again continues from it."""
+    return checkpoint.with_name(checkpoint.name + ".state")
+
+
 def _checkpoint_paths(out: Path | None, runs, force: bool = False) -> list[Path | None]:
     """Each run's checkpoint path: ``out`` itself for one run, else files in folder ``out``.
     Refused before training: a path that cannot be written, or (unless ``force``) an existing
-    file or a folder that is not empty, whose earlier checkpoints would be replaced."""
+    file or a folder holding more than training states (an interrupted call's, to continue),
+    whose earlier checkpoints would be replaced."""
 
     if out is None:
         return [None] * len(runs)
@@ -212,7 +235,8 @@ def _checkpoint_paths(out: Path | None, runs, force: bool = False) -> list[Path 
         return [out]
     if not existing.is_dir():
         raise ConfigError(f"--out {str(out)!r} is a file: give a folder for several checkpoints")
-    if out.is_dir() and any(out.iterdir()) and not force:
+    kept = [p for p in out.iterdir() if not p.name.endswith(".state")] if out.is_dir() else []
+    if kept and not force:
         raise ConfigError(f"--out folder {str(out)!r} exists and is not empty: {again}")
     check_writable(out)
     return [out / f"d{m.d_model}-seed{c.seed}.ckpt" for m, c in runs]
