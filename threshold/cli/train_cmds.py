@@ -176,7 +176,7 @@ def train(
             else "step {task.completed:>6.0f}/{task.total:.0f}"
         )
         members = [
-            Run(model_cfg, data, cfg, state=None if path is None else state_path(path))
+            Run(model_cfg, data, cfg, state=None if path is None else _state_path(path))
             for (model_cfg, cfg), path in zip(runs, paths, strict=True)
         ]
         with TrainingBars(first_column=first) as bars:
@@ -208,7 +208,7 @@ def _say_continued(bars: TrainingBars, members: list[Run]) -> None:
             )
 
 
-def state_path(checkpoint: Path) -> Path:
+def _state_path(checkpoint: Path) -> Path:
     """Where a run saving its checkpoint at ``checkpoint`` keeps its training state while it
     trains (each minute; removed once it ends): the same command run again continues from it."""
     return checkpoint.with_name(checkpoint.name + ".state")

@@ -392,8 +392,8 @@ def summary_markdown(record: dict) -> str:
 def _time_limited(sci: dict) -> str:
     """Where the time limit ended runs before their planned steps: how many, by which step, and
     that the rows past it read each run's last accuracy (carried forward, as a stopped run's are).
-    A record without the runs' stop reasons (before 2026-11-28) says so only where no run reached
-    the plan, as a run could also stop early by having learned."""
+    A record without the runs' stop reasons (reports/gpu up to run13) says so only where no run
+    reached the plan, as a run could also stop early by having learned."""
     runs = sci["runs"]
     if all("stop_reason" in r for r in runs):
         short = [r["steps"] for r in runs if r["stop_reason"] == "time_limit"]
