@@ -322,7 +322,8 @@ def test_train_interrupted_continues_from_its_training_state(tmp_path, cli, monk
     args += ["--out", out, "--json"]
     monkeypatch.setattr(train_cmds, "train_runs", stopped_at_25)
     first = cli(args)
-    assert first.exit_code == 130 and "interrupted" in first.stderr, first.stderr
+    assert first.exit_code == 130, first.stderr
+    assert "interrupted: run the same command to continue" in first.stderr
     states = sorted(p.name for p in out.iterdir())
     assert states == ["d12-seed0.ckpt.state", "d8-seed0.ckpt.state"], states
     monkeypatch.setattr(train_cmds, "train_runs", real)

@@ -57,6 +57,7 @@ from threshold.cli.common import (
 )
 from threshold.config import TrainConfig, make_recipe, model_config_for, param_count
 from threshold.errors import ConfigError
+from threshold.interrupt import exit_status
 from threshold.tasks import TaskConfig, load_task_data
 from threshold.train import Run, train_runs
 from threshold.train.bench import run_all, run_batched
@@ -179,9 +180,19 @@ def train(
             Run(model_cfg, data, cfg, state=None if path is None else _state_path(path))
             for (model_cfg, cfg), path in zip(runs, paths, strict=True)
         ]
-        with TrainingBars(first_column=first) as bars:
-            _say_continued(bars, members)
-            results = train_runs(members, dev, show, memory_bytes=memory)
+        try:
+            with TrainingBars(first_column=first) as bars:
+                _say_continued(bars, members)
+                results = train_runs(members, dev, show, memory_bytes=memory)
+        except KeyboardInterrupt:
+            if out is None:
+                raise
+            typer.echo(
+                "interrupted: run the same command to continue from the training states saved"
+                f" beside {out} (each minute)",
+                err=True,
+            )
+            raise typer.Exit(exit_status()) from None
         reports = [
             _train_report(task_cfg, run, result, path, dev)
             for run, result, path in zip(runs, results, paths, strict=True)
