@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -241,7 +242,7 @@ class TrainingBars:
     """Training progress on stderr (stdout stays clean, for ``--json`` too), fed by training
     callbacks, one entry per key: rich progress bars on a terminal; where stderr is a file or a
     pipe (a run in the background, its log), a plain line per key at most every
-    :data:`LINE_EVERY_S` seconds, and at its last step.
+    :data:`LINE_EVERY_S` seconds, and at its last step, ending with the time since the start.
 
     ``first_column`` is the bar's leading text column, a rich format over ``task`` (e.g. its
     description, or the step count).
@@ -260,6 +261,7 @@ class TrainingBars:
         )
         self.bars: dict = {}
         self.said: dict = {}  # key: when its last line was written (lines only)
+        self.start = time.monotonic()
 
     def __enter__(self):
         self.progress.__enter__()
@@ -290,7 +292,8 @@ class TrainingBars:
             return
         self.said[key] = now
         step = "" if p is None else f" step {p.step:,}/{p.max_steps:,}"
-        self.say(f"{description}{step}  {info}".rstrip())
+        elapsed = timedelta(seconds=round(now - self.start))  # as the bars' column shows it
+        self.say(f"{description}{step}  {info}  {elapsed}")
 
 
 def val_accuracy_words(p) -> str:
