@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from threshold.config import TrainConfig, model_config_for
-from threshold.search.gpu import _factor, _free_stem, _point, _seconds_per_step, _time_limited
+from threshold.search.gpu import (
+    _factor,
+    _free_stem,
+    _point,
+    _seconds_per_step,
+    _steps_to_learn,
+    _time_limited,
+)
 from threshold.tasks import TaskConfig, load_task_data
 from threshold.train.checkpoint import load_checkpoint
 from threshold.train.engine import start_pack, step_pack
@@ -30,6 +37,9 @@ def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path, cli):
     science = record["science"]
     assert science["steps"] == 40 and len(science["runs"]) == 8
     assert {r["stop_reason"] for r in science["runs"]} <= {"learned", "max_steps"}
+    for r in science["runs"]:  # each validation's ADD (or MAX+MED+ADD's ADD) accuracy
+        assert r["val_tf"] and r["val_tf"][-1][0] == r["steps"]
+        assert all(0 <= acc <= 1 for _, acc in r["val_tf"])
     assert [row["step"] for row in science["budget"]] == [20, 40]
     for row in science["budget"]:
         assert (
@@ -49,6 +59,7 @@ def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path, cli):
     summary = record_path.with_suffix(".md").read_text()
     assert "## Engine against the CPU" in summary and "## Science pair" in summary
     assert "| graphs |" in summary and "only bounds it" in summary
+    assert "Steps to learn ADD" in summary and "| 16 |" in summary
 
 
 def test_bench_gpu_refuses_a_part_it_does_not_have(tmp_path, cli):
@@ -148,3 +159,23 @@ def test_the_plan_times_a_step_at_the_pace_training_keeps(tmp_path):
         step_pack(pack)
     pace = (time.perf_counter() - t0) / 12
     assert 0.2 * pace < rate < 5 * pace
+
+
+def test_steps_to_learn_are_each_runs_first_validation_past_the_level():
+    def run(study, seed, accs):
+        val_tf = [[step, acc] for step, acc in zip((500, 1000, 1500), accs, strict=True)]
+        return {"study": study, "d": 64, "seed": seed, "val_tf": val_tf}
+
+    sci = {
+        "sizes": [64],
+        "val_every": 500,
+        "runs": [
+            run("add", 0, (0.1, 0.2, 0.6)),
+            run("add", 1, (0.1, 0.2, 0.3)),
+            run("max+med+add", 0, (0.6, 0.9, 0.9)),
+            run("max+med+add", 1, (0.2, 0.5, 0.9)),
+        ],
+    }
+    assert _steps_to_learn(sci)[-1] == "| 64 | 1,500 / > 1,500 | 500 / 1,000 |"
+    old = {**sci, "runs": [{k: v for k, v in r.items() if k != "val_tf"} for r in sci["runs"]]}
+    assert _steps_to_learn(old) == []  # records from before the validations were kept

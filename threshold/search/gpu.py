@@ -57,6 +57,9 @@ PARTS = ("checks", "throughput", "science")
 SIZES = (16, 20, 25, 32, 40, 51, 64, 81, 101, 128)  # the science pair's d on a GPU (log-spaced)
 SEEDS = 2  # the science pair's runs a size and study
 EVAL_SHARE = 0.2  # of the science pair's time, planned for evaluations (four checkpoints, the end)
+# A run has learned ADD from its first validation at which ADD's teacher-forced answer accuracy
+# reaches this (chance: 0.1); the steps to get there are the pair's time to learn
+LEARNED_TF = 0.5
 PADDED = [16, 24, 32, 40]  # the sizes of the padded packs (issue: 36 members at d 16-40)
 
 
@@ -205,6 +208,7 @@ def science_pair(
         "sizes": sizes,
         "seeds": seeds,
         "steps": budget,
+        "val_every": cfg.eval_every,
         "step_s": rate,
         "train_wall_s": round(time.perf_counter() - t0, 1),
         "runs": [
@@ -215,6 +219,10 @@ def science_pair(
                 "steps": r.steps,
                 "stop_reason": r.stop_reason,
                 "accuracy": r.accuracy[tasks[name].measured_op],
+                # [step, teacher-forced validation answer accuracy] at each validation
+                "val_tf": [
+                    [h["step"], round(h["val_tf"][tasks[name].measured_op], 4)] for h in r.history
+                ],
             }
             for (name, d, seed), r in zip(keys, results, strict=True)
         ],
@@ -385,8 +393,35 @@ def summary_markdown(record: dict) -> str:
             "A side whose runs do not locate its 80% point (fewer than two runs on either side "
             "of it fall where the fit says) only bounds it, and a factor with such a side is a "
             "bound, for the sizes and seeds run (`threshold/search/bounds.py`).",
+            *_steps_to_learn(sci),
         ]
     return "\n".join(lines) + "\n"
+
+
+def _steps_to_learn(sci: dict) -> list[str]:
+    """Each size's steps to learn ADD, alone and in the mixture, seed by seed: the first
+    validation at which ADD's teacher-forced answer accuracy reached :data:`LEARNED_TF`. None
+    where the record has no validations (reports/gpu up to run13)."""
+    if not all(r.get("val_tf") for r in sci["runs"]):
+        return []
+    cells: dict = {}
+    for r in sci["runs"]:
+        first = next((step for step, acc in r["val_tf"] if acc >= LEARNED_TF), None)
+        cell = f"> {r['val_tf'][-1][0]:,}" if first is None else f"{first:,}"
+        cells.setdefault((r["d"], r["study"]), []).append(cell)
+    lines = [
+        "",
+        f"Steps to learn ADD (the first validation, every {sci['val_every']} steps, at which"
+        f" ADD's teacher-forced answer accuracy reached {LEARNED_TF}; '>' a run that had not"
+        " by its last), seed by seed:",
+        "",
+        "| d | ADD alone | in MAX+MED+ADD |",
+        "|---:|---|---|",
+    ]
+    for d in sci["sizes"]:
+        alone, mixed = cells[(d, "add")], cells[(d, "max+med+add")]
+        lines.append(f"| {d} | {' / '.join(alone)} | {' / '.join(mixed)} |")
+    return lines
 
 
 def _time_limited(sci: dict) -> str:
