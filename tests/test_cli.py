@@ -138,6 +138,7 @@ def test_train_lists_as_one_batch_one_object_per_model(tmp_path, cli):
     reports = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [(r["d_model"], r["seed"]) for r in reports] == [(8, 0), (8, 1), (16, 0), (16, 1)]
     assert all(r["steps"] == 40 and r["device"] == "cpu" for r in reports)
+    assert all([h["step"] for h in r["history"]] == [20, 40] for r in reports)  # its curve
     assert reports[0]["params_total"] < reports[2]["params_total"]
     # progress goes to stderr, --json or not; to a pipe as lines, each run's last step among them
     done = [line for line in proc.stderr.splitlines() if " step 40/40 " in line]

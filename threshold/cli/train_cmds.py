@@ -268,6 +268,8 @@ def _train_report(task_cfg, run, result, path, device) -> dict:
         "recipe": cfg.recipe,
         **result.metrics(),
         "device": str(device),
+        # each validation: step, smoothed loss, teacher-forced accuracy per op: the learning curve
+        "history": result.history,
     }
     if path is not None:
         metrics = {k: v for k, v in report.items() if k not in ("tasks", "mod", "testbed")}
