@@ -368,6 +368,8 @@ def run_guarded(body):
     keep_freed_memory()
     try:
         return body()
+    except typer.Exit:  # the command's own ending, its words said
+        raise
     except (KeyboardInterrupt, Exception) as e:
         if interrupted(e):  # a signal can surface as a library's own error (interrupt.py)
             if STATE.debug and not isinstance(e, KeyboardInterrupt):

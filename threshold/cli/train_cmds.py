@@ -57,7 +57,7 @@ from threshold.cli.common import (
 )
 from threshold.config import TrainConfig, make_recipe, model_config_for, param_count
 from threshold.errors import ConfigError
-from threshold.interrupt import exit_status
+from threshold.interrupt import exit_status, interrupted
 from threshold.tasks import TaskConfig, load_task_data
 from threshold.train import Run, train_runs
 from threshold.train.bench import run_all, run_batched
@@ -184,8 +184,8 @@ def train(
             with TrainingBars(first_column=first) as bars:
                 _say_continued(bars, members)
                 results = train_runs(members, dev, show, memory_bytes=memory)
-        except KeyboardInterrupt:
-            if out is None:
+        except (KeyboardInterrupt, Exception) as e:
+            if out is None or not interrupted(e):
                 raise
             typer.echo(
                 "interrupted: run the same command to continue from the training states saved"
