@@ -42,9 +42,9 @@ from threshold.search.bounds import LOWER, POINT, UPPER, factor_bound, locate
 from threshold.search.fit import reduction_factor, transition_reading
 from threshold.search.settings import SearchSettings
 from threshold.tasks import TaskConfig, load_task_data
-from threshold.train.bench import sync
+from threshold.train.bench import timed_steps
 from threshold.train.checkpoint import save_checkpoint
-from threshold.train.engine import start_pack, step_pack, train_runs
+from threshold.train.engine import start_pack, train_runs
 from threshold.train.evaluate import majority_rate
 from threshold.train.gpu import check_engine, throughput
 from threshold.train.run import Run
@@ -256,16 +256,8 @@ def _seconds_per_step(runs: list[Run], device: torch.device, steps: int = 20) ->
     training's pace in run13 of reports/gpu)."""
     static = device.type == "cuda"
     pack = start_pack(list(enumerate(runs)), device, static)
-    for _ in range(5):
-        step_pack(pack)
-    times = []
-    for _ in range(steps):
-        sync(device)
-        t0 = time.perf_counter()
-        step_pack(pack)
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    timed_steps(pack, 0, 5, device)  # the warm-up
+    return float(np.median([timed_steps(pack, 1, 0, device)[0] for _ in range(steps)]))
 
 
 def _estimates(tasks, keys, results, runs, made) -> list[dict]:
