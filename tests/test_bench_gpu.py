@@ -2,7 +2,6 @@
 
 import json
 import tarfile
-import time
 from dataclasses import replace
 
 import pytest
@@ -18,8 +17,9 @@ from threshold.search.gpu import (
     _time_limited,
 )
 from threshold.tasks import TaskConfig, load_task_data
+from threshold.train.bench import timed_steps
 from threshold.train.checkpoint import load_checkpoint
-from threshold.train.engine import start_pack, step_pack
+from threshold.train.engine import start_pack
 from threshold.train.run import Run
 
 
@@ -154,10 +154,7 @@ def test_the_plan_times_a_step_at_the_pace_training_keeps(tmp_path):
     runs = [Run(model_config_for(task, d, cfg), data, replace(cfg, seed=d)) for d in (8, 16)]
     rate = _seconds_per_step(runs, torch.device("cpu"), steps=6)
     pack = start_pack(list(enumerate(runs)), torch.device("cpu"))
-    t0 = time.perf_counter()
-    for _ in range(12):
-        step_pack(pack)
-    pace = (time.perf_counter() - t0) / 12
+    pace = timed_steps(pack, 12, 0, torch.device("cpu"))[0] / 12
     assert 0.2 * pace < rate < 5 * pace
 
 
