@@ -49,7 +49,10 @@ def test_an_interrupted_run_continues_bit_for_bit(max5, tmp_path, recipe):
     assert saved is not None and saved.step == 39  # the step before the interrupted one
 
     other = _run(max5, recipe, d=8, seed=3)  # a fresh run in the same call: step 0 beside 39
-    resumed = train_runs([other, kept])[1]
+    said = []
+    resumed = train_runs([other, kept], on_progress=lambda i, p: said.append((i, p)))[1]
+    assert [(i, p.step) for i, p in said if p.resumed] == [(1, 39)]  # once, before its steps
+    assert said.index(next(s for s in said if s[1].resumed)) == 0
     a, b = straight.model.state_dict(), resumed.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     for field in ("accuracy", "strict_accuracy", "sampled_accuracy", "teacher_forced", "budget"):

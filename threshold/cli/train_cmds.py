@@ -64,7 +64,6 @@ from threshold.train.bench import run_all, run_batched
 from threshold.train.checkpoint import check_writable, save_checkpoint
 from threshold.train.device import resolve_device
 from threshold.train.memory import plan_packs
-from threshold.train.state import load_state
 
 
 def train(
@@ -164,6 +163,11 @@ def train(
         data = load_task_data(task_cfg, cache_dir)
 
         def show(i: int, p) -> None:
+            if p.resumed:
+                bars.say(
+                    f"d={runs[i][0].d_model} seed {runs[i][1].seed} continues from step "
+                    f"{p.step:,}, its training state in {members[i].state}"
+                )
             info = (
                 f"loss {p.loss:.3f}  val acc (tf) {val_accuracy_words(p)}  "
                 f"{p.tokens_per_s / 1000:.0f}k tok/s"
@@ -182,7 +186,6 @@ def train(
         ]
         try:
             with TrainingBars(first_column=first) as bars:
-                _say_continued(bars, members)
                 results = train_runs(members, dev, show, memory_bytes=memory)
         except (KeyboardInterrupt, Exception) as e:
             if out is None or not interrupted(e):
@@ -206,17 +209,6 @@ def train(
             _print_batch_report(reports)
 
     run_guarded(body)
-
-
-def _say_continued(bars: TrainingBars, members: list[Run]) -> None:
-    """A line for each run that an earlier, interrupted call left a training state for (one
-    saved for other settings is set aside, with a warning)."""
-    for run in members:
-        if run.state is not None and (saved := load_state(run.state, run.state_key())):
-            bars.say(
-                f"d={run.model_cfg.d_model} seed {run.cfg.seed} continues from step "
-                f"{saved.step:,}, its training state in {run.state}"
-            )
 
 
 def _state_path(checkpoint: Path) -> Path:

@@ -259,6 +259,8 @@ def _run_batch(study, settings, data, store, sampler, k, execution, device, note
     reported: set[int] = set()
 
     def progress(i: int, p) -> None:  # called every eval_every steps and at the last
+        if p.resumed:  # a resumed run's notice repeats what it saved, at the step it saved
+            return
         reporters[i](p)
         reported.add(i)
         if os.environ.get(HOLD_ENV) and len(reported) == len(live) == len(runs):

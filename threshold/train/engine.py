@@ -10,7 +10,8 @@ happened in and carries on, losing no run.
 A member that stops (:mod:`threshold.train.checks`) is evaluated on the test sets, handed to
 ``on_done`` at once and cut out of its pack. A run that names a state file is saved to it every
 ``save_every_s`` seconds of training and continues from it when it starts again
-(:mod:`threshold.train.state`). Nothing here prints: progress goes to callbacks.
+(:mod:`threshold.train.state`), telling ``on_progress`` so once (``Progress.resumed``). Nothing
+here prints: progress goes to callbacks.
 """
 
 from __future__ import annotations
@@ -134,6 +135,9 @@ def train_runs(
     configs = [(r.model_cfg, r.cfg) for r in runs]
     for wave in plan_waves(configs, device, memory_bytes, share):
         active = [start_pack([(i, runs[i]) for i in group], device, static) for group in wave]
+        if on_progress is not None:
+            for pack in active:
+                _say_resumed(pack, on_progress)
         while active:
             for pack in list(active):
                 try:
@@ -195,6 +199,20 @@ def start_pack(indexed: list[tuple[int, Run]], device: torch.device, static: boo
     return pack
 
 
+def _say_resumed(pack: Pack, on_progress: OnProgress) -> None:
+    """``on_progress`` for each member of a new pack that continued from its saved state (a
+    new pack's members start at step 0 unless they did)."""
+    smooth = pack.smooth.tolist()
+    for j, m in enumerate(pack.members):
+        if m.step > 0:
+            on_progress(m.index, _progress(m, smooth[j], resumed=True))
+
+
+def _progress(m: Member, loss: float, resumed: bool = False) -> Progress:
+    rate = m.tokens / m.train_s if m.train_s > 0 else 0.0
+    return Progress(m.step, m.cfg.max_steps, loss, rate, dict(m.val_acc), resumed)
+
+
 def _advance(pack: Pack, on_progress, done, progress_every: int) -> None:
     """One step of the pack and its stopping rules; a member that stops is handed to ``done``
     and cut out of the pack (which is empty when the last one has stopped)."""
@@ -207,10 +225,7 @@ def _advance(pack: Pack, on_progress, done, progress_every: int) -> None:
         at_end = m.stop_reason is not None
         if on_progress is not None and (m.step % progress_every == 0 or at_end):
             smooth = pack.smooth.tolist() if smooth is None else smooth
-            rate = m.tokens / m.train_s if m.train_s > 0 else 0.0
-            on_progress(
-                m.index, Progress(m.step, m.cfg.max_steps, smooth[j], rate, dict(m.val_acc))
-            )
+            on_progress(m.index, _progress(m, smooth[j]))
     ended = [j for j, m in enumerate(pack.members) if m.stop_reason is not None]
     if not ended:
         return

@@ -22,13 +22,14 @@ STOP_REASONS = ("learned", "stuck", "diverged", "max_steps", "time_limit")
 
 @dataclass(frozen=True)
 class Progress:
-    """What a callback sees every few steps."""
+    """What a callback sees every few steps, and once as a run continues from a saved state."""
 
     step: int
     max_steps: int
     loss: float  # training loss, smoothed
     tokens_per_s: float  # non-padding tokens per second of training
     val_accuracy: dict[str, float]  # latest teacher-forced val answer accuracy per op
+    resumed: bool = False  # the run has just continued from its saved state, at ``step``
 
 
 @dataclass
