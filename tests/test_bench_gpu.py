@@ -93,6 +93,31 @@ def test_bench_gpu_runs_the_seeds_it_is_asked_for(tmp_path, cli):
     assert "3 seeds" in record_path.with_suffix(".md").read_text()
 
 
+def test_bench_gpu_runs_the_science_pair_under_the_papers_recipe(tmp_path, cli):
+    """--recipe paper: the group's code (128-token windows), read on sampled accuracy."""
+    out = cli(["bench", "gpu", "--device", "cpu", "--parts", "science", "--recipe", "paper",
+               "--seeds", "1", "--out", tmp_path, "--cache-dir", tmp_path / "cache"])  # fmt: skip
+    assert out.exit_code == 0, (out.stderr[-3000:], out.exception)
+    (record_path,) = tmp_path.glob("gpu-*.json")
+    science = json.loads(record_path.read_text())["science"]
+    assert science["recipe"] == "paper" and science["decoding"] == "sampled"
+    assert science["steps"] == 40 and len(science["runs"]) == 4
+    assert all(0 <= r["sampled_accuracy"] <= 1 for r in science["runs"])
+    (models,) = tmp_path.glob("gpu-*-models.tar.gz")
+    with tarfile.open(models) as tar:
+        tar.extract("add-d16-seed0.pt", tmp_path, filter="data")
+    kept = load_checkpoint(tmp_path / "add-d16-seed0.pt")
+    assert kept.train_config["batches"] == "windows" and kept.train_config["decoding"] == "sampled"
+    assert "## Science pair (paper recipe)" in record_path.with_suffix(".md").read_text()
+    assert "of sampled accuracy" in record_path.with_suffix(".md").read_text()
+
+
+def test_bench_gpu_refuses_a_recipe_whose_schedule_follows_the_budget(tmp_path, cli):
+    out = cli(["bench", "gpu", "--device", "cpu", "--recipe", "fast", "--out", tmp_path])
+    assert out.exit_code != 0 and "--recipe 'fast' is not allowed" in out.stderr
+    assert not list(tmp_path.glob("gpu-*"))
+
+
 def test_bench_gpu_refuses_no_seeds(tmp_path, cli):
     out = cli(["bench", "gpu", "--device", "cpu", "--seeds", "0", "--out", tmp_path])
     assert out.exit_code != 0 and "--seeds 0 is not allowed" in out.stderr

@@ -16,10 +16,12 @@ from threshold.search.spec import StudySettings
 from threshold.search.study import create_or_load_study, load_study, open_storage
 from threshold.tasks import TaskConfig, build_task_data, load_task_data, op_nodes
 from threshold.train import (
+    chance_rate,
     evaluate_decode,
     evaluate_greedy,
     is_stuck,
     lr_factor,
+    majority_rate,
     model_config_for,
     train,
 )
@@ -253,13 +255,11 @@ def test_every_recipe_is_valid():
 
 
 def test_chance_of_sampled_decoding_is_a_draw_from_the_answer_distribution(max5):
-    from threshold.search.worker import chance_rate
-    from threshold.train import majority_rate
-
-    shares = np.bincount(max5.test["max"].answers) / len(max5.test["max"])
-    assert chance_rate(max5, "greedy") == majority_rate(max5.test["max"]) == shares.max()
-    assert chance_rate(max5, "sampled") == pytest.approx((shares**2).sum())
-    assert chance_rate(max5, "sampled") < chance_rate(max5, "greedy")
+    seqs = max5.test["max"]
+    shares = np.bincount(seqs.answers) / len(seqs)
+    assert chance_rate(seqs, "greedy") == majority_rate(seqs) == shares.max()
+    assert chance_rate(seqs, "sampled") == pytest.approx((shares**2).sum())
+    assert chance_rate(seqs, "sampled") < chance_rate(seqs, "greedy")
 
 
 def test_the_small_recipe_is_fast_in_the_regime_where_joint_training_helps():

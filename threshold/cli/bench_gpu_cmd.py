@@ -11,7 +11,7 @@ from rich.console import Console
 
 from threshold.cli.common import CacheDir, Device, int_list, run_guarded
 from threshold.errors import ConfigError
-from threshold.search.gpu import PARTS, SEEDS, SIZES
+from threshold.search.gpu import PARTS, RECIPES, SEEDS, SIZES
 from threshold.search.gpu import bench_gpu as run
 from threshold.train.device import resolve_device
 
@@ -38,9 +38,17 @@ def bench_gpu(
     seeds: Annotated[
         int, typer.Option(help="The science pair's runs a size and study (seeds 0, 1, ...).")
     ] = SEEDS,
+    recipe: Annotated[
+        str,
+        typer.Option(
+            help="The science pair's recipe: small (the group's init and weight decay) or paper"
+            " (the group's code: 128-token windows, sampled accuracy; docs/recipes.md)."
+        ),
+    ] = RECIPES[0],
 ) -> None:
     """The engine on a GPU against the CPU, its throughput (eager, CUDA graphs, compiled) and a
-    small-init science pair in the minutes left; with --device cpu, tiny settings (CI)."""
+    science pair (small init, or the paper's recipe) in the minutes left; with --device cpu, tiny
+    settings (CI)."""
 
     def body():
         if not minutes > 0:
@@ -56,6 +64,12 @@ def bench_gpu(
             raise ConfigError(f"--sizes {sizes!r} is not allowed: give two or more positive sizes")
         if seeds < 1:
             raise ConfigError(f"--seeds {seeds} is not allowed: give one or more")
+        if recipe not in RECIPES:
+            raise ConfigError(
+                f"--recipe {recipe!r} is not allowed: the science pair runs {' or '.join(RECIPES)}"
+                " (a schedule that does not depend on the budget, so checkpoints read smaller"
+                " budgets)"
+            )
         dev = resolve_device(device)
         console = Console(stderr=True)
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -68,6 +82,7 @@ def bench_gpu(
             parts=asked,
             sizes=ds,
             seeds=seeds,
+            recipe=recipe,
         )
         typer.echo(md_path.read_text())
         typer.echo(f"written: {json_path}, {md_path}")

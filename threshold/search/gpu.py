@@ -7,9 +7,10 @@ outcome even when another part fails:
 1. the engine against the CPU (:func:`threshold.train.gpu.check_engine`);
 2. throughput of packs of 1 to 128 members, eager and graphed (and ``torch.compile`` when it
    compiles within a minute) (:func:`threshold.train.gpu.throughput`);
-3. in the minutes left, a science pair under the ``small`` recipe: ADD alone against ADD in
-   MAX+MED+ADD, mod 10, 2 seeds (``--seeds``) at sizes d 16-128 (``--sizes``), trained together
-   for as many steps as fit, each read by the posterior, with the reduction factor at every budget
+3. in the minutes left, a science pair under the ``small`` recipe (or ``paper``: ``--recipe``):
+   ADD alone against ADD in MAX+MED+ADD, mod 10, 2 seeds (``--seeds``) at sizes d 16-128
+   (``--sizes``), trained together for as many steps as fit, each read by the posterior on the
+   recipe's accuracy (greedy, or sampled for ``paper``), with the reduction factor at every budget
    checkpoint;
 4. ``gpu-<date>-<commit>.json`` (``-2``, ``-3``, ... for a later call of the same day and commit)
    and a Markdown summary of every number, for ``reports/gpu/``,
@@ -45,7 +46,7 @@ from threshold.tasks import TaskConfig, load_task_data
 from threshold.train.bench import timed_steps
 from threshold.train.checkpoint import save_checkpoint
 from threshold.train.engine import start_pack, train_runs
-from threshold.train.evaluate import majority_rate
+from threshold.train.evaluate import chance_rate
 from threshold.train.gpu import check_engine, throughput
 from threshold.train.run import Run
 
@@ -56,6 +57,9 @@ MEMBERS = (1, 4, 16, 36, 64, 128)
 PARTS = ("checks", "throughput", "science")
 SIZES = (16, 20, 25, 32, 40, 51, 64, 81, 101, 128)  # the science pair's d on a GPU (log-spaced)
 SEEDS = 2  # the science pair's runs a size and study
+# The science pair's recipes: those whose schedule does not depend on the budget, so that a budget
+# checkpoint reads the run a smaller budget would have made (fast's cosine decay does)
+RECIPES = ("small", "paper")
 EVAL_SHARE = 0.2  # of the science pair's time, planned for evaluations (four checkpoints, the end)
 # A run has learned ADD from its first validation at which ADD's teacher-forced answer accuracy
 # reaches this (chance: 0.1); the steps to get there are the pair's time to learn
@@ -72,10 +76,11 @@ def bench_gpu(
     parts: tuple[str, ...] = PARTS,
     sizes: tuple[int, ...] | list[int] = SIZES,
     seeds: int = SEEDS,
+    recipe: str = RECIPES[0],
 ) -> tuple[dict, Path, Path]:
     """Run each of ``parts`` within about ``minutes``; write the JSON and the Markdown summary
-    into ``out_dir``; return the record and both paths. ``sizes`` and ``seeds``: the science
-    pair's d on a GPU and runs a size. On the CPU every part runs tiny."""
+    into ``out_dir``; return the record and both paths. ``sizes``, ``seeds`` and ``recipe``: the
+    science pair's d on a GPU, runs a size and recipe. On the CPU every part runs tiny."""
     t0 = time.perf_counter()
     deadline = t0 + 60 * minutes
     tiny = device.type != "cuda"
@@ -111,7 +116,7 @@ def bench_gpu(
     models = out_dir / f"{stem}-models.tar.gz"
     record["science"] = _part(
         "science" in parts,
-        lambda: science_pair(device, left, tiny, cache_dir, note, models, sizes, seeds),
+        lambda: science_pair(device, left, tiny, cache_dir, note, models, sizes, seeds, recipe),
     )
     record["wall_s"] = round(time.perf_counter() - t0, 1)
     json_path = out_dir / f"{stem}.json"
@@ -163,12 +168,16 @@ def science_pair(
     models: Path | None = None,
     sizes: tuple[int, ...] | list[int] = SIZES,
     seeds: int = SEEDS,
+    recipe: str = RECIPES[0],
 ) -> dict:
-    """ADD alone against ADD in MAX+MED+ADD under the ``small`` recipe, ``seeds`` a size, all
-    trained together for as many steps as fit in ``seconds``; each study's estimate from the
-    posterior and the factor with its 90% interval at every budget checkpoint. ``models``: a
-    ``.tar.gz`` to keep every trained model in, as ``<study>-d<d>-seed<s>.pt`` checkpoints;
-    ``sizes``: the d run on a GPU (tiny: 8 and 16)."""
+    """ADD alone against ADD in MAX+MED+ADD under ``recipe`` (one of :data:`RECIPES`), ``seeds``
+    a size, all trained together for as many steps as fit in ``seconds``; each study's estimate
+    from the posterior on the recipe's accuracy (``decoding``) and the factor with its 90%
+    interval at every budget checkpoint. ``models``: a ``.tar.gz`` to keep every trained model
+    in, as ``<study>-d<d>-seed<s>.pt`` checkpoints; ``sizes``: the d run on a GPU (tiny: 8 and
+    16)."""
+    if recipe not in RECIPES:
+        raise ValueError(f"recipe {recipe!r}: the science pair runs one of {', '.join(RECIPES)}")
     mod, sizes = (5, [8, 16]) if tiny else (10, list(sizes))
     # tiny: depth-1 ListOps (9 tokens against depth 2's up to 60): an untrained model under the
     # small recipe's init writes to the end of its context, and decoding is most of the CPU
@@ -177,7 +186,7 @@ def science_pair(
         "add": TaskConfig(ops=("add",), n=mod, **extra),
         "max+med+add": TaskConfig(ops=("max", "med", "add"), n=mod, measure="add", **extra),
     }
-    made = make_recipe("small")
+    made = make_recipe(recipe)
     # tiny: two checkpoints, as decoding the test sets at each is most of a tiny run's CPU
     checkpoints = (0.5, 1.0) if tiny else (0.125, 0.25, 0.5, 1.0)
     cfg = replace(made.train, eval_every=500, checkpoints=checkpoints)
@@ -203,7 +212,8 @@ def science_pair(
     t0 = time.perf_counter()
     results = train_runs(runs, device)
     out: dict = {
-        "recipe": "small",
+        "recipe": recipe,
+        "decoding": cfg.decoding,  # the accuracy the estimates read: greedy, or sampled
         "mod": mod,
         "sizes": sizes,
         "seeds": seeds,
@@ -219,6 +229,7 @@ def science_pair(
                 "steps": r.steps,
                 "stop_reason": r.stop_reason,
                 "accuracy": r.accuracy[tasks[name].measured_op],
+                "sampled_accuracy": r.sampled_accuracy[tasks[name].measured_op],
                 # [step, teacher-forced validation answer accuracy] at each validation
                 "val_tf": [
                     [h["step"], round(h["val_tf"][tasks[name].measured_op], 4)] for h in r.history
@@ -263,7 +274,9 @@ def _seconds_per_step(runs: list[Run], device: torch.device, steps: int = 20) ->
 def _estimates(tasks, keys, results, runs, made) -> list[dict]:
     """At each checkpoint: each study's 80% point (posterior median, 90% interval), whether its
     runs locate it (:func:`threshold.search.bounds.locate`), and the factor ADD alone / mixture
-    with its interval, or the bound the runs allow where a side is not located."""
+    with its interval, or the bound the runs allow where a side is not located. The accuracy read
+    is the recipe's (``decoding``)."""
+    key = "sampled_accuracy" if made.train.decoding == "sampled" else "accuracy"
     rows = []
     steps = sorted({b["step"] for r in results for b in r.budget})
     settings = {  # each study's search settings (a parameter count a d), the same at every step
@@ -278,7 +291,7 @@ def _estimates(tasks, keys, results, runs, made) -> list[dict]:
         posts, verdicts, estimates = {}, {}, {}
         for name in tasks:
             completed = [
-                (d, next(b["accuracy"] for b in r.budget if b["step"] == step))
+                (d, next(b[key] for b in r.budget if b["step"] == step))
                 for (n, d, _), r in zip(keys, results, strict=True)
                 if n == name
             ]
@@ -307,7 +320,7 @@ def _estimates(tasks, keys, results, runs, made) -> list[dict]:
 
 
 def _search_settings(task: TaskConfig, run: Run, made) -> SearchSettings:
-    chance = majority_rate(run.data.test[task.measured_op])
+    chance = chance_rate(run.data.test[task.measured_op], run.cfg.decoding)
     table = tuple(
         (d, param_count(model_config_for(task, d, run.cfg, **made.model_kwargs))["total"])
         for d in range(2, 513)
@@ -356,15 +369,16 @@ def summary_markdown(record: dict) -> str:
                 f"{r['tokens_per_s']:,.0f} | {r['step_ms']:.2f} | {r['host_batch_ms']:.2f} | "
                 f"{'' if peak is None else f'{peak / 2**20:,.0f}'} |"
             )
-    lines += ["", "## Science pair (small recipe)", ""]
     sci = record.get("science", {})
+    lines += ["", f"## Science pair ({sci.get('recipe', 'small')} recipe)", ""]
     if "error" in sci or "skipped" in sci:
         lines.append(f"Not run: `{sci.get('error') or sci.get('skipped')}`")
     else:
         lines.append(
             f"ADD alone against ADD in MAX+MED+ADD, mod {sci['mod']}, d {sci['sizes'][0]}-"
             f"{sci['sizes'][-1]}, {sci['seeds']} seeds, {sci['steps']} steps a run "
-            f"({sci['train_wall_s']} s for {len(sci['runs'])} runs)."
+            f"({sci['train_wall_s']} s for {len(sci['runs'])} runs); 80% points of"
+            f" {sci.get('decoding', 'greedy')} accuracy."
             + (f" The trained models: `{sci['models']}`." if sci.get("models") else "")
             + _time_limited(sci)
         )

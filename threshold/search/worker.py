@@ -27,7 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import optuna
 from optuna.artifacts import upload_artifact
 from optuna.storages import fail_stale_trials
@@ -50,8 +49,8 @@ from threshold.search.study import (
     open_storage,
     training_state_path,
 )
-from threshold.tasks import TaskData, load_task_data
-from threshold.train import Run, TrainResult, majority_rate, train_runs
+from threshold.tasks import load_task_data
+from threshold.train import Run, TrainResult, chance_rate, train_runs
 from threshold.train.checkpoint import save_checkpoint
 from threshold.train.device import resolve_device
 from threshold.train.pretrain import pretrained_many
@@ -75,17 +74,6 @@ def quiet_storage_log() -> None:
 
 class Cancelled(ThresholdError):
     """The policy decided to stop after this trial began (another worker finished the study)."""
-
-
-def chance_rate(data: TaskData, decoding: str) -> float:
-    """Where runs that did not learn the measured op sit: the majority answer's rate for greedy
-    decoding (a model that always gives the commonest answer), and for sampled decoding the rate
-    at which an answer drawn from the answer distribution is right (sum of squared shares)."""
-    answers = data.test[data.config.measured_op].answers
-    if decoding != "sampled":
-        return majority_rate(data.test[data.config.measured_op])
-    shares = np.bincount(answers) / len(answers)
-    return float((shares**2).sum())
 
 
 def refresh_estimate(
@@ -201,7 +189,8 @@ def run_worker(
     storage = open_storage(execution.storage, execution.heartbeat_s, create=False)
     study, settings = load_study(study_name, storage)
     data = load_task_data(settings.task, execution.cache_dir)
-    sampler = TransitionSampler(settings, chance_rate(data, settings.train.decoding))
+    measured = data.test[data.config.measured_op]
+    sampler = TransitionSampler(settings, chance_rate(measured, settings.train.decoding))
     study.sampler = sampler
     store = artifact_store(execution.storage)
     ran = 0

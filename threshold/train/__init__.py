@@ -21,6 +21,7 @@ from threshold.train.batches import make_batches, train_batches
 from threshold.train.checks import is_stuck
 from threshold.train.engine import continue_training, init_model, train, train_runs
 from threshold.train.evaluate import (
+    chance_rate,
     evaluate_decode,
     evaluate_greedy,
     evaluate_teacher_forced,
@@ -35,6 +36,7 @@ __all__ = [
     "Run",
     "TrainConfig",
     "TrainResult",
+    "chance_rate",
     "continue_training",
     "evaluate_decode",
     "evaluate_greedy",

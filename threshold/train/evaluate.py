@@ -25,6 +25,7 @@ from threshold.tasks import SequenceSet
 from threshold.train.ensemble import Ensemble, EnsembleCache
 
 __all__ = [
+    "chance_rate",
     "decode",
     "decode_greedy_and_sampled",
     "evaluate_decode",
@@ -228,6 +229,16 @@ def score_traces(
 def majority_rate(seqs: SequenceSet) -> float:
     """Accuracy of always giving the most common answer: what "at chance" means here."""
     return float(np.bincount(seqs.answers).max() / len(seqs))
+
+
+def chance_rate(seqs: SequenceSet, decoding: str) -> float:
+    """Where runs that did not learn sit on ``seqs``: the majority answer's rate for greedy
+    decoding (a model that always gives the commonest answer), and for sampled decoding the rate
+    at which an answer drawn from the answer distribution is right (sum of squared shares)."""
+    if decoding != "sampled":
+        return majority_rate(seqs)
+    shares = np.bincount(seqs.answers) / len(seqs)
+    return float((shares**2).sum())
 
 
 def _stack(model: RecurrentTransformer) -> Ensemble:
