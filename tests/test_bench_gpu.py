@@ -1,8 +1,12 @@
 """``threshold bench gpu`` on the CPU (tiny settings): the wiring CI can prove without a GPU."""
 
 import json
+import os
+import subprocess
+import sys
 import tarfile
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -201,3 +205,26 @@ def test_steps_to_learn_are_each_runs_first_validation_past_the_level():
     assert _steps_to_learn(sci)[-1] == "| 64 | 1,500 / > 1,500 | 500 / 1,000 |"
     old = {**sci, "runs": [{k: v for k, v in r.items() if k != "val_tf"} for r in sci["runs"]]}
     assert _steps_to_learn(old) == []  # records from before the validations were kept
+
+
+def test_the_prepared_command_for_a_lent_gpu_runs_every_step(tmp_path):
+    """``.ci/gpu``, the one command a lent GPU runs, here on tiny settings (``DEVICE=cpu``): the
+    checks, the CUDA tests (skipped here) and the science pair, each step's outcome in the log."""
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "out"
+    env = os.environ | {
+        "OUT": str(out),
+        "DEVICE": "cpu",
+        "THRESHOLD_CACHE": str(tmp_path / "cache"),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",  # python3
+    }
+    done = subprocess.run(["bash", ".ci/gpu", "--seeds", "1"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = (out / "lend.log").read_text()
+    assert "checks exit 0" in log and "science exit 0" in log, log[-3000:]
+    assert "2 skipped" in log  # the CUDA tests, with no GPU here
+    (checks,) = (out / "checks").glob("gpu-*.json")
+    assert all(c["ok"] for c in json.loads(checks.read_text())["checks"].values())
+    (science,) = (out / "science").glob("gpu-*.json")
+    assert len(json.loads(science.read_text())["science"]["runs"]) == 4  # 2 studies x 2 sizes
