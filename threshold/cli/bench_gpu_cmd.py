@@ -11,7 +11,7 @@ from rich.console import Console
 
 from threshold.cli.common import CacheDir, Device, int_list, run_guarded
 from threshold.errors import ConfigError
-from threshold.search.gpu import PARTS, RECIPES, SEEDS, SIZES
+from threshold.search.gpu import PARTS, SCIENCE_RECIPES, SEEDS, SIZES
 from threshold.search.gpu import bench_gpu as run
 from threshold.train.device import resolve_device
 
@@ -44,7 +44,7 @@ def bench_gpu(
             help="The science pair's recipe: small (the group's init and weight decay) or paper"
             " (the group's code: 128-token windows, sampled accuracy; docs/recipes.md)."
         ),
-    ] = RECIPES[0],
+    ] = SCIENCE_RECIPES[0],
 ) -> None:
     """The engine on a GPU against the CPU, its throughput (eager, CUDA graphs, compiled) and a
     science pair (small init, or the paper's recipe) in the minutes left; with --device cpu, tiny
@@ -64,11 +64,11 @@ def bench_gpu(
             raise ConfigError(f"--sizes {sizes!r} is not allowed: give two or more positive sizes")
         if seeds < 1:
             raise ConfigError(f"--seeds {seeds} is not allowed: give one or more")
-        if recipe not in RECIPES:
+        if recipe not in SCIENCE_RECIPES:
+            runs = " or ".join(SCIENCE_RECIPES)
             raise ConfigError(
-                f"--recipe {recipe!r} is not allowed: the science pair runs {' or '.join(RECIPES)}"
-                " (a schedule that does not depend on the budget, so checkpoints read smaller"
-                " budgets)"
+                f"--recipe {recipe!r} is not allowed: the science pair runs {runs} (a schedule"
+                " that does not depend on the budget, so checkpoints read smaller budgets)"
             )
         dev = resolve_device(device)
         console = Console(stderr=True)

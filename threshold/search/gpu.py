@@ -59,7 +59,7 @@ SIZES = (16, 20, 25, 32, 40, 51, 64, 81, 101, 128)  # the science pair's d on a 
 SEEDS = 2  # the science pair's runs a size and study
 # The science pair's recipes: those whose schedule does not depend on the budget, so that a budget
 # checkpoint reads the run a smaller budget would have made (fast's cosine decay does)
-RECIPES = ("small", "paper")
+SCIENCE_RECIPES = ("small", "paper")
 EVAL_SHARE = 0.2  # of the science pair's time, planned for evaluations (four checkpoints, the end)
 # A run has learned ADD from its first validation at which ADD's teacher-forced answer accuracy
 # reaches this (chance: 0.1); the steps to get there are the pair's time to learn
@@ -76,7 +76,7 @@ def bench_gpu(
     parts: tuple[str, ...] = PARTS,
     sizes: tuple[int, ...] | list[int] = SIZES,
     seeds: int = SEEDS,
-    recipe: str = RECIPES[0],
+    recipe: str = SCIENCE_RECIPES[0],
 ) -> tuple[dict, Path, Path]:
     """Run each of ``parts`` within about ``minutes``; write the JSON and the Markdown summary
     into ``out_dir``; return the record and both paths. ``sizes``, ``seeds`` and ``recipe``: the
@@ -168,16 +168,16 @@ def science_pair(
     models: Path | None = None,
     sizes: tuple[int, ...] | list[int] = SIZES,
     seeds: int = SEEDS,
-    recipe: str = RECIPES[0],
+    recipe: str = SCIENCE_RECIPES[0],
 ) -> dict:
-    """ADD alone against ADD in MAX+MED+ADD under ``recipe`` (one of :data:`RECIPES`), ``seeds``
-    a size, all trained together for as many steps as fit in ``seconds``; each study's estimate
-    from the posterior on the recipe's accuracy (``decoding``) and the factor with its 90%
-    interval at every budget checkpoint. ``models``: a ``.tar.gz`` to keep every trained model
+    """ADD alone against ADD in MAX+MED+ADD under ``recipe`` (one of :data:`SCIENCE_RECIPES`),
+    ``seeds`` a size, all trained together for as many steps as fit in ``seconds``; each study's
+    estimate from the posterior on the recipe's accuracy (``decoding``) and the factor with its
+    90% interval at every budget checkpoint. ``models``: a ``.tar.gz`` to keep every trained model
     in, as ``<study>-d<d>-seed<s>.pt`` checkpoints; ``sizes``: the d run on a GPU (tiny: 8 and
     16)."""
-    if recipe not in RECIPES:
-        raise ValueError(f"recipe {recipe!r}: the science pair runs one of {', '.join(RECIPES)}")
+    if recipe not in SCIENCE_RECIPES:
+        raise ValueError(f"recipe {recipe!r}: the science pair runs {' or '.join(SCIENCE_RECIPES)}")
     mod, sizes = (5, [8, 16]) if tiny else (10, list(sizes))
     # tiny: depth-1 ListOps (9 tokens against depth 2's up to 60): an untrained model under the
     # small recipe's init writes to the end of its context, and decoding is most of the CPU
