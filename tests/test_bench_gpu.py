@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from threshold.config import TrainConfig, model_config_for
+from threshold.search import gpu
 from threshold.search.gpu import (
     _factor,
     _free_stem,
@@ -114,6 +115,18 @@ def test_bench_gpu_runs_the_science_pair_under_the_papers_recipe(tmp_path, cli):
     assert kept.train_config["batches"] == "windows" and kept.train_config["decoding"] == "sampled"
     assert "## Science pair (paper recipe)" in record_path.with_suffix(".md").read_text()
     assert "of sampled accuracy" in record_path.with_suffix(".md").read_text()
+
+
+def test_the_science_pair_notes_its_progress_as_it_trains(tmp_path, monkeypatch):
+    """A progress line every NOTE_EVERY_S seconds (here every notice), so a log that a lend's
+    time limit cut off still says how far the pair got."""
+    monkeypatch.setattr(gpu, "NOTE_EVERY_S", 0.0)
+    notes = []
+    out = gpu.science_pair(torch.device("cpu"), 60, tiny=True, cache_dir=tmp_path,
+                           note=notes.append, seeds=1)  # fmt: skip
+    lines = [n.split() for n in notes if n.startswith("science pair: step")]
+    steps = [int(words[3].replace(",", "")) for words in lines]
+    assert steps and max(steps) == out["steps"] == 40 and steps == sorted(steps), notes
 
 
 def test_bench_gpu_refuses_a_recipe_whose_schedule_follows_the_budget(tmp_path, cli):

@@ -64,6 +64,7 @@ EVAL_SHARE = 0.2  # of the science pair's time, planned for evaluations (four ch
 # A run has learned ADD from its first validation at which ADD's teacher-forced answer accuracy
 # reaches this (chance: 0.1); the steps to get there are the pair's time to learn
 LEARNED_TF = 0.5
+NOTE_EVERY_S = 60.0  # the science pair's progress line, so a log shows how far a cut-off run got
 PADDED = [16, 24, 32, 40]  # the sizes of the padded packs (issue: 36 members at d 16-40)
 
 
@@ -210,7 +211,7 @@ def science_pair(
     runs = [replace(r, cfg=replace(r.cfg, max_steps=budget, time_limit_s=limit)) for r in runs]
     note(f"science pair: {len(runs)} runs, {budget} steps each")
     t0 = time.perf_counter()
-    results = train_runs(runs, device)
+    results = train_runs(runs, device, _progress_notes(note, budget, t0))
     out: dict = {
         "recipe": recipe,
         "decoding": cfg.decoding,  # the accuracy the estimates read: greedy, or sampled
@@ -243,6 +244,19 @@ def science_pair(
         _keep_models(models, tasks, keys, results, runs)
         out["models"] = models.name
     return out
+
+
+def _progress_notes(note: Note, budget: int, t0: float) -> Callable:
+    """An ``on_progress`` that notes the pair's step every :data:`NOTE_EVERY_S` seconds."""
+    last = [t0]
+
+    def on_progress(_: int, p) -> None:
+        now = time.perf_counter()
+        if now - last[0] >= NOTE_EVERY_S:
+            last[0] = now
+            note(f"science pair: step {p.step:,} of {budget:,}, {now - t0:.0f} s")
+
+    return on_progress
 
 
 def _keep_models(path: Path, tasks: dict, keys: list, results: list, runs: list[Run]) -> None:
