@@ -88,7 +88,8 @@ COMMANDS = {
     "bench gpu": Command(
         "threshold.cli.bench_gpu_cmd:bench_gpu",
         "The engine on a GPU against the CPU, its throughput (eager, CUDA graphs, compiled) and a"
-        " small-init science pair in the minutes left; with --device cpu, tiny settings (CI).",
+        " science pair (small init, or the paper's recipe) in the minutes left; with --device cpu,"
+        " tiny settings (CI).",
     ),
     "bench search": Command(
         "threshold.cli.search_cmds:bench_search",
