@@ -98,25 +98,6 @@ def test_bench_gpu_runs_the_seeds_it_is_asked_for(tmp_path, cli):
     assert "3 seeds" in record_path.with_suffix(".md").read_text()
 
 
-def test_bench_gpu_runs_the_science_pair_under_the_papers_recipe(tmp_path, cli):
-    """--recipe paper: the group's code (128-token windows), read on sampled accuracy."""
-    out = cli(["bench", "gpu", "--device", "cpu", "--parts", "science", "--recipe", "paper",
-               "--seeds", "1", "--out", tmp_path, "--cache-dir", tmp_path / "cache"])  # fmt: skip
-    assert out.exit_code == 0, (out.stderr[-3000:], out.exception)
-    (record_path,) = tmp_path.glob("gpu-*.json")
-    science = json.loads(record_path.read_text())["science"]
-    assert science["recipe"] == "paper" and science["decoding"] == "sampled"
-    assert science["steps"] == 40 and len(science["runs"]) == 4
-    assert all(0 <= r["sampled_accuracy"] <= 1 for r in science["runs"])
-    (models,) = tmp_path.glob("gpu-*-models.tar.gz")
-    with tarfile.open(models) as tar:
-        tar.extract("add-d16-seed0.pt", tmp_path, filter="data")
-    kept = load_checkpoint(tmp_path / "add-d16-seed0.pt")
-    assert kept.train_config["batches"] == "windows" and kept.train_config["decoding"] == "sampled"
-    assert "## Science pair (paper recipe)" in record_path.with_suffix(".md").read_text()
-    assert "of sampled accuracy" in record_path.with_suffix(".md").read_text()
-
-
 def test_the_science_pair_notes_its_progress_as_it_trains(tmp_path, monkeypatch):
     """A progress line every NOTE_EVERY_S seconds (here every notice), so a log that a lend's
     time limit cut off still says how far the pair got."""
@@ -222,7 +203,8 @@ def test_steps_to_learn_are_each_runs_first_validation_past_the_level():
 
 def test_the_prepared_command_for_a_lent_gpu_runs_every_step(tmp_path):
     """``.ci/gpu``, the one command a lent GPU runs, here on tiny settings (``DEVICE=cpu``): the
-    checks, the CUDA tests (skipped here) and the science pair, each step's outcome in the log."""
+    checks, the CUDA tests (skipped here) and the science pair, each step's outcome in the log;
+    the pair under ``--recipe paper`` (128-token windows), read on sampled accuracy."""
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "out"
     env = os.environ | {
@@ -231,8 +213,8 @@ def test_the_prepared_command_for_a_lent_gpu_runs_every_step(tmp_path):
         "THRESHOLD_CACHE": str(tmp_path / "cache"),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",  # python3
     }
-    done = subprocess.run(["bash", ".ci/gpu", "--seeds", "1"], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(["bash", ".ci/gpu", "--seeds", "1", "--recipe", "paper"], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     log = (out / "lend.log").read_text()
     assert "checks exit 0" in log and "science exit 0" in log, log[-3000:]
@@ -240,5 +222,15 @@ def test_the_prepared_command_for_a_lent_gpu_runs_every_step(tmp_path):
     assert "skipped" in tests and "passed" not in tests and "failed" not in tests  # no GPU here
     (checks,) = (out / "checks").glob("gpu-*.json")
     assert all(c["ok"] for c in json.loads(checks.read_text())["checks"].values())
-    (science,) = (out / "science").glob("gpu-*.json")
-    assert len(json.loads(science.read_text())["science"]["runs"]) == 4  # 2 studies x 2 sizes
+    (record_path,) = (out / "science").glob("gpu-*.json")
+    science = json.loads(record_path.read_text())["science"]
+    assert science["recipe"] == "paper" and science["decoding"] == "sampled"
+    assert science["steps"] == 40 and len(science["runs"]) == 4  # 2 studies x 2 sizes
+    assert all(0 <= r["sampled_accuracy"] <= 1 for r in science["runs"])
+    (models,) = (out / "science").glob("gpu-*-models.tar.gz")
+    with tarfile.open(models) as tar:
+        tar.extract("add-d16-seed0.pt", tmp_path, filter="data")
+    kept = load_checkpoint(tmp_path / "add-d16-seed0.pt").train_config
+    assert kept["batches"] == "windows" and kept["decoding"] == "sampled"
+    summary = record_path.with_suffix(".md").read_text()
+    assert "## Science pair (paper recipe)" in summary and "of sampled accuracy" in summary
