@@ -248,12 +248,13 @@ def science_pair(
 
 def _progress_notes(note: Note, budget: int, t0: float) -> Callable:
     """An ``on_progress`` that notes the pair's step every :data:`NOTE_EVERY_S` seconds."""
-    last = [t0]
+    last = t0
 
     def on_progress(_: int, p) -> None:
+        nonlocal last
         now = time.perf_counter()
-        if now - last[0] >= NOTE_EVERY_S:
-            last[0] = now
+        if now - last >= NOTE_EVERY_S:
+            last = now
             note(f"science pair: step {p.step:,} of {budget:,}, {now - t0:.0f} s")
 
     return on_progress
