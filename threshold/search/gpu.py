@@ -57,8 +57,9 @@ MEMBERS = (1, 4, 16, 36, 64, 128)
 PARTS = ("checks", "throughput", "science")
 SIZES = (16, 20, 25, 32, 40, 51, 64, 81, 101, 128)  # the science pair's d on a GPU (log-spaced)
 SEEDS = 2  # the science pair's runs a size and study
-# The science pair's recipes: those whose schedule does not depend on the budget, so that a budget
-# checkpoint reads the run a smaller budget would have made (fast's cosine decay does)
+# The science pair's recipes (the command refuses any other before it starts): those whose
+# schedule does not depend on the budget, so that a budget checkpoint reads the run a smaller
+# budget would have made (TrainConfig refuses fast's cosine decay with checkpoints too)
 SCIENCE_RECIPES = ("small", "paper")
 EVAL_SHARE = 0.2  # of the science pair's time, planned for evaluations (four checkpoints, the end)
 # A run has learned ADD from its first validation at which ADD's teacher-forced answer accuracy
@@ -177,8 +178,6 @@ def science_pair(
     90% interval at every budget checkpoint. ``models``: a ``.tar.gz`` to keep every trained model
     in, as ``<study>-d<d>-seed<s>.pt`` checkpoints; ``sizes``: the d run on a GPU (tiny: 8 and
     16)."""
-    if recipe not in SCIENCE_RECIPES:
-        raise ValueError(f"recipe {recipe!r}: the science pair runs {' or '.join(SCIENCE_RECIPES)}")
     mod, sizes = (5, [8, 16]) if tiny else (10, list(sizes))
     # tiny: depth-1 ListOps (9 tokens against depth 2's up to 60): an untrained model under the
     # small recipe's init writes to the end of its context, and decoding is most of the CPU
