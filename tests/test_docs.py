@@ -50,3 +50,20 @@ def test_every_link_lands_on_a_file_and_heading(page):
         elif anchor and target.suffix == ".md" and anchor not in anchors(target):
             broken.append(f"{target.relative_to(ROOT)}#{anchor} (no such heading)")
     assert not broken, f"{page.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+# A path on one machine (a home, a scratch or a work folder) or a folder beside the checkout:
+# a clone has none of them.
+MACHINE_LOCAL = re.compile(r"\.\./shared/|/work/|/tmp/|/root/|/home/")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_pages_stand_alone_in_a_clone(page):
+    """No link leaves the repository and no page names a path on one machine."""
+    outside = [str(t) for t, _ in local_links(page) if not t.is_relative_to(ROOT)]
+    local = [
+        f"line {i}: {m.group(0)}"
+        for i, line in enumerate(page.read_text().splitlines(), 1)
+        for m in MACHINE_LOCAL.finditer(line)
+    ]
+    assert not outside + local, f"{page.relative_to(ROOT)}: " + "; ".join(outside + local)
