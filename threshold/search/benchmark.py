@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
@@ -29,6 +30,7 @@ from threshold.search.bench_table import family_row, oracle_column, vs_oracle
 from threshold.search.families import CHANCE, FAMILIES, draw_family_truth
 from threshold.search.fit_oracle import FitOracle, runs_at
 from threshold.search.policy import bracket, decide, posterior_summary
+from threshold.search.psi import PsiMethod
 from threshold.search.settings import SearchSettings
 from threshold.search.simulate import (
     ResponseModel,
@@ -40,7 +42,16 @@ from threshold.search.simulate import (
     run_policy_batched,
 )
 
-__all__ = ["DEFAULT_ROWS", "METHODS", "ROWS", "bench_families", "bench_search"]
+__all__ = [
+    "DEFAULT_ROWS",
+    "METHODS",
+    "ROWS",
+    "bench_families",
+    "bench_search",
+    "psi_scored",
+    "psi_trajectory",
+    "trajectory",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +77,8 @@ DEFAULT_METHODS = ("policy", "policy_2w", "grid", "optuna_tpe")
 # model), and with ``oracle_fit_adaptive_cost`` that fit's runs as well. Beside any of them, with
 # ``read_settings``, our sampler's runs at each checkpoint read by a posterior of other settings
 # (``sampler_read_*``): a setting's effect on the reading alone, on the very runs the sampler row
-# reads (a setting in ``settings`` changes where the runs go as well).
+# reads (a setting in ``settings`` changes where the runs go as well). ``psi``: the plain
+# Ψ-method (``psi.PsiMethod``, Kontsevich & Tyler 1999) at each checkpoint and its own stop.
 # Each has its own random stream, so a row's numbers do not depend on which others are computed.
 ROWS = (
     "sampler",
@@ -79,6 +91,7 @@ ROWS = (
     "oracle_fit_adaptive",
     "oracle_fit_adaptive_cost",
     "oracle_fit_pick",
+    "psi",
 )
 DEFAULT_ROWS = ("sampler", "grid", "spread", "oracle", "oracle_fit")
 
@@ -185,38 +198,83 @@ def bench_search(
     }
 
 
-def _trajectory(
-    settings: SearchSettings, off: SearchSettings, truth, rng: np.random.Generator, checkpoints
-) -> tuple[dict, dict, list]:
+def trajectory(
+    settings: SearchSettings, off: SearchSettings, draw: Callable, checkpoints
+) -> tuple[list, dict, list]:
     """``decide`` in a loop with one worker, one trajectory read twice: to the tool's own stop
     (``settings``), and with the stop off (``off``: the same settings but for the precision and
     budget) to the largest checkpoint or a stop that ``off`` keeps (the range's edge). Both
     choose the same run wherever neither stops, so whichever ends first, the other goes on
-    from its runs. Returns the scores (``_scored``) at the own stop and at each checkpoint (a
-    checkpoint the stop-off trajectory did not reach: its last runs), by run count, and the
-    runs, in order."""
+    from its runs. ``draw(d)`` answers a decision with a run, (d run, accuracy), or None where
+    none is left (a replay's grid used up: both trajectories end there). Returns the runs at the
+    own stop and at each checkpoint (a checkpoint the stop-off trajectory did not reach: its
+    last runs), by run count, and all runs, in order."""
     completed: list[tuple[int, float]] = []
-    own, scores = None, {}
+    own, at = None, {}
     while True:
         n = len(completed)
         if n in checkpoints:  # read before the decision: it goes on from this state
-            scores[n] = _scored(settings, completed, truth.x80)
+            at[n] = list(completed)
         if own is None:
             decision = decide(settings, completed, [])
             if decision.stop:
-                own = _scored(settings, completed, truth.x80)
+                own = list(completed)
         if own is not None:
             if n >= max(checkpoints):
                 break
             decision = decide(off, completed, [])
         if decision.stop:
             break
-        completed.append((decision.d, truth.sample(rng, float(settings.x_of(decision.d)))))
-    missing = [k for k in checkpoints if k not in scores]
+        run = draw(decision.d)
+        if run is None:
+            break
+        completed.append(run)
+    if own is None:  # no run left before the own stop: it reads them all
+        own = list(completed)
+    missing = [k for k in checkpoints if k not in at]
     if missing:  # the stop-off trajectory ended early: each such checkpoint reads all its runs
-        last = _scored(settings, completed[: max(checkpoints)], truth.x80)
-        scores |= dict.fromkeys(missing, last)
-    return own, scores, completed
+        at |= dict.fromkeys(missing, completed[: max(checkpoints)])
+    return own, at, completed
+
+
+def psi_trajectory(
+    settings: SearchSettings,
+    psi: PsiMethod,
+    candidates: Callable,
+    draw: Callable,
+    checkpoints,
+) -> tuple[tuple, dict, list]:
+    """The Ψ-method (``psi.PsiMethod``) in a loop, one trajectory read at each checkpoint and at
+    its own stop: the sampler's stop rules on its own posterior (the 90% interval within
+    ``settings.precision``, the budget, or ``give_up_mass`` of x80 beyond the range's end).
+    ``candidates()`` gives the sizes it may run next (d, increasing; none: it ends), ``draw(d)``
+    the run, (d, accuracy), or None. Returns (runs, summary) at the own stop and at each
+    checkpoint (one not reached: the last), and all runs in order."""
+    completed: list[tuple[int, float]] = []
+    own, at = None, {}
+    while True:
+        n = len(completed)
+        s = psi.summary()
+        if n in checkpoints:
+            at[n] = (list(completed), s)
+        if own is None and (
+            n >= settings.budget
+            or (n >= 3 and s.ratio <= settings.precision)
+            or max(s.mass_above, s.mass_below) >= settings.give_up_mass
+        ):
+            own = (list(completed), s)
+        if own is not None and n >= max(checkpoints):
+            break
+        ds = np.asarray(candidates(), dtype=int)
+        run = draw(int(ds[psi.pick(settings.x_of(ds))])) if ds.size else None
+        if run is None:
+            break
+        psi.update(float(settings.x_of(run[0])), run[1])
+        completed.append(run)
+    last = (completed[: max(checkpoints)], psi.summary())
+    own = own or (list(completed), psi.summary())
+    at |= {k: last for k in checkpoints if k not in at}
+    return own, at, completed
 
 
 def _scored(settings: SearchSettings, runs, truth_x80: float) -> dict:
@@ -269,6 +327,32 @@ class _Oracle:
             "covered": None,
             "error": float(self.x - x_hat),
         }
+
+
+def psi_candidates(settings: SearchSettings, n: int) -> list[int]:
+    """The Ψ-method's sizes on a simulated study: ``n`` log-spaced over the whole size table."""
+    return sorted({settings.nearest(v) for v in np.geomspace(settings.d_min, settings.d_max, n)})
+
+
+def psi_scored(
+    settings: SearchSettings, draw: Callable, checkpoints, truth_x80: float
+) -> tuple[dict, dict]:
+    """The Ψ-method's scores on a simulated study (``psi_trajectory`` over the whole size
+    table, ``psi_candidates``): at its own stop, and at each checkpoint by run count."""
+    x_range = settings.x_of(np.array([settings.d_min, settings.d_max]))
+    psi = PsiMethod(*x_range, settings.chance, settings.level, settings.chance_corrected)
+    sizes = psi_candidates(settings, psi.settings.n_candidates)
+    own, at, _ = psi_trajectory(settings, psi, lambda: sizes, draw, checkpoints)
+
+    def score(runs, s) -> dict:
+        return {
+            "runs": len(runs),
+            "compute": float(settings.cost(np.array([d for d, _ in runs])).sum()),
+            "covered": bool(s.x80_lo <= truth_x80 <= s.x80_hi),
+            "error": float(s.x80_median - truth_x80),
+        }
+
+    return score(*own), {k: score(*v) for k, v in at.items()}
 
 
 def _spread_runs(settings: SearchSettings, truth, rng, n: int, sizes: int = 9) -> list:
@@ -414,14 +498,19 @@ def _study(
     by column name, and the CPU ``seconds`` it took."""
     start = time.process_time()
     off = dataclasses.replace(settings, precision=1.0 + 1e-9, budget=max(checkpoints))
-    streams = np.random.SeedSequence([seed, FAMILIES.index(family), study]).spawn(13)
+    # spawn's children depend on their index alone: a row added at the end leaves the others'
+    streams = np.random.SeedSequence([seed, FAMILIES.index(family), study]).spawn(14)
     rngs = [np.random.default_rng(s) for s in streams]  # rngs[2]: the own stop's, before
     truth = draw_family_truth(rngs[0], family, settings.level, settings.chance_corrected)
     row, n = {}, max(checkpoints)
     if {"sampler", "oracle_fit_pick"} & set(rows) or read_settings is not None:
-        own, scores, ours = _trajectory(settings, off, truth, rngs[1], checkpoints)
+        rng = rngs[1]
+        own, at, ours = trajectory(
+            settings, off, lambda d: (d, truth.sample(rng, float(settings.x_of(d)))), checkpoints
+        )
         if "sampler" in rows:
-            row |= {str(k): scores[k] for k in checkpoints} | {"stop": own}
+            row |= {str(k): _scored(settings, at[k], truth.x80) for k in checkpoints}
+            row["stop"] = _scored(settings, own, truth.x80)
         if read_settings is not None:  # the checkpoint's runs, as the sampler row reads them
             row |= {
                 f"sampler_read_{k}": _scored(read_settings, ours[:k], truth.x80)
@@ -481,6 +570,15 @@ def _study(
                 f"oracle_fit_adaptive_cost_pick_{k}": FitOracle.pick(settings, truth, runs)
                 for k, runs in placed.items()
             }
+    if "psi" in rows:
+        rng = rngs[13]
+        own, at = psi_scored(
+            settings,
+            lambda d: (d, truth.sample(rng, float(settings.x_of(d)))),
+            checkpoints,
+            truth.x80,
+        )
+        row |= {f"psi_{k}": score for k, score in at.items()} | {"psi_stop": own}
     seconds = time.process_time() - start
     logger.info(
         "%s study %d: %s runs to the own stop, %.1f CPU s",
