@@ -1,8 +1,8 @@
 """Tests of ``threshold.tasks``: chain of thought, split, vocabulary, settings, cache.
 
 The chain of thought is checked against a reference written here from the definitions in
-``shared/domain.md`` (parser, op semantics, left-most deepest reduction): nothing of the generator
-is reused but the public API and the data it returns.
+``docs/science.md``, "The tasks" (parser, op semantics, left-most deepest reduction): nothing of
+the generator is reused but the public API and the data it returns.
 """
 
 from __future__ import annotations
@@ -249,9 +249,9 @@ def prompts(seqs: SequenceSet) -> set[bytes]:
 def check_split(data: TaskData, checked: dict[str, list[frozenset]]) -> None:
     """No test or val question is a training question; each evaluates a group training never does.
 
-    By design (domain.md: hold out a share of the groups, send every sequence containing one to the
-    test side) a test sequence may also evaluate groups that training sequences evaluate; what it
-    must contain is at least one group no training sequence evaluates.
+    By design (docs/science.md, "The tasks": hold out a share of the groups, send every sequence
+    containing one to the test side) a test sequence may also evaluate groups that training
+    sequences evaluate; what it must contain is at least one group no training sequence evaluates.
     """
     train_prompts = prompts(data.train)
     train_groups = frozenset().union(*checked["train"])

@@ -12,7 +12,7 @@ sets, and :func:`make_recipe` splits a user's overrides between the two.
 - ``fast`` is this tool's first recipe: the classes' defaults (20,000 steps of 64 whole
   sequences, loss on the completion, AdamW 3e-3 with warm-up and cosine decay, weight decay 0.1,
   large init, sequential GELU block, early stops).
-- ``small`` is ``fast`` in the regime where joint training helps (domain.md, "Regimes"): the
+- ``small`` is ``fast`` in the regime where joint training helps (docs/science.md, "Regimes"): the
   group's init N(0, 0.02) and weight decay 0.01, an exponential decay over a fixed span (so a
   run read at a checkpoint is the run a smaller budget would have made), and no stuck rule
   (ADD-alone runs sit at chance for thousands of steps before they take off).
@@ -116,12 +116,12 @@ class ModelConfig:
     vocab_size: int  # fixed by the testbed and its size, whatever the mixture
     n_ctx: int  # longest sequence the grammar makes: one learned position each
     d_model: int = 32  # the size being searched; also the Optuna parameter name
-    n_recur: int = 4  # times the one block is applied (domain.md: R = 4)
-    n_head: int = 1  # domain.md: one head
-    mlp_ratio: int = 4  # MLP hidden width = mlp_ratio * d_model (domain.md: 4x)
+    n_recur: int = 4  # times the one block is applied (docs/science.md, "The model": 4)
+    n_head: int = 1  # one head (docs/science.md, "The model")
+    mlp_ratio: int = 4  # MLP hidden width = mlp_ratio * d_model (docs/science.md, "The model": 4x)
     tie_embeddings: bool = False  # untied head: the output map is free to differ from the input
-    # The recipe's model side (domain.md, Regimes). Defaults are this tool's first recipe, so
-    # configs stored before these fields existed read as what they trained.
+    # The recipe's model side (docs/science.md, "Regimes"). Defaults are this tool's first recipe,
+    # so configs stored before these fields existed read as what they trained.
     block: str = "sequential"  # x += SA(LN x); x += FFN(LN x). "parallel": x + SA(..) + FFN(..)
     activation: str = "gelu"  # of the MLP; "relu" as in the group's ListOps code
     init_std: float | None = None  # None: fan-in scaled (embeddings N(0, 1)); else N(0, std) all

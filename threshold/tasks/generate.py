@@ -64,22 +64,22 @@ class TaskConfig:
     testbed: str = "listops"  # value set and ops: "listops" (digits mod n) or "perm" (S_k)
     ops: tuple[str, ...] = ("max",)  # the mixture: each node of an expression draws its op here
     n: int = 10  # modulus n for listops, degree k of S_k for perm
-    depth: int = 2  # levels including the root: 2 is one nesting level (domain.md default)
+    depth: int = 2  # levels, root included: 2 is one nesting level (docs/science.md, "The tasks")
     arity_min: int = 2  # operands per op, drawn uniformly in [arity_min, arity_max] (paper: 2-3)
     arity_max: int = 3
     p_nest: float = 0.25  # chance an operand above the depth limit is a nested op (paper 0.25-0.5)
-    n_train: int | None = None  # None: 5000 * n sequences (domain.md: grows linearly with n)
-    n_test: int = 2000  # test sequences per op (domain.md default)
+    n_train: int | None = None  # None: 5000 * n sequences (docs/science.md, "The tasks")
+    n_test: int = 2000  # test sequences per op (docs/science.md, "The tasks")
     n_val: int = 500  # validation sequences per op, test-side, used only for early stopping
     holdout: float = 0.05  # share of op applications held out of training (raised for tiny n)
     split_seed: int = 0  # fixes the held-out groups and test sets, whatever the run seed
     data_seed: int = 0  # draws the training sequences
     sadd_seed: int = 0  # the fixed digit relabelling that defines sadd
     measure: str | None = None  # op whose test accuracy is the run's number; None: the hardest
-    # Exposure control (domain.md, Regimes): each node draws its op with these weights (one per
-    # op, in ops order; None: uniform), and with match_exposure the training set grows until the
-    # measured op has as many nodes as in its single-op training set (so "joint helps" is told
-    # from "joint sees less of the measured op").
+    # Exposure control (docs/science.md, "Regimes"): each node draws its op with these weights
+    # (one per op, in ops order; None: uniform), and with match_exposure the training set grows
+    # until the measured op has as many nodes as in its single-op training set (so "joint helps"
+    # is told from "joint sees less of the measured op").
     weights: tuple[float, ...] | None = None
     match_exposure: bool = False
 

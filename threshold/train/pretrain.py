@@ -5,7 +5,7 @@ both share the vocabulary and their held-out groups. Pretrained models are cache
 (``<cache>/pretrained/<key>.ckpt``, the key hashing the source task, model and training
 settings), so a transfer run, a search with ``--pretrain`` and a retried trial train each source
 model once; the ones not cached yet train together, as one call of the engine. The continuation
-uses a fresh optimizer (domain.md).
+uses a fresh optimizer (docs/science.md, "Analyses").
 """
 
 from __future__ import annotations
