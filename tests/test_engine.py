@@ -32,7 +32,7 @@ from threshold.train.evaluate import (
     gumbel_noise,
     teacher_forced,
 )
-from threshold.train.graphs import LENGTH_QUANTUM, static_length
+from threshold.train.layout import LENGTH_QUANTUM, static_length
 from threshold.train.memory import pack_bytes, plan_packs, plan_waves
 from threshold.train.optimizer import StackedAdamW
 

@@ -24,7 +24,8 @@ from threshold.train import (
     train_batches,
     train_runs,
 )
-from threshold.train.batches import drawn_arrays, token_stream, window_batches
+from threshold.train.batches import drawn_spans, token_stream, window_batches
+from threshold.train.layout import lay_out
 
 TINY = dict(n_train=3000, n_test=300, n_val=100)
 WINDOWS = dict(batches="windows", loss_on="all", window=48, batch_size=32)
@@ -52,17 +53,22 @@ def test_windows_are_slices_of_the_stream_and_follow_the_seed(max5):
     other = next(train_batches(max5.train, replace(cfg, seed=8)))
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
     assert not np.array_equal(first[0], other) and not np.array_equal(first[0], first[1])
-    assert first[0].shape == (32, 49) and first[0].dtype == np.int64
+    assert first[0].shape == (32,) and first[0].dtype == np.int64  # the windows' starts
     stream = token_stream(max5.train.tokens, max5.train.offsets)
+    windows = stream[first[0][:, None] + np.arange(49)]  # (32, 49)
     view = sliding_window_view(stream, 49)  # (N - 48, 49): every window of the stream
-    assert all((view == row).all(1).any() for row in first[0])
-    # inputs and targets: the window shifted by one, every target in the loss
-    x, y = drawn_arrays(max5.train, first[0], cfg, max5.vocab.pad_id)
-    assert x.shape == y.shape == (32, 48)
-    assert np.array_equal(x[:, 1:], y[:, :-1]) and bool((y >= 0).all())
-    # padded to a longer pack length, the padding is out of the loss
-    x, y = drawn_arrays(max5.train, first[0], cfg, max5.vocab.pad_id, length=60)
-    assert x.shape == (32, 60) and bool((y[:, 48:] == -100).all()) and bool((y[:, :48] >= 0).all())
+    assert all((view == row).all(1).any() for row in windows)
+    # laid out on the device: inputs and targets the window shifted by one, all in the loss
+    on_device = torch.from_numpy(stream.astype(np.int32))
+    spans = torch.from_numpy(drawn_spans(max5.train, first[0], cfg))[:, None]  # (3, 1, 32)
+    x, y, rows = lay_out(on_device, spans, 32 * 48, 48, dense=True)
+    assert np.array_equal(x.view(32, 48).numpy(), windows[:, :-1])
+    assert np.array_equal(y.view(32, 48).numpy(), windows[:, 1:])
+    # beside longer rows and rounded up, the same tokens, the rest out of the loss
+    x, y, rows = lay_out(on_device, spans, 32 * 48 + 10, 60, dense=False)
+    assert np.array_equal(x[0, 0, :1536].numpy(), windows[:, :-1].ravel())
+    assert bool((y[0, 0, 1536:] == -100).all()) and bool((y[0, 0, :1536] >= 0).all())
+    assert rows.to_rows(y[..., None].float()).shape == (1, 32, 60, 1)
     with pytest.raises(ConfigError, match="window 100 does not fit"):
         next(window_batches(stream[:100], 100, 4, 0))
 

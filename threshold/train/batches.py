@@ -20,6 +20,11 @@ training sequences, each ending in its end token, concatenated into one stream (
 of the set's tokens), and every step ``batch_size`` windows of ``window`` + 1 tokens at uniformly
 random starts from the run's own generator, so a run trained alone and the same run as a member of
 a batched pass draw the same windows.
+
+Either way a drawn batch is, to the engine, a set of *spans* of that stream (:func:`drawn_spans`):
+where each row starts, how many tokens it has, and how many of its first targets stay out of the
+loss. The engine gathers the tokens on its device (:mod:`threshold.train.layout`), so the host
+sends three numbers a row, drawn many steps ahead.
 """
 
 from __future__ import annotations
@@ -39,8 +44,7 @@ __all__ = [
     "batch_arrays",
     "binned_batches",
     "bucket_batches",
-    "drawn_arrays",
-    "drawn_length",
+    "drawn_spans",
     "drawn_tokens",
     "make_batches",
     "token_stream",
@@ -123,7 +127,8 @@ def window_batches(
     stream: np.ndarray, window: int, batch_size: int, seed: int
 ) -> Iterator[np.ndarray]:
     """Endless batches of ``batch_size`` windows of ``stream`` at random starts drawn from
-    ``seed``: int64 (batch_size, window + 1), inputs ``[:, :-1]`` and targets ``[:, 1:]``."""
+    ``seed``: the starts, int64 (batch_size,); window i is ``stream[s_i : s_i + window + 1]``,
+    inputs its first ``window`` tokens and targets its last."""
     starts_span = len(stream) - window  # starts 0 .. len - window - 1 keep window + 1 tokens
     if starts_span < 1:
         raise ConfigError(
@@ -131,15 +136,13 @@ def window_batches(
             "use a smaller window or more training sequences"
         )
     rng = np.random.default_rng(seed)
-    ahead = np.arange(window + 1)  # (window + 1,)
     while True:
-        starts = rng.integers(0, starts_span, size=batch_size)  # (B,)
-        yield stream[starts[:, None] + ahead].astype(np.int64)  # (B, window + 1)
+        yield rng.integers(0, starts_span, size=batch_size)  # (B,)
 
 
 def train_batches(train_set: SequenceSet, cfg: TrainConfig) -> Iterator[np.ndarray]:
     """The run's endless batches (its order, from its seed): index arrays (B,) of sequences, or
-    with ``cfg.batches = "windows"`` token arrays (B, window + 1) of the concatenated stream."""
+    with ``cfg.batches = "windows"`` the starts (B,) of windows of the concatenated stream."""
     if cfg.batches == "windows":
         stream = token_stream(train_set.tokens, train_set.offsets)
         return window_batches(stream, cfg.window, cfg.batch_size, cfg.seed)
@@ -171,35 +174,25 @@ def batch_arrays(
     return x, y
 
 
-def drawn_arrays(
-    seqs: SequenceSet, drawn: np.ndarray, cfg: TrainConfig, pad_id: int, length: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """Inputs and targets (B, T) of a batch from :func:`train_batches`, at least ``length`` long.
+def drawn_spans(seqs: SequenceSet, drawn: np.ndarray, cfg: TrainConfig) -> np.ndarray:
+    """Where batches from :func:`train_batches` lie in the stream of ``seqs``: int64 (3, ...) of
+    each row's start, its tokens, and the prompt tokens whose targets stay out of the loss (0:
+    every target in the loss), for ``drawn`` of any shape (a batch (B,), or many (K, B)).
 
-    ``drawn`` is an index array (B,) of sequences (see :func:`batch_arrays`) or, with stream
-    windows, a token array (B, window + 1): every target in the loss, padding beyond it out.
-    """
-    if drawn.ndim == 1:
-        return batch_arrays(seqs, drawn, pad_id, cfg.loss_on == "completion", length)
-    tokens = drawn  # (B, W + 1)
-    if tokens.shape[1] < length + 1:
-        extra = np.full((len(tokens), length + 1 - tokens.shape[1]), pad_id, dtype=tokens.dtype)
-        tokens = np.concatenate([tokens, extra], axis=1)
-    x = np.ascontiguousarray(tokens[:, :-1])  # (B, T)
-    y = tokens[:, 1:].copy()  # (B, T)
-    y[:, drawn.shape[1] - 1 :] = IGNORE  # the padding, if any
-    return x, y
+    A row of ``n`` tokens trains on ``n - 1`` inputs; input t's target is token t + 1, in the
+    loss where t + 1 >= the row's prompt tokens (:func:`batch_arrays`' rule)."""
+    if cfg.batches == "windows":
+        return np.stack([drawn, np.full_like(drawn, cfg.window + 1), np.zeros_like(drawn)]).astype(
+            np.int64
+        )
+    starts = seqs.offsets[drawn]
+    lengths = seqs.offsets[drawn + 1] - starts
+    prompt = seqs.prompt_len[drawn] if cfg.loss_on == "completion" else np.zeros_like(drawn)
+    return np.stack([starts - seqs.offsets[0], lengths, prompt]).astype(np.int64)
 
 
-def drawn_tokens(seqs: SequenceSet, drawn: np.ndarray) -> int:
-    """Tokens a drawn batch trains on: its sequences' lengths, or batch x window."""
-    if drawn.ndim == 1:
-        return int(seqs.lengths[drawn].sum())
-    return drawn.shape[0] * (drawn.shape[1] - 1)
-
-
-def drawn_length(seqs: SequenceSet, drawn: np.ndarray) -> int:
-    """Input positions a drawn batch needs: its longest sequence less one, or the window."""
-    if drawn.ndim == 1:
-        return int(seqs.lengths[drawn].max()) - 1
-    return drawn.shape[1] - 1
+def drawn_tokens(spans: np.ndarray, cfg: TrainConfig) -> np.ndarray:
+    """Tokens that batches of ``spans`` (3, ..., B) train on, one count a batch: the sequences'
+    lengths, or batch x window."""
+    per_row = spans[1] - 1 if cfg.batches == "windows" else spans[1]
+    return per_row.sum(-1)

@@ -26,35 +26,23 @@ def bench_train_steps(
     warmup: int = 10,
     device: torch.device | str = "cpu",
 ) -> dict:
-    """Training throughput of one run (a pack of one) at ``d_model``: steps/s, and non-padding
-    and padded tokens/s."""
+    """Training throughput of one run (a pack of one) at ``d_model``: steps/s, useful tokens/s
+    and positions computed/s (what the flat layout computes, its rounding included)."""
     cfg = TrainConfig(batch_order=batch_order)
     torch.set_num_threads(cfg.threads)
     device = torch.device(device)
     model_cfg = model_config_for(data.config, d_model)
     pack = start_pack([(0, Run(model_cfg, data, cfg))], device)
-    member = pack.members[0]
-    useful = padded = 0
-    elapsed = 0.0
-    for i in range(warmup + steps):
-        member.pending = index = next(member.batches)  # the step trains on this batch
-        sync(device)
-        t0 = time.perf_counter()
-        step_pack(pack)
-        sync(device)
-        if i >= warmup:
-            elapsed += time.perf_counter() - t0
-            useful += int(data.train.lengths[index].sum())
-            padded += len(index) * int(data.train.lengths[index].max())
+    elapsed, tokens, share = timed_steps(pack, steps, warmup, device)
     return {
         "d_model": d_model,
         "params_total": param_count(model_cfg)["total"],
         "batch_order": batch_order,
         "steps": steps,
         "steps_per_s": steps / elapsed,
-        "tokens_per_s": useful / elapsed,
-        "padded_tokens_per_s": padded / elapsed,
-        "padding_share": 1 - useful / padded,
+        "tokens_per_s": tokens / elapsed,
+        "padded_tokens_per_s": tokens / share / elapsed,
+        "padding_share": 1 - share,
     }
 
 
@@ -77,7 +65,7 @@ def bench_batched(
 
     def seconds_per_step(group: list[int]) -> tuple[float, int]:
         pack = start_pack([(i, runs[i]) for i in group], device)
-        elapsed, tokens = timed_steps(pack, steps, warmup, device)
+        elapsed, tokens, _ = timed_steps(pack, steps, warmup, device)
         return elapsed / steps, tokens
 
     if device.type == "cuda":
@@ -105,18 +93,23 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_steps(pack, steps: int, warmup: int, device: torch.device) -> tuple[float, int]:
+def timed_steps(pack, steps: int, warmup: int, device: torch.device) -> tuple[float, int, float]:
     """Seconds for ``steps`` training steps of ``pack`` after ``warmup`` untimed ones (on a GPU
-    synchronised at both ends), and the useful tokens those steps trained."""
+    synchronised at both ends), the useful tokens those steps trained, and the useful share of
+    the positions they computed (:attr:`threshold.train.layout.Batch.useful` of ``M x N``)."""
     for _ in range(warmup):
         step_pack(pack)
     before = sum(m.tokens for m in pack.members)
+    useful = computed = 0
     sync(device)
     t0 = time.perf_counter()
     for _ in range(steps):
         step_pack(pack)
+        useful += pack.last.useful
+        computed += len(pack.members) * pack.last.n
     sync(device)
-    return time.perf_counter() - t0, sum(m.tokens for m in pack.members) - before
+    tokens = sum(m.tokens for m in pack.members) - before
+    return time.perf_counter() - t0, tokens, useful / max(computed, 1)
 
 
 def bench_decode(data: TaskData, d_model: int, n_sequences: int) -> dict:

@@ -20,18 +20,17 @@ import logging
 import time
 from collections.abc import Callable
 
-import numpy as np
 import torch
 
 from threshold.config import Execution, ModelConfig, TrainConfig, param_count
 from threshold.errors import ConfigError
 from threshold.model import RecurrentTransformer
 from threshold.tasks import TaskData
-from threshold.train.batches import IGNORE, drawn_arrays, drawn_length, drawn_tokens, train_batches
+from threshold.train.batches import train_batches
 from threshold.train.checks import check, complete_budget
 from threshold.train.ensemble import Ensemble, check_members
 from threshold.train.evaluate import decode_greedy_and_sampled, majority_rate, teacher_forced
-from threshold.train.graphs import static_length
+from threshold.train.layout import Feed
 from threshold.train.memory import plan_waves
 from threshold.train.optimizer import StackedAdamW, lr_factor
 from threshold.train.pack import (
@@ -50,7 +49,6 @@ from threshold.train.state import load_state
 __all__ = [
     "continue_training",
     "init_model",
-    "stacked_batch",
     "start_pack",
     "step_pack",
     "train",
@@ -115,9 +113,9 @@ def train_runs(
     ``on_progress(i, progress)`` and ``on_done(i, result)`` name the run by its position. Packs
     are planned to fit ``memory_bytes`` (default: what the device has free); ``share`` (default:
     on a GPU) lets runs share padded packs (see :func:`threshold.train.memory.plan_packs`).
-    ``static`` (default: on a GPU) pads every batch to a static length
-    (:func:`threshold.train.graphs.static_length`) and, on a GPU, replays each step as a CUDA
-    graph. Runs with a :attr:`Run.state` file are saved to it every ``save_every_s`` seconds.
+    ``static`` (default: on a GPU) rounds every batch's layout to a few static shapes
+    (:class:`threshold.train.layout.Feed`) and, on a GPU, replays each step as a CUDA graph.
+    Runs with a :attr:`Run.state` file are saved to it every ``save_every_s`` seconds.
     The model comes back on the CPU.
     """
     device = torch.device(device)
@@ -194,7 +192,8 @@ def start_pack(indexed: list[tuple[int, Run]], device: torch.device, static: boo
         if state is not None:
             resume(ens, opt, smooth, k, m, state)
             log.info("run %d continues from step %d (%s)", m.index, m.step, m.run.state)
-    pack = Pack(ens, opt, members, smooth, static)
+    feed = Feed(members, ens.device, static, ens.cfg.n_ctx)
+    pack = Pack(ens, opt, members, smooth, feed, static)
     charge_cpu(members, cpu)
     return pack
 
@@ -239,17 +238,16 @@ def _advance(pack: Pack, on_progress, done, progress_every: int) -> None:
         return
     new = pack.keep(left)
     pack.ens, pack.opt, pack.members, pack.smooth = new.ens, new.opt, new.members, new.smooth
-    pack.graphs = new.graphs
+    pack.feed, pack.graphs = new.feed, new.graphs
 
 
 def step_pack(pack: Pack) -> None:
     """One training step of every member of the pack (no evaluation)."""
     ts = time.perf_counter()
-    x, y = stacked_batch(pack)
-    lr = [m.cfg.lr * m.lr_factor(m.step) for m in pack.members]
-    pack.opt.lr.copy_(torch.tensor(lr))
+    batch = pack.feed.next()
+    pack.opt.lr.copy_(batch.lr)
     step = pack.eager_step if pack.graphs is None else pack.graphs.step
-    losses = step(x, y)
+    losses = step(batch.spans, batch.n, batch.t, batch.dense)
     first = [m.step == 0 for m in pack.members]  # members resumed mid-run beside new ones differ
     if all(first):
         pack.smooth = losses
@@ -259,37 +257,11 @@ def step_pack(pack: Pack) -> None:
         new = torch.tensor(first, device=losses.device)
         pack.smooth = torch.where(new, losses, 0.95 * pack.smooth + 0.05 * losses)
     spent = time.perf_counter() - ts
-    for m in pack.members:
+    for m, tokens in zip(pack.members, batch.tokens.tolist(), strict=True):
         m.step += 1
-        m.tokens += drawn_tokens(m.data.train, m.pending)
+        m.tokens += tokens
         m.train_s += spent
-        m.pending = None
-
-
-def stacked_batch(pack: Pack) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every member's next batch, padded to one shape: inputs and targets (M, B, T)."""
-    for m in pack.members:
-        if m.pending is None:
-            m.pending = next(m.batches)
-    length = max(drawn_length(m.data.train, m.pending) for m in pack.members)
-    if pack.static:
-        length = static_length(length, pack.ens.cfg.n_ctx)
-    rows = max(len(m.pending) for m in pack.members)
-    xs, ys = [], []
-    for m in pack.members:
-        pad = m.data.vocab.pad_id
-        x, y = drawn_arrays(m.data.train, m.pending, m.cfg, pad, length)
-        if len(x) < rows:  # a member with a smaller batch: rows of padding, out of the loss
-            x = np.concatenate([x, np.full((rows - len(x), length), pad, dtype=x.dtype)])
-            y = np.concatenate([y, np.full((rows - len(y), length), IGNORE, dtype=y.dtype)])
-        xs.append(x)
-        ys.append(y)
-    dev = pack.ens.device
-    x = torch.from_numpy(np.stack(xs).astype(np.int64))  # (M, B, T)
-    y = torch.from_numpy(np.stack(ys).astype(np.int64))  # (M, B, T)
-    if dev.type == "cuda":  # pinned, so the copies overlap the device's work
-        x, y = x.pin_memory(), y.pin_memory()
-    return x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+    pack.last = batch
 
 
 def _finish(pack: Pack, ended: list[int]) -> list[TrainResult]:

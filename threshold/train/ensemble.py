@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from threshold.errors import ConfigError
 from threshold.model import ModelConfig, RecurrentTransformer
+from threshold.train.layout import Rows
 
 __all__ = ["Ensemble", "EnsembleCache", "check_members", "shape_key"]
 
@@ -243,23 +244,29 @@ class Ensemble:
         for name, t in tensors.items():
             _copy(views[name][i], self.width, t[0].to(dst.device), d, d, _LAYOUT[name][2], r)
 
-    def forward(self, idx: torch.Tensor, cache: EnsembleCache | None = None) -> torch.Tensor:
-        """Next-token logits (M, B, T, V) of every member for its tokens ``idx`` (M, B, T)."""
+    def forward(
+        self, idx: torch.Tensor, cache: EnsembleCache | None = None, rows: Rows | None = None
+    ) -> torch.Tensor:
+        """Next-token logits (M, B, T, V) of every member for its tokens ``idx`` (M, B, T), one
+        sequence a row from position 0 (or ``cache.length``). With ``rows``, ``idx`` is a flat
+        layout (M, 1, N) of many sequences, each token at the position ``rows.pos`` gives it,
+        and attention reads each sequence alone (:mod:`threshold.train.layout`)."""
         p, cfg = self.params, self.cfg
-        m, _, t = idx.shape
+        t = idx.shape[2]
         start = 0 if cache is None else cache.length
-        if start + t > cfg.n_ctx:
+        if rows is None and start + t > cfg.n_ctx:
             raise ValueError(f"sequence of {start + t} tokens exceeds n_ctx {cfg.n_ctx}")
-        v_size = cfg.vocab_size
-        offsets = torch.arange(m, device=idx.device)[:, None, None] * v_size  # (M, 1, 1)
-        x = F.embedding(idx + offsets, p["tok"].reshape(m * v_size, -1))  # (M, B, T, D)
-        x = x + p["pos"][:, None, start : start + t]  # (M, B, T, D)
+        x = self._embed(idx, p["tok"])  # (M, B, T, D)
+        if rows is None:
+            x = x + p["pos"][:, None, start : start + t]  # (M, B, T, D)
+        else:
+            x = x + self._embed(rows.pos, p["pos"])  # (M, 1, N, D)
         for step in range(cfg.n_recur):
             if cfg.block == "parallel":  # both read the same x
-                attn = self._attention(self._ln(x, "ln_1"), cache, step)  # (M, B, T, D)
+                attn = self._attention(self._ln(x, "ln_1"), cache, step, rows)  # (M, B, T, D)
                 x = x + self._kept(attn, "attn", step) + self._kept(self._mlp_of(x), "mlp", step)
                 continue
-            attn = self._attention(self._ln(x, "ln_1"), cache, step)  # (M, B, T, D)
+            attn = self._attention(self._ln(x, "ln_1"), cache, step, rows)  # (M, B, T, D)
             x = x + self._kept(attn, "attn", step)  # (M, B, T, D)
             x = x + self._kept(self._mlp_of(x), "mlp", step)  # (M, B, T, D)
         if cache is not None:
@@ -267,6 +274,13 @@ class Ensemble:
         return self._linear(self._ln(x, "ln_f"), "head.w", None)  # (M, B, T, V)
 
     __call__ = forward
+
+    @staticmethod
+    def _embed(idx: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        """Rows of each member's own ``table`` (M, V, D) at ``idx`` (M, B, T): (M, B, T, D)."""
+        m, v = table.shape[:2]
+        offsets = torch.arange(m, device=idx.device)[:, None, None] * v  # (M, 1, 1)
+        return F.embedding(idx + offsets, table.reshape(m * v, -1))  # (M, B, T, D)
 
     def _kept(self, update: torch.Tensor, sublayer: str, step: int) -> torch.Tensor:
         """``update``, or zeros where the ablation zeroes this sublayer at this step."""
@@ -296,9 +310,14 @@ class Ensemble:
             y = torch.baddbmm(self.params[bias][:, None, :], flat, w)  # (M, B*T, out)
         return y.view(m, b, t, -1)
 
-    def _attention(self, x: torch.Tensor, cache: EnsembleCache | None, step: int) -> torch.Tensor:
+    def _attention(
+        self, x: torch.Tensor, cache: EnsembleCache | None, step: int, rows: Rows | None
+    ) -> torch.Tensor:
         bias = "qkv.b" if self.cfg.qkv_bias else None
-        q, k, v = self._linear(x, "qkv.w", bias).split(self.width, dim=-1)  # (M, B, T, D) each
+        qkv = self._linear(x, "qkv.w", bias)  # (M, B, T, 3D)
+        if rows is not None:  # flat (M, 1, N, 3D) to one sequence a row
+            qkv = rows.to_rows(qkv)  # (M, B, T, 3D)
+        q, k, v = qkv.split(self.width, dim=-1)  # (M, B, T, D) each
         scale = self.width**-0.5
         if not self.uniform:
             q, scale = q * self.q_scale, 1.0  # the member's own 1/sqrt(d); the padding is zero
@@ -312,6 +331,8 @@ class Ensemble:
             cache.v[step, :, :, cache.length : end] = v
             k, v = cache.k[step, :, :, :end], cache.v[step, :, :, :end]  # (M, B, S, D)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)  # (M, B, T, D)
+        if rows is not None:
+            y = rows.to_flat(y)  # (M, 1, N, D)
         return self._linear(y, "out.w", "out.b")  # (M, B, T, D)
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:

@@ -22,13 +22,14 @@ from threshold.config import TrainConfig, model_config_for
 from threshold.tasks import TaskData
 from threshold.train.bench import sync, timed_steps
 from threshold.train.checkpoint import load_checkpoint, save_checkpoint
-from threshold.train.engine import init_model, stacked_batch, start_pack, step_pack, train_runs
+from threshold.train.engine import init_model, start_pack, step_pack, train_runs
 from threshold.train.ensemble import Ensemble
 from threshold.train.evaluate import evaluate_decode, evaluate_greedy
+from threshold.train.layout import CHUNK
 from threshold.train.memory import pack_bytes
 from threshold.train.run import Run
 
-__all__ = ["check_engine", "throughput"]
+__all__ = ["check_engine", "device_seconds", "host_seconds", "throughput"]
 
 Note = Callable[[str], None]
 
@@ -180,7 +181,7 @@ def _time_pack(data, device, sizes, m, steps, path) -> dict:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     # 3 warm-up steps (and, graphed, the capture of the first shapes)
-    elapsed, tokens = timed_steps(pack, steps, 3, device)
+    elapsed, tokens, share = timed_steps(pack, steps, 3, device)
     row = {
         "path": path,
         "members": m,
@@ -189,6 +190,7 @@ def _time_pack(data, device, sizes, m, steps, path) -> dict:
         "step_ms": 1000 * elapsed / steps,
         "model_steps_per_s": m * steps / elapsed,
         "tokens_per_s": tokens / elapsed,
+        "useful_share": share,
         "graphs_captured": len(pack.graphs.graphs) if pack.graphs is not None else 0,
         "graphs_failed": bool(pack.graphs is not None and pack.graphs.failed),
     }
@@ -196,11 +198,35 @@ def _time_pack(data, device, sizes, m, steps, path) -> dict:
         row["compile_s"] = compile_s
     if device.type == "cuda":
         row["peak_memory"] = int(torch.cuda.max_memory_allocated(device))
-    host = time.perf_counter()
-    for _ in range(5):  # what drawing, padding and sending a batch costs the host
-        for member in pack.members:
-            member.pending = None
-        stacked_batch(pack)
-    sync(device)
-    row["host_batch_ms"] = 1000 * (time.perf_counter() - host) / 5
+    row["host_batch_ms"] = 1000 * host_seconds(pack, device)
+    row["device_step_ms"] = 1000 * device_seconds(pack, device, steps)
     return row
+
+
+def host_seconds(pack, device: torch.device) -> float:
+    """What the host spends on a step's batch: a whole chunk of every member's batches drawn,
+    laid out as spans and sent (:class:`threshold.train.layout.Feed`), per step. The pack's
+    drawn batches are dropped first: time it on a pack that trains no further."""
+    for member in pack.members:
+        member.ahead = member.ahead[:, :0]
+    pack.feed.chunk = []
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(CHUNK):
+        pack.feed.next()
+    sync(device)
+    return (time.perf_counter() - t0) / CHUNK
+
+
+def device_seconds(pack, device: torch.device, steps: int) -> float:
+    """Seconds a step takes with its batch already on the device: the last batch again, through
+    the pack's own step (graphed where the pack is)."""
+    batch = pack.last
+    step = pack.eager_step if pack.graphs is None else pack.graphs.step
+    step(batch.spans, batch.n, batch.t, batch.dense)  # its graph captured, if not yet
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step(batch.spans, batch.n, batch.t, batch.dense)
+    sync(device)
+    return (time.perf_counter() - t0) / steps

@@ -24,6 +24,7 @@ from threshold.tasks import TaskData
 from threshold.train.batches import IGNORE
 from threshold.train.ensemble import Ensemble
 from threshold.train.graphs import StepGraphs
+from threshold.train.layout import Batch, Feed, Rows, lay_out
 from threshold.train.optimizer import StackedAdamW
 from threshold.train.run import Run
 from threshold.train.state import RunState, save_state
@@ -46,11 +47,12 @@ class Member:
 
     index: int  # position in the caller's list
     run: Run
-    batches: Iterator[np.ndarray]  # the run's own endless batches (indices, or windows)
+    batches: Iterator[np.ndarray]  # the run's own endless batches (indices, or window starts)
     chance: float  # majority rate of the measured op: what "stuck at chance" means
     lr_factor: Callable[[int], float]
     start: float  # perf_counter when its pack began
-    pending: np.ndarray | None = None  # a drawn batch not yet trained on (kept across a split)
+    # spans (3, K, B) of the batches drawn for its next K steps (kept across a repack: Feed)
+    ahead: np.ndarray = field(default_factory=lambda: np.zeros((3, 0, 0), dtype=np.int64))
     step: int = 0
     tokens: int = 0
     train_s: float = 0.0
@@ -73,11 +75,15 @@ class Member:
         return self.run.data.config.measured_op
 
 
-def _forward_backward(ens: Ensemble, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Every member's loss on inputs ``x`` (M, B, T), targets ``y`` (M, B, T), and its gradient
-    in ``ens.grad``. Each member's loss is its own mean over its own targets, so its gradient is
-    the one its model would get alone. Returns the losses (M,), on the device."""
-    logits = ens(x)  # (M, B, T, V)
+def _forward_backward(
+    ens: Ensemble, x: torch.Tensor, y: torch.Tensor, rows: Rows | None = None
+) -> torch.Tensor:
+    """Every member's loss on inputs ``x``, targets ``y`` (M, B, T), one sequence a row, or
+    (M, 1, N) laid out as ``rows`` says (:func:`~threshold.train.layout.lay_out`), and its
+    gradient in ``ens.grad``.
+    Each member's loss is its own mean over its own targets, so its gradient is the one its
+    model would get alone. Returns the losses (M,), on the device."""
+    logits = ens(x, rows=rows)  # (M, 1, N, V)
     m = x.shape[0]
     nll = F.cross_entropy(
         logits.flatten(0, 2), y.flatten(), ignore_index=IGNORE, reduction="none"
@@ -101,21 +107,25 @@ class Pack:
     opt: StackedAdamW
     members: list[Member]
     smooth: torch.Tensor  # (M,) smoothed training loss, on the device
-    static: bool = False  # batches padded to static lengths (and on a GPU, graphed steps)
+    feed: Feed  # the members' batches, drawn ahead, on the device
+    static: bool = False  # batches in a few static shapes (and on a GPU, graphed steps)
     # False once the pack was halved after an out-of-memory error: each graph keeps its step's
     # activations in a pool of its own, so graphed halves side by side need what the whole did;
     # eager steps free them, and the halves' peak is one half's
     graphed: bool = True
     graphs: StepGraphs | None = None
+    last: Batch | None = None  # the batch of its last step (its shape and useful positions)
     saved_at: float = field(default_factory=time.perf_counter)  # its states last written
 
     def __post_init__(self) -> None:
         if self.static and self.graphed and self.ens.device.type == "cuda":
             self.graphs = StepGraphs(self.ens, self.opt, self.eager_step)
 
-    def eager_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Forward, backward and the optimizer's update, as launched one kernel at a time."""
-        losses = _forward_backward(self.ens, x, y)
+    def eager_step(self, spans: torch.Tensor, n: int, t: int, dense: bool) -> torch.Tensor:
+        """The batch laid out (:func:`~threshold.train.layout.lay_out`), forward, backward and
+        the optimizer's update, as launched one kernel at a time."""
+        x, y, rows = lay_out(self.feed.stream.tokens, spans, n, t, dense)
+        losses = _forward_backward(self.ens, x, y, rows)
         self.opt.step()
         return losses
 
@@ -127,7 +137,8 @@ class Pack:
         members = [self.members[p] for p in positions]
         opt = self.opt.select(ens, positions)
         graphed = self.graphed if graphed is None else graphed
-        return Pack(ens, opt, members, self.smooth[index], self.static, graphed)
+        feed = self.feed.select(members)
+        return Pack(ens, opt, members, self.smooth[index], feed, self.static, graphed)
 
 
 def resume(
