@@ -6,8 +6,10 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -18,6 +20,7 @@ from threshold.errors import ConfigError
 from threshold.search.benchmark import bench_families
 from threshold.search.benchmark import bench_search as run_bench
 from threshold.search.families import CHANCE
+from threshold.search.replay import bench_replay
 from threshold.search.sampler import policy_settings
 from threshold.search.settings import with_overrides
 from threshold.search.simulate import ResponseModel
@@ -94,11 +97,35 @@ def bench_search(
             " Each has its own random stream: the same numbers whichever are chosen."
         ),
     ] = "sampler,grid,spread,oracle,oracle_fit",
+    replay: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--replay",
+            help="Instead: replay recorded grids of real runs (bench gpu science records,"
+            " reports' results.json, or folders of them; repeatable): the sampler, the"
+            " Ψ-method, a bisection and random order each pick among a grid's sizes and are"
+            " answered by its recorded runs, scored against the full grid's reading at their"
+            " own stop and at the --runs counts.",
+        ),
+    ] = None,
+    orders: Annotated[
+        int, typer.Option(help="With --replay: random orders of each grid's runs.")
+    ] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Our sampler on simulated studies with known truth, family by family (see README)."""
 
     def body():
+        if replay:
+            counts = tuple(int(v) for v in runs.split(",") if v.strip())
+            if runs == "12,24,48":  # the families' default: a grid holds 4-20 runs
+                counts = (6, 9, 12)
+            result = bench_replay(replay, counts=counts, precision=precision, orders=orders)
+            if as_json:
+                typer.echo(json.dumps(result))
+            else:
+                _print_bench_replay(result)
+            return
         if studies < 1:
             raise ConfigError(f"--studies {studies} is not allowed: use 1 or more")
         changed = _parsed_overrides(overrides or [])
@@ -263,3 +290,59 @@ def _adaptive_label(key: str) -> str:
         if key.startswith(prefix):
             return f"{words}, {key[len(prefix) :]} runs"
     return f"{key}, stop off"
+
+
+def _print_bench_replay(result: dict) -> None:
+    """The replay's grids (the reference and each method at its own stop), then each method's
+    columns over the grids."""
+    table = Table(title=f"replays of {len(result['grids'])} recorded grids (own stop)")
+    for col in ("grid", "sizes", "runs", "reference"):
+        table.add_column(col)
+    methods = list(result["summary"])
+    for m in methods:
+        table.add_column(m, justify="right")
+    for g in result["grids"]:
+        ref = g["reference"]
+        words = (
+            f"d {ref['d']:.1f}"
+            if ref["kind"] == "point"
+            else f"{ref['kind']} ({ref['bound']:,.0f} params)"
+            if ref["bound"]
+            else ref["kind"]
+        )
+        cells = []
+        for m in methods:
+            trials = [t["stop"] for t in g["methods"][m]]
+            runs = np.mean([t["runs"] for t in trials])
+            if ref["kind"] == "point":
+                cov = np.mean([t["covered"] for t in trials])
+                err = np.median([abs(t["error"]) for t in trials])
+                cells.append(f"{runs:.0f} runs, {cov:.0%}, {err:.2f}")
+            else:
+                ok = np.mean([t["bound_ok"] for t in trials])
+                cells.append(f"{runs:.0f} runs, bound {ok:.0%}")
+        table.add_row(g["name"], f"{g['sizes'][0]}-{g['sizes'][-1]} ({len(g['sizes'])})",
+                      str(g["runs"]), words, *cells)  # fmt: skip
+    Console().print(table)
+    summary = Table(
+        title="per method, over the grids (coverage / median |ln error| / runs vs grid)"
+    )
+    for col in ("method", "column", "located grids", "coverage", "median |ln err|",
+                "runs vs grid (max)", "read located", "bound grids", "bound right side",
+                "bound read located"):  # fmt: skip
+        summary.add_column(col, justify="right")
+    for m, columns in result["summary"].items():
+        for c, s in columns.items():
+            summary.add_row(
+                m,
+                "own stop" if c == "stop" else f"{c} runs",
+                str(s["grids_located"]),
+                f"{s['coverage']:.2f}" if "coverage" in s else "-",
+                f"{s['median_abs_log_error']:.3f}" if "coverage" in s else "-",
+                f"{s['median_share']:.2f} ({s['max_share']:.2f})" if "coverage" in s else "-",
+                f"{s['read_located']:.2f}" if "coverage" in s else "-",
+                str(s["grids_bound"]),
+                f"{s['bound_ok']:.2f}" if "bound_ok" in s else "-",
+                f"{s['bound_read_located']:.2f}" if "bound_ok" in s else "-",
+            )
+    Console().print(summary)

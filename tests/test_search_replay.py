@@ -1,0 +1,91 @@
+"""Replays of recorded grids (threshold/search/replay.py): loading, the pool of runs, scoring."""
+
+import json
+
+import numpy as np
+import pytest
+
+from threshold.errors import ConfigError
+from threshold.search.replay import (
+    RecordedGrid,
+    _bisection,
+    _Pool,
+    _score,
+    _summary,
+    load_grids,
+    replay_grid,
+)
+
+SIZES = (8, 16, 32, 64)
+PARAMS = {d: 12 * d * d + 100 * d for d in SIZES}
+
+
+def _report(tmp_path, runs, name="listops10-add-add-test"):
+    """A report's results.json with one study of these (d, accuracy) runs in trial order."""
+    rows = [
+        {"trial": i, "d": d, "params": PARAMS[d], "seed": i, "accuracy": y}
+        for i, (d, y) in enumerate(runs)
+    ]
+    path = tmp_path / "results.json"
+    study = {"row": {"name": name}, "chance": 0.15, "level": 0.8, "runs": rows}
+    path.write_text(json.dumps({"studies": [study]}))
+    return path
+
+
+def _clean(at: int = 20) -> list:
+    """Two seeds a size, learned (0.97) above d = at, at chance below."""
+    return [(d, 0.97 if d > at else 0.15 + 0.01 * s) for d in SIZES for s in range(2)]
+
+
+def test_a_report_gives_its_study_as_a_grid_and_a_grid_of_two_sizes_is_left_out(tmp_path):
+    (grid,) = load_grids([_report(tmp_path, _clean())])
+    assert grid.sizes == list(SIZES) and len(grid.runs) == 8
+    assert grid.settings.d_lo == 8 and grid.settings.d_hi == 64 and grid.settings.chance == 0.15
+    assert load_grids([_report(tmp_path, [(8, 0.15), (64, 0.97), (64, 0.96)])]) == []
+    with pytest.raises(ConfigError, match="no such file"):
+        load_grids([tmp_path / "missing.json"])
+
+
+def test_the_pool_answers_in_recorded_order_and_redirects_an_exhausted_size(tmp_path):
+    (grid,) = load_grids([_report(tmp_path, [(8, 0.1), (8, 0.2), (16, 0.3), (64, 0.9)])])
+    pool = _Pool(grid)
+    assert pool.draw(8) == (8, 0.1) and pool.draw(8) == (8, 0.2)
+    assert pool.draw(8) == (16, 0.3) and pool.redirected == 1  # 16 is nearest 8 with runs left
+    assert pool.draw(16) == (64, 0.9)
+    assert pool.draw(64) is None
+
+
+def test_bisection_closes_on_the_step_and_then_uses_every_run(tmp_path):
+    (grid,) = load_grids([_report(tmp_path, _clean(at=20))])
+    runs, stop = _bisection(grid)
+    assert runs[0][0] == 64 and sorted(runs) == sorted(grid.runs)
+    assert {d for d, _ in runs[1:stop]} <= {16, 32}  # between the ends, not at them
+
+
+def test_scores_against_a_point_and_against_a_bound():
+    point = {"x": 10.0, "kind": "point"}
+    read = {"x": 10.5, "lo": 9.5, "hi": 11.0, "kind": "point", "runs": 6}
+    assert _score(read, point, 12) == {
+        "runs": 6, "share": 0.5, "kind": "point", "covered": True, "error": 0.5
+    }  # fmt: skip
+    lower = {"x": 12.0, "kind": "lower bound"}
+    assert _score(read, lower, 12)["bound_ok"] is False and _score(read, lower, 12)["located"]
+    grids = [
+        {"reference": point, "methods": {"m": [{"stop": _score(read, point, 12)}]}},
+        {"reference": lower, "methods": {"m": [{"stop": _score(read, lower, 12)}]}},
+    ]
+    s = _summary(grids, "m", "stop")
+    assert s["coverage"] == 1.0 and s["bound_ok"] == 0.0 and s["bound_read_located"] == 1.0
+
+
+@pytest.mark.slow
+def test_every_method_replays_a_clean_grid_and_covers_its_reading(tmp_path):
+    (grid,) = load_grids([_report(tmp_path, _clean(at=20))])
+    assert isinstance(grid, RecordedGrid)
+    out = replay_grid(grid, counts=(4, 6), orders=2)
+    assert out["reference"]["kind"] in ("point", "upper bound", "lower bound", "none")
+    for method, trials in out["methods"].items():
+        for trial in trials:
+            assert {"stop", "4", "6"} <= set(trial), method
+            assert 3 <= trial["stop"]["runs"] <= 8
+            assert np.isfinite(trial["4"]["share"])

@@ -1,0 +1,451 @@
+"""Replays of recorded grids of real runs: the search judged on real training runs.
+
+A recorded grid is a study's runs at a few sizes, several seeds each: a science record of
+``threshold bench gpu`` (two studies, at each budget checkpoint where the record keeps the runs'
+accuracy there, else at the end) or a report's ``results.json`` (each study's runs). The full
+grid's reading (``posterior_summary`` of every run, and whether the runs locate it,
+``bounds.locate``) is the *reference*. Each method then runs its own study on the grid: the
+grid's sizes are the only sizes it may pick, each pick answered by the next recorded run at that
+size (seeds in recorded order); a size whose seeds are used is exhausted, and a pick of it is
+answered at the nearest size in ln(parameters) with runs left (``redirected``, counted):
+
+- ``sampler``: ``decide`` in a loop (``benchmark.trajectory``), the tool's own stop and the stop
+  switched off, on the study's size table cut to the grid's sizes (so the bracket is the grid's
+  largest, smallest and middle size and the range never widens past them);
+- ``psi``: the plain Ψ-method (``psi.PsiMethod``) over the sizes with runs left, the same stop
+  rules on its own posterior (``benchmark.psi_trajectory``);
+- ``bisection``: the largest size first (the asymptote), then noisy bisection over the sizes in
+  order (a run at the level, ``level_target`` of the largest run's accuracy or of halfway from
+  chance to 1 if that is higher, moves the upper end down, one under it the lower end up), its
+  stop when the ends are neighbours, then the two ends' remaining seeds in turn; read by our
+  posterior;
+- ``random``: the grid's runs in a random order (``orders`` of them), its stop the sampler's rule
+  (the 90% interval within the precision, or the mass beyond an end) read after each run; read
+  by our posterior.
+
+Each is scored at its own stop and at fixed run counts: against a located reference, whether
+its 90% interval holds the reference's median (coverage) and |ln(its median / the reference's)|
+in parameters; against a reference that is only a bound, whether its own runs give a bound on
+the same side (``bound_ok``), and never a located point; and its runs against the grid's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from threshold.config import make_recipe, model_config_for, param_count
+from threshold.errors import ConfigError
+from threshold.search.benchmark import psi_trajectory, trajectory
+from threshold.search.bounds import POINT, locate
+from threshold.search.policy import posterior_of, posterior_summary, summary_of
+from threshold.search.posterior import level_target, normalize
+from threshold.search.psi import PsiMethod
+from threshold.search.settings import SearchSettings
+from threshold.tasks import TaskConfig, load_task_data
+
+__all__ = ["METHODS", "RecordedGrid", "bench_replay", "load_grids", "replay_grid"]
+
+logger = logging.getLogger(__name__)
+
+METHODS = ("sampler", "psi", "bisection", "random")
+COUNTS = (6, 9, 12)  # fixed run counts each method is also read at (where the grid has as many)
+MIN_SIZES = 3  # a grid of fewer sizes has no middle for the bracket
+
+
+@dataclass(frozen=True)
+class RecordedGrid:
+    """One recorded grid: its runs (d, accuracy) in recorded order and the study's settings,
+    the size table cut to the grid's sizes."""
+
+    name: str
+    source: str
+    settings: SearchSettings
+    runs: tuple[tuple[int, float], ...]
+
+    @property
+    def sizes(self) -> list[int]:
+        return sorted({d for d, _ in self.runs})
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+
+def load_grids(paths: list[Path], precision: float = 2.5) -> list[RecordedGrid]:
+    """Every grid of ``MIN_SIZES`` sizes or more in ``paths`` (files, or folders of ``*.json``
+    but their ``*-analysis.json``): science records of ``bench gpu`` and reports'
+    ``results.json``. A study found in several reports (a suite's and its part's) is kept once,
+    with its most runs. ``precision``: the stop's, as ``find``'s."""
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            files += sorted(
+                p for p in path.rglob("*.json") if not p.name.endswith("-analysis.json")
+            )
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise ConfigError(f"replay {path}: no such file or folder; give records or reports")
+    grids: dict[str, RecordedGrid] = {}
+    for file in files:
+        try:
+            record = json.loads(file.read_text())
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"replay {file}: not a JSON record ({err})") from None
+        if not isinstance(record, dict):
+            continue
+        if isinstance(record.get("science"), dict) and "runs" in record["science"]:
+            found = [] if record.get("tiny") else _science_grids(record["science"], file)
+        elif isinstance(record.get("studies"), list):
+            found = _report_grids(record, file)
+        else:
+            logger.info("replay: %s holds no science record or report: skipped", file)
+            continue
+        for grid in found:
+            kept = grids.get(grid.name)
+            if len(grid.sizes) >= MIN_SIZES and (kept is None or len(grid.runs) > len(kept.runs)):
+                grids[grid.name] = grid
+    return [replace(g, settings=replace(g.settings, precision=precision)) for g in grids.values()]
+
+
+def _table_settings(table: dict[int, int], chance: float, level: float = 0.8) -> SearchSettings:
+    """Search settings on the size table {d: params} of a grid's sizes."""
+    ds = sorted(table)
+    return SearchSettings(
+        tuple((d, table[d]) for d in ds), d_lo=ds[0], d_hi=ds[-1], chance=chance, level=level
+    )
+
+
+_SCIENCE_TASKS = {  # bench gpu's science pair (search/gpu.py science_pair)
+    "add": (("add",), None),
+    "max+med+add": (("max", "med", "add"), "add"),
+}
+
+
+def _science_grids(sci: dict, file: Path) -> list[RecordedGrid]:
+    """A science record's grids: per study, one at each budget checkpoint where its runs keep
+    their accuracy there (``budget`` of each run), else one of their final accuracies."""
+    made = make_recipe(sci["recipe"])
+    decoding = sci.get("decoding", made.train.decoding)
+    key = "sampled_accuracy" if decoding == "sampled" else "accuracy"
+    out = []
+    for study, (ops, measure) in _SCIENCE_TASKS.items():
+        runs = [r for r in sci["runs"] if r["study"] == study]
+        if not runs:
+            continue
+        task = TaskConfig(ops=ops, n=sci["mod"], measure=measure)
+        answers = load_task_data(task).test[task.measured_op].answers
+        shares = np.bincount(answers) / answers.size
+        chance = float((shares**2).sum() if decoding == "sampled" else shares.max())
+        table = {
+            d: param_count(model_config_for(task, d, made.train, **made.model_kwargs))["total"]
+            for d in sorted({r["d"] for r in runs})
+        }
+        if len(table) < MIN_SIZES:
+            continue
+        settings = _table_settings(table, chance)
+        order = sorted(runs, key=lambda r: (r["d"], r["seed"]))  # the seeds in recorded order
+        if all(r.get("budget") for r in runs):  # every run's accuracy at every checkpoint
+            steps = sorted({b["step"] for b in runs[0]["budget"]})
+            for step in steps:
+                at = [
+                    (r["d"], next(b[key] for b in r["budget"] if b["step"] == step)) for r in order
+                ]
+                out.append(
+                    RecordedGrid(f"{file.stem} {study} @{step}", str(file), settings, tuple(at))
+                )
+        else:
+            at = tuple((r["d"], float(r[key])) for r in order)
+            out.append(RecordedGrid(f"{file.stem} {study} @end", str(file), settings, at))
+    return out
+
+
+def _report_grids(record: dict, file: Path) -> list[RecordedGrid]:
+    """A report's studies, each its runs in trial order (the sizes' params as recorded)."""
+    out = []
+    for study in record["studies"]:
+        row = study.get("row") or {}
+        runs = sorted(study.get("runs") or [], key=lambda r: r.get("trial", 0))
+        chance = study.get("chance")
+        if chance is None or not runs:
+            continue
+        table = {int(r["d"]): int(r["params"]) for r in runs}
+        if len(table) < MIN_SIZES:
+            continue
+        settings = _table_settings(table, float(chance), float(study.get("level") or 0.8))
+        at = tuple((int(r["d"]), float(r["accuracy"])) for r in runs)
+        out.append(RecordedGrid(row.get("name") or study.get("name"), str(file), settings, at))
+    return out
+
+
+# --- a grid's runs, answered on demand ---------------------------------------------------------
+
+
+class _Pool:
+    """The grid's runs left, by size, each size's in recorded order. ``draw(d)`` answers a pick
+    with the next run at d, or where d is exhausted at the nearest size in x with runs left."""
+
+    def __init__(self, grid: RecordedGrid) -> None:
+        self.settings = grid.settings
+        self.left: dict[int, list[float]] = defaultdict(list)
+        for d, y in grid.runs:
+            self.left[d].append(y)
+        self.redirected = 0
+
+    def available(self) -> list[int]:
+        return sorted(d for d, ys in self.left.items() if ys)
+
+    def draw(self, d: int) -> tuple[int, float] | None:
+        sizes = self.available()
+        if not sizes:
+            return None
+        if d not in sizes:
+            xs = self.settings.x_of(np.array(sizes))
+            d = sizes[int(np.argmin(np.abs(xs - self.settings.x_of(d))))]
+            self.redirected += 1
+        return d, self.left[d].pop(0)
+
+
+# --- readings and scores -----------------------------------------------------------------------
+
+
+def _verdict(settings: SearchSettings, runs, x80: float, asymptote: float) -> dict:
+    """``bounds.locate`` of runs against a reading at x80 (ln params) with this asymptote."""
+    params = dict(settings.params_of_d)
+    estimate = {
+        "params_p80": float(np.exp(x80)),
+        "asymptote": asymptote,
+        "chance": settings.chance,
+        "level": settings.level,
+        "chance_corrected": settings.chance_corrected,
+    }
+    return locate([(d, params[d], y) for d, y in runs], estimate)
+
+
+def reading(settings: SearchSettings, runs) -> dict:
+    """Our posterior's reading of runs: median and 90% interval of x80 (ln params), and whether
+    the runs locate it (``kind``, ``bound``: the bound's params where not)."""
+    s, _ = posterior_summary(settings, runs)
+    verdict = _verdict(settings, runs, s.x80_median, s.asymptote_mean)
+    return {"x": s.x80_median, "lo": s.x80_lo, "hi": s.x80_hi, "kind": verdict["kind"],
+            "bound": verdict["params"], "runs": len(runs)}  # fmt: skip
+
+
+def _psi_reading(settings: SearchSettings, runs, s) -> dict:
+    verdict = _verdict(settings, runs, s.x80_median, s.asymptote_mean)
+    return {"x": s.x80_median, "lo": s.x80_lo, "hi": s.x80_hi, "kind": verdict["kind"],
+            "bound": verdict["params"], "runs": len(runs)}  # fmt: skip
+
+
+def _score(read: dict, reference: dict, n_grid: int) -> dict:
+    """A reading against the reference: runs (and their share of the grid's), and where the
+    reference is located its coverage and error; where it is a bound, whether the reading's
+    runs bound it on the same side."""
+    out = {"runs": read["runs"], "share": read["runs"] / n_grid, "kind": read["kind"]}
+    if reference["kind"] == POINT:
+        return out | {
+            "covered": bool(read["lo"] <= reference["x"] <= read["hi"]),
+            "error": float(read["x"] - reference["x"]),
+        }
+    return out | {"bound_ok": read["kind"] == reference["kind"], "located": read["kind"] == POINT}
+
+
+def _stops(settings: SearchSettings, runs) -> bool:
+    """The sampler's stop rule on runs (``decide``'s, the range being the grid's sizes)."""
+    if len(runs) >= settings.budget:
+        return True
+    grid, log_w, d_range = posterior_of(settings, runs)
+    s = summary_of(settings, grid, normalize(log_w), d_range)
+    return (
+        s.ratio <= settings.precision
+        or s.mass_above >= settings.give_up_mass
+        or s.mass_below >= settings.give_up_mass
+    )
+
+
+# --- the methods -------------------------------------------------------------------------------
+
+
+def _sampler(grid: RecordedGrid, counts: tuple[int, ...]) -> tuple[list, dict, int]:
+    settings = grid.settings
+    off = replace(settings, precision=1.0 + 1e-9, budget=max(counts))
+    pool = _Pool(grid)
+    own, at, _ = trajectory(settings, off, pool.draw, counts)
+    return own, at, pool.redirected
+
+
+def _psi(grid: RecordedGrid, counts: tuple[int, ...]) -> tuple:
+    settings = grid.settings
+    x_lo, x_hi = settings.x_of(np.array([settings.d_min, settings.d_max]))
+    psi = PsiMethod(x_lo, x_hi, settings.chance, settings.level, settings.chance_corrected)
+    pool = _Pool(grid)
+    return psi_trajectory(settings, psi, pool.available, pool.draw, counts)[:2]
+
+
+def _bisection(grid: RecordedGrid) -> tuple[list, int]:
+    """The runs in bisection's order (all of the grid's, the ends' seeds after its stop) and
+    the run count at its stop."""
+    settings, pool = grid.settings, _Pool(grid)
+    sizes = grid.sizes
+    runs = [pool.draw(sizes[-1])]
+    ceiling = max(runs[0][1], 0.5 * (1.0 + settings.chance))  # a failed largest run: no ceiling
+    target = float(
+        level_target(ceiling, settings.chance, settings.level, settings.chance_corrected)
+    )
+    lo, hi = 0, len(sizes) - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        left = [i for i in range(lo + 1, hi) if pool.left[sizes[i]]]
+        if not left:
+            break
+        i = min(left, key=lambda i: (abs(i - mid), i))
+        d, y = pool.draw(sizes[i])
+        runs.append((d, y))
+        if y >= target:
+            hi = i
+        else:
+            lo = i
+    stop = len(runs)
+    turn = 0
+    while (run := pool.draw(sizes[(lo, hi)[turn % 2]])) is not None:
+        runs.append(run)
+        turn += 1
+    return runs, stop
+
+
+def _random_order(grid: RecordedGrid, rng: np.random.Generator) -> tuple[list, int]:
+    runs = [grid.runs[i] for i in rng.permutation(len(grid.runs))]
+    stop = next((n for n in range(3, len(runs) + 1) if _stops(grid.settings, runs[:n])), len(runs))
+    return runs, stop
+
+
+def replay_grid(
+    grid: RecordedGrid,
+    methods: tuple[str, ...] = METHODS,
+    counts: tuple[int, ...] = COUNTS,
+    orders: int = 5,
+    seed: int = 0,
+) -> dict:
+    """One grid's reference and each method's scores (``_score``) at its own stop (``stop``)
+    and at each run count in ``counts`` it has as many runs for (by count); ``random`` one per
+    order."""
+    n = len(grid.runs)
+    settings = grid.settings
+    reference = reading(settings, sorted(grid.runs, reverse=True))
+    mine = tuple(k for k in counts if k < n) or (n,)  # a count of all runs reads the reference
+    out: dict = {
+        "name": grid.name,
+        "source": grid.source,
+        "sizes": grid.sizes,
+        "runs": n,
+        "reference": reference | {"d": float(settings.d_of(reference["x"]))},
+        "methods": {},
+    }
+
+    def scored(runs) -> dict:
+        return _score(reading(settings, runs), reference, n)
+
+    if "sampler" in methods:
+        own, at, redirected = _sampler(grid, mine)
+        out["methods"]["sampler"] = [
+            {"stop": scored(own), "redirected": redirected}
+            | {str(k): scored(at[k]) for k in mine if k in counts}
+        ]
+    if "psi" in methods:
+        own, at = _psi(grid, mine)
+        out["methods"]["psi"] = [
+            {"stop": _score(_psi_reading(settings, *own), reference, n)}
+            | {
+                str(k): _score(_psi_reading(settings, *at[k]), reference, n)
+                for k in mine
+                if k in counts
+            }
+        ]
+    if "bisection" in methods:
+        runs, stop = _bisection(grid)
+        out["methods"]["bisection"] = [
+            {"stop": scored(runs[:stop])} | {str(k): scored(runs[:k]) for k in mine if k in counts}
+        ]
+    if "random" in methods:
+        rng = np.random.default_rng([seed, sum(map(ord, grid.name))])
+        out["methods"]["random"] = []
+        for _ in range(orders):
+            runs, stop = _random_order(grid, rng)
+            out["methods"]["random"].append(
+                {"stop": scored(runs[:stop])}
+                | {str(k): scored(runs[:k]) for k in mine if k in counts}
+            )
+    logger.info("replayed %s: %d runs at %d sizes", grid.name, n, len(grid.sizes))
+    return out
+
+
+def _summary(grids: list[dict], method: str, column: str) -> dict | None:
+    """A method's column over the grids: against located references, coverage, median |ln
+    error| and median share of the grid's runs; against bounds, the share read on the right
+    side and the share read as located."""
+    point, bound = [], []
+    for g in grids:
+        for trial in g["methods"].get(method, []):
+            if column in trial:
+                (point if g["reference"]["kind"] == POINT else bound).append(trial[column])
+    if not point and not bound:
+        return None
+    out: dict = {"grids_located": len(point), "grids_bound": len(bound)}
+    if point:
+        out |= {
+            "coverage": float(np.mean([s["covered"] for s in point])),
+            "median_abs_log_error": float(np.median(np.abs([s["error"] for s in point]))),
+            "median_runs": float(np.median([s["runs"] for s in point])),
+            "median_share": float(np.median([s["share"] for s in point])),
+            "max_share": float(np.max([s["share"] for s in point])),
+            "read_located": float(np.mean([s["kind"] == POINT for s in point])),
+        }
+    if bound:
+        out |= {
+            "bound_ok": float(np.mean([s["bound_ok"] for s in bound])),
+            "bound_read_located": float(np.mean([s["located"] for s in bound])),
+            "bound_median_share": float(np.median([s["share"] for s in bound])),
+        }
+    return out
+
+
+def bench_replay(
+    paths: list[Path],
+    methods: tuple[str, ...] = METHODS,
+    counts: tuple[int, ...] = COUNTS,
+    precision: float = 2.5,
+    orders: int = 5,
+    seed: int = 0,
+) -> dict:
+    """Every grid of ``MIN_SIZES`` sizes or more in ``paths`` replayed (``replay_grid``), and
+    each method's columns summarised over them (``_summary``: ``stop`` and each count)."""
+    unknown = set(methods) - set(METHODS)
+    if unknown or not methods:
+        raise ConfigError(
+            f"methods {sorted(unknown) or '(none)'}: choose from {', '.join(METHODS)}"
+        )
+    if not counts or min(counts) < 3:
+        raise ConfigError(f"run counts {counts}: give counts of 3 or more")
+    grids = load_grids(paths, precision)
+    if not grids:
+        raise ConfigError(
+            f"no grid of {MIN_SIZES} sizes or more in {', '.join(map(str, paths))}: give bench"
+            " gpu science records or reports' results.json"
+        )
+    replays = [replay_grid(g, methods, counts, orders, seed) for g in grids]
+    columns = ("stop", *(str(k) for k in counts))
+    return {
+        "precision": precision,
+        "counts": list(counts),
+        "orders": orders,
+        "grids": replays,
+        "summary": {
+            m: {c: s for c in columns if (s := _summary(replays, m, c)) is not None}
+            for m in methods
+        },
+    }
