@@ -45,6 +45,9 @@ def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path, cli):
     for r in science["runs"]:  # each validation's ADD (or MAX+MED+ADD's ADD) accuracy
         assert r["val_tf"] and r["val_tf"][-1][0] == r["steps"]
         assert all(0 <= acc <= 1 for _, acc in r["val_tf"])
+        # and its test accuracy at every budget checkpoint: a grid a checkpoint to replay
+        assert [b["step"] for b in r["budget"]] == [20, 40]
+        assert r["budget"][-1]["accuracy"] == r["accuracy"]
     assert [row["step"] for row in science["budget"]] == [20, 40]
     for row in science["budget"]:
         assert (

@@ -89,3 +89,25 @@ def test_every_method_replays_a_clean_grid_and_covers_its_reading(tmp_path):
             assert {"stop", "4", "6"} <= set(trial), method
             assert 3 <= trial["stop"]["runs"] <= 8
             assert np.isfinite(trial["4"]["share"])
+
+
+def test_a_science_record_that_keeps_its_runs_at_each_checkpoint_gives_a_grid_each(tmp_path):
+    runs = [
+        {"study": study, "d": d, "seed": s, "accuracy": 0.9,
+         "budget": [{"step": 100, "accuracy": 0.15 + 0.01 * s}, {"step": 200, "accuracy": 0.9}]}
+        for study in ("add", "max+med+add") for d in (16, 32, 64) for s in range(2)
+    ]  # fmt: skip
+    path = tmp_path / "gpu-run.json"
+    science = {"recipe": "small", "mod": 10, "steps": 200, "runs": runs}
+    path.write_text(json.dumps({"tiny": False, "science": science}))
+    grids = load_grids([path])
+    assert sorted(g.name for g in grids) == [
+        f"gpu-run {study} @{step}" for study in ("add", "max+med+add") for step in (100, 200)
+    ]
+    first = next(g for g in grids if g.name == "gpu-run add @100")
+    assert first.runs[:2] == ((16, 0.15), (16, 0.16)) and first.sizes == [16, 32, 64]
+    assert 0.1 < first.settings.chance < 0.2  # the majority answer's rate of ADD mod 10
+    del science["runs"][0]["budget"]  # a study whose runs keep the end only: one grid
+    path.write_text(json.dumps({"tiny": False, "science": science}))
+    names = sorted(g.name for g in load_grids([path]))
+    assert names == ["gpu-run add @end", "gpu-run max+med+add @100", "gpu-run max+med+add @200"]

@@ -230,6 +230,17 @@ def science_pair(
                 "stop_reason": r.stop_reason,
                 "accuracy": r.accuracy[tasks[name].measured_op],
                 "sampled_accuracy": r.sampled_accuracy[tasks[name].measured_op],
+                # the measured op's test accuracy at each budget checkpoint (the last is the
+                # run's end): every checkpoint a grid of real runs (``bench search --replay``)
+                "budget": [
+                    {
+                        "step": b["step"],
+                        "accuracy": b["accuracy"],
+                        "sampled_accuracy": b["sampled_accuracy"],
+                        "reached": b["reached"],
+                    }
+                    for b in sorted(r.budget, key=lambda b: b["step"])
+                ],
                 # [step, teacher-forced validation answer accuracy] at each validation
                 "val_tf": [
                     [h["step"], round(h["val_tf"][tasks[name].measured_op], 4)] for h in r.history
