@@ -282,7 +282,7 @@ def _tiny_analysis(study, number: int, folder) -> None:
     import numpy as np
 
     from threshold.analysis.figures import ablation_figure, embedding_figure, layer_usage_figure
-    from threshold.analysis.inspect_model import summary
+    from threshold.analysis.headline import summary
     from threshold.search.results import save_analysis
 
     rng = np.random.default_rng(0)

@@ -82,7 +82,7 @@ def test_analyze_compare_at_matched_size(studies, run):
 
 
 def test_survey_scores_every_run_above_the_accuracy_and_stores_nothing(studies, run):
-    from threshold.analysis import embedding_scores
+    from threshold.analysis.embedding import embedding_scores
     from threshold.analysis.layers import number_embeddings
     from threshold.search.artifacts import trial_checkpoint
     from threshold.tasks import load_task_data

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from threshold.analysis import (
+from threshold.analysis.embedding import (
     cosine_similarity,
     cyclic,
     embedding_scores,

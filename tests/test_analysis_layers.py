@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from threshold.analysis.inspect_model import analyze_model, summary
+from threshold.analysis.headline import summary
+from threshold.analysis.inspect_model import analyze_model
 from threshold.analysis.layers import ablation, layer_usage, number_embeddings
 from threshold.errors import ConfigError
 from threshold.tasks import TaskConfig, load_task_data

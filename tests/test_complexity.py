@@ -7,7 +7,7 @@ import random
 import pytest
 from typer.testing import CliRunner
 
-from threshold.analysis import (
+from threshold.analysis.complexity import (
     complexity,
     compressed_size,
     evaluator_source,

@@ -1,41 +1,12 @@
-"""Analyses of trained models and tasks: arrays in, arrays out; nothing here prints."""
+"""Analyses of trained models and tasks: arrays in, arrays out; nothing here prints.
 
-from threshold.analysis.complexity import (
-    COMPRESSORS,
-    complexity,
-    compressed_size,
-    evaluator_source,
-    program_source,
-    solver_source,
-)
-from threshold.analysis.embedding import (
-    PCAResult,
-    Score,
-    cosine_similarity,
-    cyclic,
-    embedding_scores,
-    listops_labelings,
-    ordering,
-    pca,
-    perm_labelings,
-    separation,
-)
+A package face only: it re-exports nothing, so reading a stored analysis's headline numbers
+(:mod:`~.headline`, plain dicts: the report does) loads neither torch nor scikit-learn. Import
+from the modules: :mod:`~.embedding` (``embedding_scores``, ``pca``, ``separation``, ...),
+:mod:`~.complexity` (``complexity``, ``compressed_size``, the solvers' sources), :mod:`~.layers`
+(layer usage, ablation), :mod:`~.inspect_model` (``analyze_model``: every analysis of one
+model), :mod:`~.headline` (what is stored beside a trial), :mod:`~.studies` (a study's runs
+analysed and stored), :mod:`~.transfer` and :mod:`~.figures`.
+"""
 
-__all__ = [
-    "COMPRESSORS",
-    "PCAResult",
-    "Score",
-    "complexity",
-    "compressed_size",
-    "cosine_similarity",
-    "cyclic",
-    "embedding_scores",
-    "evaluator_source",
-    "listops_labelings",
-    "ordering",
-    "pca",
-    "perm_labelings",
-    "program_source",
-    "separation",
-    "solver_source",
-]
+__all__: list[str] = []

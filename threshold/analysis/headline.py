@@ -3,8 +3,8 @@
 :func:`summary` keeps the few numbers of :func:`threshold.analysis.inspect_model.analyze_model`'s
 scores small enough to store with the trial (:func:`threshold.search.record.write_analysis`);
 :func:`embedding_headline` the few that tables show. Plain dicts in and out, no imports: the
-report reads an analysis's ``scores.json`` with them without loading the analysis layer (torch,
-scikit-learn).
+report reads an analysis's ``scores.json`` with them without loading the rest of the analysis
+layer (torch, scikit-learn), which the package's face, re-exporting nothing, leaves unloaded.
 """
 
 from __future__ import annotations

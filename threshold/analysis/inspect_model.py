@@ -2,8 +2,8 @@
 
 :func:`analyze_model` gathers the scores of :mod:`threshold.analysis.embedding` and
 :mod:`threshold.analysis.layers` for a model and its task data into one JSON-ready dict;
-:func:`summary` (:mod:`threshold.search.headline`, re-exported here) keeps the few numbers small
-enough to store beside the trial.
+:func:`~threshold.analysis.headline.summary` keeps the few numbers small enough to store beside
+the trial.
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from threshold.analysis.embedding import embedding_scores
 from threshold.analysis.layers import ablation, layer_usage, number_embeddings
 from threshold.errors import ConfigError
 from threshold.model import RecurrentTransformer
-from threshold.search.headline import embedding_headline, summary
 from threshold.tasks import TaskData
 
-__all__ = ["analyze_model", "embedding_headline", "summary"]
+__all__ = ["analyze_model"]
 
 
 def analyze_model(

@@ -17,7 +17,8 @@ import numpy as np
 
 from threshold.analysis.embedding import embedding_scores
 from threshold.analysis.figures import ablation_figure, embedding_figure, layer_usage_figure
-from threshold.analysis.inspect_model import analyze_model, embedding_headline, summary
+from threshold.analysis.headline import embedding_headline, summary
+from threshold.analysis.inspect_model import analyze_model
 from threshold.analysis.layers import layer_usage, number_embeddings
 from threshold.errors import ConfigError, ThresholdError
 from threshold.model import param_count

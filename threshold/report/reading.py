@@ -21,13 +21,13 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy.engine import make_url
 
+from threshold.analysis.headline import summary as summarize_scores
 from threshold.errors import ConfigError, ThresholdError
 from threshold.meta import git_commit, version
 from threshold.report.data import Collected, Progress, StudyData, judge, label
 from threshold.report.efficiency import efficiency
 from threshold.report.factors import compare, x80_marginal
 from threshold.search.fit import transition_posterior, transition_reading
-from threshold.search.headline import summary as summarize_scores
 from threshold.search.notes import MIN_RUNS, curve_sizes
 from threshold.search.posterior import curve_quantiles
 from threshold.search.record import (
