@@ -12,11 +12,11 @@ from threshold.errors import ConfigError
 from threshold.search import posterior as post
 from threshold.search.policy import _look_ahead, posterior_of
 from threshold.search.posterior.hypothesis import (
-    _Z_GRID,
     LINKS,
-    _mean_curve,
-    _mean_keeping_z,
-    _share_at,
+    Z_GRID,
+    mean_curve,
+    mean_keeping_z,
+    share_at,
 )
 from threshold.search.settings import SearchSettings
 from threshold.search.simulate import listops_table
@@ -36,17 +36,17 @@ def test_a_link_sets_the_curve_s_form_its_80_point_and_its_share_table(link):
     cfg = post.PosteriorSettings(link=link, slopes=(1.0, 3.0), asymptotes=(0.9, 1.0))
     grid = post.make_grid(cfg, CHANCE, 0.8, False, 8.0, 12.0)
     x = np.array([9.0, 10.5])
-    mid, slope = post.grid._pairs(grid)
+    mid, slope = grid.pairs()
     want = SHARES[link](slope[:, None] * (x[None, :] - mid[:, None]))
-    np.testing.assert_allclose(post.grid._learn_prob(grid, x), want, atol=1e-12)
+    np.testing.assert_allclose(grid.learn_prob(x), want, atol=1e-12)
     asym = grid.asymptotes[grid.asym_index]
     gaps, lengths = grid.gaps[grid.asym_index], grid.lengths[grid.asym_index]
-    mean = _mean_curve(grid.mid, grid.slope, asym, gaps, lengths, CHANCE, grid.x80, link)
+    mean = mean_curve(grid.mid, grid.slope, asym, gaps, lengths, CHANCE, grid.x80, link)
     np.testing.assert_allclose(mean, 0.8 * asym, atol=1e-6)
     u = np.linspace(0.0, 1.0, cfg.n_nodes)
     table_mean = grid.share_table @ u  # (K, Z): E[node share] at each tabulated z
-    inner = np.abs(_Z_GRID) < 4
-    want = np.broadcast_to(_share_at(_Z_GRID[inner], link), table_mean[:, inner].shape)
+    inner = np.abs(Z_GRID) < 4
+    want = np.broadcast_to(share_at(Z_GRID[inner], link), table_mean[:, inner].shape)
     np.testing.assert_allclose(table_mean[:, inner], want, atol=0.02)
 
 
@@ -61,13 +61,13 @@ def test_the_mean_keeping_offset_averages_to_the_smooth_curve(link, sd):
     """Averaged over the likelihood's own offset nodes, F(h(z) + offset) is F(z), and h moves
     z away from the curve's flat ends (where the offset pulls the average back)."""
     cfg = post.PosteriorSettings()
-    h = _mean_keeping_z(sd, cfg.size_nodes, link)
+    h = mean_keeping_z(sd, cfg.size_nodes, link)
     nodes, weights = np.polynomial.hermite_e.hermegauss(cfg.size_nodes)
-    averaged = _share_at(h[:, None] + sd * nodes[None, :], link) @ (weights / weights.sum())
-    np.testing.assert_allclose(averaged, _share_at(_Z_GRID, link), atol=1e-5)
-    f = _share_at(_Z_GRID, link)
+    averaged = share_at(h[:, None] + sd * nodes[None, :], link) @ (weights / weights.sum())
+    np.testing.assert_allclose(averaged, share_at(Z_GRID, link), atol=1e-5)
+    f = share_at(Z_GRID, link)
     upper, lower = f > 0.75, f < 0.25
-    assert np.all(h[upper] > _Z_GRID[upper]) and np.all(h[lower] < _Z_GRID[lower])
+    assert np.all(h[upper] > Z_GRID[upper]) and np.all(h[lower] < Z_GRID[lower])
 
 
 def test_single_runs_along_a_partly_learned_curve_keep_their_slope_with_the_mean_kept():

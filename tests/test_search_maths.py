@@ -458,7 +458,7 @@ def test_the_largest_runs_bound_the_asymptote():
 def test_plateau_maths_agree_with_the_outcome_model():
     """On a small grid with plateaus: each hypothesis's x80 is where its mean curve reaches the
     level, and the look-ahead's expected variance is the one summed bin by bin over the
-    predicted outcomes of ``_outcome_bins`` (the learned node split between plateau and top)."""
+    predicted outcomes of ``outcome_bins`` (the learned node split between plateau and top)."""
     from threshold.search import posterior as post
 
     cfg = post.PosteriorSettings(
@@ -471,7 +471,7 @@ def test_plateau_maths_agree_with_the_outcome_model():
     )
     grid = post.make_grid(cfg, CHANCE, 0.8, False, 8.0, 11.0)
     assert set(grid.gaps) == {0.0, 0.15}
-    mean = post.hypothesis._mean_curve(
+    mean = post.hypothesis.mean_curve(
         grid.mid, grid.slope, *(v[grid.asym_index] for v in (grid.asymptotes, grid.gaps)),
         grid.lengths[grid.asym_index], CHANCE, grid.x80, cfg.link,
     )  # fmt: skip
@@ -481,7 +481,7 @@ def test_plateau_maths_agree_with_the_outcome_model():
     x = np.array([9.0, 10.0])
     fast = post.expected_variance(grid, w, x)
     for j, xj in enumerate(x):
-        bins = post.lookahead._outcome_bins(grid, float(xj)).reshape(w.size, -1)  # (H, B)
+        bins = post.lookahead.outcome_bins(grid, float(xj)).reshape(w.size, -1)  # (H, B)
         s0, s1 = w @ bins, (w * grid.x80) @ bins
         s2 = (w * grid.x80**2) @ bins
         assert fast[j] == pytest.approx(float(np.sum(s2 - s1**2 / s0)), rel=1e-6)

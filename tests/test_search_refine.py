@@ -10,7 +10,7 @@ from threshold.errors import ConfigError
 from threshold.search import posterior as post
 from threshold.search.fit import transition_estimate
 from threshold.search.policy import decide, posterior_of, read_posterior
-from threshold.search.posterior.hypothesis import _split_gaps
+from threshold.search.posterior.hypothesis import split_gaps
 from threshold.search.settings import SearchSettings
 from threshold.search.simulate import listops_table
 
@@ -58,8 +58,8 @@ def test_the_refined_reading_is_the_posterior_on_a_grid_finer_everywhere(slope, 
     assert np.diff(np.unique(fine.asymptotes)).max() == pytest.approx(0.025)
     everywhere = dataclasses.replace(
         cfg,
-        slopes=tuple(_split_gaps(np.array(cfg.slopes), 2, log=True)),
-        asymptotes=tuple(_split_gaps(np.array(cfg.asymptotes), 2, log=False)),
+        slopes=tuple(split_gaps(np.array(cfg.slopes), 2, log=True)),
+        asymptotes=tuple(split_gaps(np.array(cfg.asymptotes), 2, log=False)),
         m_step=cfg.m_step / 2,
         refine_split=1,
     )

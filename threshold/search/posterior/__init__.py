@@ -20,8 +20,11 @@ modules listed before it:
 - :mod:`~threshold.search.posterior.summaries`: what the posterior says (``summarize``,
   ``curve_quantiles``, ``difference_distribution``).
 
-Import from this package (``from threshold.search import posterior as post``): it re-exports the
-modules' public names.
+Callers outside this folder import from this package (``from threshold.search import posterior as
+post``): it hands on what the search, the fit and the report use. Each module's ``__all__`` names
+its public names, these and what the modules after it build on (the outcome model's tables and
+the curve in ``hypothesis``, ``dot`` and ``ceilings_of`` in ``grid``, the per-pair values as
+methods of :class:`Grid`); no module takes a private name from another.
 
 Dimension names in shape comments: H hypotheses (midpoint x slope x kappa x asymptote, asymptote
 fastest), M midpoints, S slopes, K concentrations, A asymptotes, C = M * S (midpoint, slope)

@@ -3,7 +3,7 @@
 A hypothesis is a (midpoint, slope) pair, a concentration and a ceiling (an asymptote, with or
 without a plateau: :mod:`~threshold.search.posterior.hypothesis`), laid out pair by pair with the
 ceiling fastest, so a pair's hypotheses are consecutive and what depends on the pair alone is
-worked out once per pair (``_pairs``, ``_share_probs``, ``_passed_share``). The prior is even
+worked out once per pair (``Grid.pairs``, ``share_probs``, ``passed_share``). The prior is even
 over locations, concentrations and asymptotes, ``slope_weights`` over slopes, and gives each
 asymptote's plateaus ``plateau_prior`` together (``make_grid``). ``restricted`` and
 ``spread_out`` keep that layout on the hypotheses the runs leave, so the maths of the package
@@ -19,21 +19,29 @@ from scipy.special import ndtr
 
 from threshold.errors import ConfigError
 from threshold.search.posterior.hypothesis import (
-    _Z_MAX,
-    _Z_STEP,
+    Z_MAX,
+    Z_STEP,
     PosteriorSettings,
-    _bins_of,
-    _level_crossing,
-    _node_cdfs,
-    _passed,
-    _share_at,
-    _share_table,
-    _z_of,
+    beta_share_table,
+    bins_of,
+    level_crossing,
     level_fraction,
     level_target,
+    node_cdfs,
+    past_plateau,
+    share_at,
+    z_of,
 )
 
-__all__ = ["Grid", "location_axis", "make_grid", "restricted", "spread_out"]
+__all__ = [
+    "Grid",
+    "ceilings_of",
+    "dot",
+    "location_axis",
+    "make_grid",
+    "restricted",
+    "spread_out",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,8 +70,39 @@ class Grid:
     chance: float
     settings: PosteriorSettings
 
+    def pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """Midpoint and slope of each (midpoint, slope) pair: (C,) each."""
+        step = self.kappas.size * self.asymptotes.size
+        return self.mid[::step], self.slope[::step]
 
-def _ceilings(settings: PosteriorSettings, asymptotes: np.ndarray, chance: float) -> np.ndarray:
+    def learn_prob(self, x) -> np.ndarray:
+        """p(x) at sizes x (J,) for each (midpoint, slope) pair: (C, J)."""
+        mid, slope = self.pairs()
+        z = slope[:, None] * (np.asarray(x, dtype=float)[None, :] - mid[:, None])  # (C, J)
+        return share_at(z, self.settings.link)
+
+    def share_probs(self, x) -> np.ndarray:
+        """P(share node | hypothesis) at sizes x (J,): (Q, J, L), Q = C * K, kappa fastest."""
+        mid, slope = self.pairs()
+        z = slope[:, None] * (np.asarray(x, dtype=float)[None, :] - mid[:, None])  # (C, J)
+        idx = np.rint((np.clip(z, -Z_MAX, Z_MAX) + Z_MAX) / Z_STEP).astype(int)  # (C, J)
+        probs = self.share_table[:, idx, :]  # (K, C, J, L)
+        return probs.transpose(1, 0, 2, 3).reshape(-1, idx.shape[1], probs.shape[-1])  # (Q, J, L)
+
+    def passed_share(self, x) -> np.ndarray:
+        """r at sizes x (J,) for each (midpoint, slope) pair and ceiling: (C, A, J)."""
+        mid, slope = self.pairs()
+        x = np.atleast_1d(np.asarray(x, dtype=float))
+        return past_plateau(
+            mid[:, None, None],
+            slope[:, None, None],
+            self.lengths[None, :, None],
+            x[None, None, :],
+            self.settings.link,
+        )
+
+
+def ceilings_of(settings: PosteriorSettings, asymptotes: np.ndarray, chance: float) -> np.ndarray:
     """(asymptote, gap, length) of every ceiling: each asymptote (increasing) without a plateau,
     then with each plateau that lies above chance: (A, 3)."""
     rows = []
@@ -117,7 +156,7 @@ def make_grid(
             f"no asymptote in {settings.asymptotes} puts level {level} between chance {chance}"
             " and the asymptote: lower the chance, raise the level or widen the asymptotes"
         )
-    asym, gaps, lengths = _ceilings(settings, all_asym[keep], float(chance)).T  # (A,) each
+    asym, gaps, lengths = ceilings_of(settings, all_asym[keep], float(chance)).T  # (A,) each
     frac = frac[keep][-1]  # that of the largest asymptote
     # The location axis is where p reaches the level's share f0 (that of the largest asymptote),
     # not the midpoint: x80 then moves little with the slope, and a slope that falls between
@@ -133,11 +172,11 @@ def make_grid(
     c, k, a = (v.ravel() for v in np.indices(shape))  # (H,) each: pair, kappa, ceiling
     anchor, slope_index, kappa_index, asym_index = anchors[pair_anchor[c]], pair_slope[c], k, a
     slope = slopes[slope_index]  # (H,)
-    mid = anchor - float(_z_of(f0, settings.link)) / slope  # (H,)
+    mid = anchor - float(z_of(f0, settings.link)) / slope  # (H,)
     # x80 of each (pair, ceiling), broadcast over the concentrations
     mid_ca = mid.reshape(shape)[:, 0, :]  # (C, A)
     target = level_target(asym, chance, level, chance_corrected)  # (A,)
-    x80_ca = _level_crossing(
+    x80_ca = level_crossing(
         mid_ca, slopes[pair_slope, None], asym, gaps, lengths, float(chance), target, settings.link
     )  # (C, A)
     x80 = np.broadcast_to(x80_ca[:, None, :], shape).ravel()  # (H,)
@@ -148,7 +187,7 @@ def make_grid(
         ceiling[asym_index] + slope_prior[slope_index] - np.log(anchors.size * kappas.size)
     )  # (H,)
     inner = np.linspace(0.0, 1.0, settings.n_bins + 1)[1:-1]  # (B - 1,)
-    node_bins = _bins_of(_node_cdfs(inner, asym, float(chance), settings))  # (L, A, B)
+    node_bins = bins_of(node_cdfs(inner, asym, float(chance), settings))  # (L, A, B)
     stalled = ndtr((inner[None, :] - (asym - gaps)[:, None]) / settings.sd_learned)  # (A, B - 1)
     out_cdf = np.clip(inner[None, :] / asym[:, None], 0.0, 1.0)  # (A, B - 1): uniform on [0, A]
     return Grid(
@@ -166,7 +205,7 @@ def make_grid(
         log_prior=log_prior,
         x80_order=np.argsort(x80, kind="stable"),
         mid_order=np.argsort(mid, kind="stable"),
-        share_table=_share_table(
+        share_table=beta_share_table(
             settings.concentrations,
             settings.partial_shares,
             settings.partial_kappa,
@@ -175,8 +214,8 @@ def make_grid(
         ),
         partial_shares=np.asarray(settings.partial_shares),
         node_bins=node_bins,
-        plateau_bins=_bins_of(stalled),
-        outlier_bins=_bins_of(out_cdf),
+        plateau_bins=bins_of(stalled),
+        outlier_bins=bins_of(out_cdf),
         chance=float(chance),
         settings=settings,
     )
@@ -254,55 +293,6 @@ def spread_out(grid: Grid, rows: np.ndarray, values: np.ndarray, fill: float) ->
     return sub, out
 
 
-def _pairs(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
-    """Midpoint and slope of each (midpoint, slope) pair: (C,) each."""
-    step = grid.kappas.size * grid.asymptotes.size
-    return grid.mid[::step], grid.slope[::step]
-
-
-def _learn_prob(grid: Grid, x: np.ndarray) -> np.ndarray:
-    """p(x) for each (midpoint, slope) pair: (C, J)."""
-    mid, slope = _pairs(grid)
-    z = slope[:, None] * (np.asarray(x, dtype=float)[None, :] - mid[:, None])  # (C, J)
-    return _share_at(z, grid.settings.link)
-
-
-def _share_probs(grid: Grid, x) -> np.ndarray:
-    """P(share node | hypothesis) at sizes x (J,): (Q, J, L), Q = C * K, kappa fastest."""
-    mid, slope = _pairs(grid)
-    z = slope[:, None] * (np.asarray(x, dtype=float)[None, :] - mid[:, None])  # (C, J)
-    idx = np.rint((np.clip(z, -_Z_MAX, _Z_MAX) + _Z_MAX) / _Z_STEP).astype(int)  # (C, J)
-    probs = grid.share_table[:, idx, :]  # (K, C, J, L)
-    return probs.transpose(1, 0, 2, 3).reshape(-1, idx.shape[1], probs.shape[-1])  # (Q, J, L)
-
-
-def _passed_share(grid: Grid, x) -> np.ndarray:
-    """r at sizes x (J,) for each (midpoint, slope) pair and ceiling: (C, A, J)."""
-    mid, slope = _pairs(grid)
-    x = np.atleast_1d(np.asarray(x, dtype=float))
-    return _passed(
-        mid[:, None, None],
-        slope[:, None, None],
-        grid.lengths[None, :, None],
-        x[None, None, :],
-        grid.settings.link,
-    )
-
-
-def _learned_split(shares_learned: np.ndarray, passed: np.ndarray, top, stalled) -> np.ndarray:
-    """Learned runs' term ``P(learned) (r top + (1 - r) stalled)`` of each hypothesis: (Q, A, ...).
-
-    shares_learned: (Q,) P(learned node), Q = C * K; passed: (C, A) r; top, stalled: (A, ...)
-    what a learned run contributes above and on the plateau (a density or bin probabilities).
-    """
-    n_c, n_a = passed.shape
-    extra = (1,) * (np.ndim(top) - 1)
-    split = stalled[None] + (top - stalled)[None] * passed.reshape(n_c, n_a, *extra)  # (C, A, ..)
-    per_q = shares_learned.reshape(n_c, -1)  # (C, K)
-    out = per_q.reshape(*per_q.shape, 1, *extra) * split[:, None]  # (C, K, A, ...)
-    return out.reshape(n_c * per_q.shape[1], n_a, *np.shape(top)[1:])
-
-
-def _dot(a: np.ndarray, b: np.ndarray) -> float:
+def dot(a: np.ndarray, b: np.ndarray) -> float:
     """Plain dot product without BLAS: threaded BLAS stalls on a busy 2-core machine."""
     return float(np.einsum("h,h->", a, b))

@@ -35,8 +35,8 @@ The derived quantities are x80, where the mean curve reaches the level (``level 
 wording, or ``c + level * (A - c)`` when chance-corrected), and the midpoint ``mid``.
 
 The outcome model is tabulated here, the same for every grid: the beta share's probabilities per
-tabulated logit (``_share_table``), and each share node's score distribution (``_node_cdfs``),
-read in the look-ahead's accuracy bins (``_bins_of``).
+tabulated logit (``beta_share_table``), and each share node's score distribution (``node_cdfs``),
+read in the look-ahead's accuracy bins (``bins_of``).
 """
 
 from __future__ import annotations
@@ -49,13 +49,37 @@ from scipy.special import betainc, expit, log_ndtr, logit, logsumexp, ndtr, ndtr
 
 from threshold.errors import ConfigError
 
-__all__ = ["LINKS", "PosteriorSettings", "level_fraction", "level_target"]
+# The package hands on PosteriorSettings and the level; the curve and the outcome model's tables
+# are for the modules after this one (grid, likelihood, refine, summaries).
+__all__ = [
+    "LINKS",
+    "SQRT_2PI",
+    "Z_GRID",
+    "Z_MAX",
+    "Z_STEP",
+    "PosteriorSettings",
+    "beta_share_table",
+    "bins_of",
+    "level_crossing",
+    "level_fraction",
+    "level_target",
+    "mean_curve",
+    "mean_keeping_z",
+    "node_cdfs",
+    "node_centres",
+    "node_sds",
+    "offset_quadrature",
+    "past_plateau",
+    "share_at",
+    "split_gaps",
+    "z_of",
+]
 
-_SQRT_2PI = float(np.sqrt(2.0 * np.pi))
-_Z_MAX = 14.0  # logits beyond this are p = 0 or 1 for every kappa on the grid
-_Z_STEP = 0.05  # table step in the link's z: 1.25% in p at a logistic midpoint, 2% at a probit one
-_Z_GRID = np.arange(-_Z_MAX, _Z_MAX + 0.5 * _Z_STEP, _Z_STEP)  # the share table's z
-_Z_GRID.setflags(write=False)
+SQRT_2PI = float(np.sqrt(2.0 * np.pi))
+Z_MAX = 14.0  # logits beyond this are p = 0 or 1 for every kappa on the grid
+Z_STEP = 0.05  # table step in the link's z: 1.25% in p at a logistic midpoint, 2% at a probit one
+Z_GRID = np.arange(-Z_MAX, Z_MAX + 0.5 * Z_STEP, Z_STEP)  # the share table's z
+Z_GRID.setflags(write=False)
 # The curve's form p = F(z), z = slope (x - mid): logistic (symmetric), probit (symmetric, tails
 # that fall faster) or complementary log-log (asymmetric: slow to start, quick to finish).
 LINKS = ("logistic", "probit", "cloglog")
@@ -112,7 +136,7 @@ class PosteriorSettings:
     # not: averaged over the offset, F(z + offset) is flatter than F(z), so runs spread over
     # many sizes read the smooth curve steeper than their own, and x80 (above the midpoint)
     # lower. With this on, a size at z is offset from h(z), the point whose offset average is
-    # F(z) (``_mean_keeping_z``): the smooth curve is the mean one. (Many runs at one size then
+    # F(z) (``mean_keeping_z``): the smooth curve is the mean one. (Many runs at one size then
     # pin the offset's mode, F(h(z)), at their mean instead, and the curve below it.)
     offset_keeps_mean: bool = True
     n_nodes: int = 21  # learned-share nodes u = 0, 0.05, ..., 1
@@ -211,7 +235,7 @@ class PosteriorSettings:
         the rest as here."""
         if self.read_slope_split == 1:
             return self
-        fine = _split_gaps(np.unique(self.slopes), self.read_slope_split, log=True)
+        fine = split_gaps(np.unique(self.slopes), self.read_slope_split, log=True)
         weights = self.slope_weights_at(fine)
         slopes = tuple(fine.tolist())  # the given slopes exactly: the look-ahead's are among them
         return replace(self, slopes=slopes, slope_weights=weights, read_slope_split=1)
@@ -226,7 +250,7 @@ class PosteriorSettings:
         return tuple(np.exp(np.interp(np.log(slopes), np.log(given), log_w)).tolist())
 
 
-def _split_gaps(values: np.ndarray, split: int, log: bool) -> np.ndarray:
+def split_gaps(values: np.ndarray, split: int, log: bool) -> np.ndarray:
     """Sorted, distinct values (V,) with each gap between neighbours cut into ``split`` even
     steps, in ln where ``log``: (split (V - 1) + 1,), the given values kept exactly."""
     v = np.log(values) if log else values
@@ -253,7 +277,7 @@ def level_target(asymptote, chance: float, level: float, chance_corrected: bool)
     return chance + level * (asymptote - chance) if chance_corrected else level * asymptote
 
 
-def _share_at(z, link: str):
+def share_at(z, link: str):
     """p = F(z) of the link (``LINKS``), arrays broadcast."""
     if link == "probit":
         return ndtr(z)
@@ -262,7 +286,7 @@ def _share_at(z, link: str):
     return expit(z)
 
 
-def _z_of(p, link: str):
+def z_of(p, link: str):
     """z = F^-1(p) of the link (``LINKS``), arrays broadcast."""
     if link == "probit":
         return ndtri(p)
@@ -283,7 +307,7 @@ def _log_shares_at(z, link: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 @lru_cache(maxsize=4)
-def _offset_quadrature(size_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+def offset_quadrature(size_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """The size offset's Gauss-Hermite nodes for N(0, 1) and their weights, summing to 1: the
     likelihood integrates the offset over them, and the mean-keeping map averages over them."""
     nodes, weights = np.polynomial.hermite_e.hermegauss(size_nodes)
@@ -294,16 +318,16 @@ def _offset_quadrature(size_nodes: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @lru_cache(maxsize=16)
-def _mean_keeping_z(sd: float, size_nodes: int, link: str) -> np.ndarray:
+def mean_keeping_z(sd: float, size_nodes: int, link: str) -> np.ndarray:
     """h(z) at the share table's z (Z,): the point whose offset average, over the likelihood's
     own ``size_nodes`` Gauss-Hermite nodes of N(0, sd^2), is F(z). Found on the logit of that
     average (increasing in h) by interpolation over h. Cached: the same for every grid."""
-    z = _Z_GRID  # (Z,)
-    nodes, w = _offset_quadrature(size_nodes)
+    z = Z_GRID  # (Z,)
+    nodes, w = offset_quadrature(size_nodes)
     # h(z) grows like z sqrt(1 + sd^2) at most (the probit's exact map; the logistic's is
     # flatter, the cloglog's shifts by sd^2 / 2 at the low end): the range covers every z
-    reach = (_Z_MAX + 4.0) * float(np.sqrt(1.0 + sd**2))
-    h = np.arange(-reach, reach + 0.25 * _Z_STEP, 0.25 * _Z_STEP)  # (T,)
+    reach = (Z_MAX + 4.0) * float(np.sqrt(1.0 + sd**2))
+    h = np.arange(-reach, reach + 0.25 * Z_STEP, 0.25 * Z_STEP)  # (T,)
     log_f, log_s = _log_shares_at(h[:, None] + sd * nodes[None, :], link)  # (T, N) each
     averaged = logsumexp(log_f, b=w, axis=1) - logsumexp(log_s, b=w, axis=1)  # (T,)
     target = np.subtract(*_log_shares_at(z, link))  # (Z,) logit F(z)
@@ -312,37 +336,37 @@ def _mean_keeping_z(sd: float, size_nodes: int, link: str) -> np.ndarray:
     return out
 
 
-def _passed(mid, slope, length, x, link: str):
+def past_plateau(mid, slope, length, x, link: str):
     """r: the share of learners past the plateau, a second curve of the link ``length`` nats
     above the midpoint with the curve's slope (arrays broadcast)."""
-    return _share_at(slope * (x - mid - length), link)
+    return share_at(slope * (x - mid - length), link)
 
 
-def _mean_curve(mid, slope, asym, gap, length, chance: float, x, link: str):
+def mean_curve(mid, slope, asym, gap, length, chance: float, x, link: str):
     """Expected accuracy ``c + (A - gap (1 - r) - c) p`` (arrays broadcast)."""
-    p = _share_at(slope * (x - mid), link)
-    top = asym - gap * (1.0 - _passed(mid, slope, length, x, link))
+    p = share_at(slope * (x - mid), link)
+    top = asym - gap * (1.0 - past_plateau(mid, slope, length, x, link))
     return chance + (top - chance) * p
 
 
-def _level_crossing(mid, slope, asym, gap, length, chance: float, target, link: str):
+def level_crossing(mid, slope, asym, gap, length, chance: float, target, link: str):
     """Where the mean curve reaches ``target`` (arrays broadcast; target below asym). Without a
     plateau in closed form; with one by bisection, between where the curve without it reaches
     the target (the earliest) and where the plateau's end has surely lifted it there."""
     args = np.broadcast_arrays(mid, slope, asym, gap, length, target)
     mid, slope, asym, gap, length, target = (np.asarray(a, dtype=float) for a in args)
-    lo = mid + _z_of((target - chance) / (asym - chance), link) / slope
+    lo = mid + z_of((target - chance) / (asym - chance), link) / slope
     hi = np.maximum(lo, mid + length + 20.0 / slope)
     plateau = gap > 0
     for _ in range(40):  # 2^-40 of the bracket: far below the grid's 0.05 nats
         x = 0.5 * (lo + hi)
-        below = _mean_curve(mid, slope, asym, gap, length, chance, x, link) < target
+        below = mean_curve(mid, slope, asym, gap, length, chance, x, link) < target
         lo, hi = np.where(below & plateau, x, lo), np.where(below | ~plateau, hi, x)
     return np.where(plateau, 0.5 * (lo + hi), lo)
 
 
 @lru_cache(maxsize=4)
-def _share_table(
+def beta_share_table(
     kappa_values: tuple[float, ...],
     partial_shares: tuple[float, ...],
     partial_kappa: float,
@@ -365,7 +389,7 @@ def _share_table(
 
 def _beta_nodes(kappas: np.ndarray, n_nodes: int, link: str) -> np.ndarray:
     """Beta masses of the share bins for each kappa (K,) and tabulated z: (K, Z, L)."""
-    p = _share_at(_Z_GRID, link)  # (Z,)
+    p = share_at(Z_GRID, link)  # (Z,)
     edges = np.concatenate([[0.0], (np.arange(1, n_nodes) - 0.5) / (n_nodes - 1), [1.0]])
     a = np.maximum(kappas[:, None] * p[None, :], 1e-12)[..., None]  # (K, Z, 1)
     b = np.maximum(kappas[:, None] * (1.0 - p[None, :]), 1e-12)[..., None]
@@ -375,13 +399,13 @@ def _beta_nodes(kappas: np.ndarray, n_nodes: int, link: str) -> np.ndarray:
     return probs / probs.sum(axis=2, keepdims=True)
 
 
-def _node_centres(asym: np.ndarray, chance: float, n_nodes: int) -> np.ndarray:
+def node_centres(asym: np.ndarray, chance: float, n_nodes: int) -> np.ndarray:
     """Mean accuracy c + (A - c) u of each share node: (L, A)."""
     u = np.linspace(0.0, 1.0, n_nodes)  # (L,)
     return chance + u[:, None] * (asym[None, :] - chance)
 
 
-def _node_sds(asym: np.ndarray, chance: float, cfg: PosteriorSettings) -> np.ndarray:
+def node_sds(asym: np.ndarray, chance: float, cfg: PosteriorSettings) -> np.ndarray:
     """Noise sd of each interior node, widened by the node's own width: (A,)."""
     width = (asym - chance) / (cfg.n_nodes - 1)  # (A,)
     return np.sqrt(cfg.sd_partial**2 + width**2 / 12.0)
@@ -390,22 +414,22 @@ def _node_sds(asym: np.ndarray, chance: float, cfg: PosteriorSettings) -> np.nda
 def _unlearned_cdf(t: np.ndarray, chance: float, sd: float) -> np.ndarray:
     """CDF of the unlearned score: flat on [0, c], a half-normal tail above c."""
     t = np.asarray(t, dtype=float)
-    tail = sd * _SQRT_2PI * (ndtr((t - chance) / sd) - 0.5)
-    norm = chance + sd * _SQRT_2PI * 0.5
+    tail = sd * SQRT_2PI * (ndtr((t - chance) / sd) - 0.5)
+    norm = chance + sd * SQRT_2PI * 0.5
     return np.where(t <= chance, np.clip(t, 0.0, None), chance + tail) / norm
 
 
-def _node_cdfs(t: np.ndarray, grid_asym: np.ndarray, chance: float, cfg) -> np.ndarray:
+def node_cdfs(t: np.ndarray, grid_asym: np.ndarray, chance: float, cfg) -> np.ndarray:
     """CDF of each node's score at thresholds t (T,): (L, A, T); mass above 1 stays above."""
-    centres = _node_centres(grid_asym, chance, cfg.n_nodes)  # (L, A)
-    sds = np.broadcast_to(_node_sds(grid_asym, chance, cfg), centres.shape).copy()  # (L, A)
+    centres = node_centres(grid_asym, chance, cfg.n_nodes)  # (L, A)
+    sds = np.broadcast_to(node_sds(grid_asym, chance, cfg), centres.shape).copy()  # (L, A)
     sds[-1] = cfg.sd_learned
     out = ndtr((t[None, None, :] - centres[..., None]) / sds[..., None])  # (L, A, T)
     out[0] = _unlearned_cdf(t, chance, cfg.sd_unlearned)[None, :]
     return out
 
 
-def _bins_of(cdf_inner: np.ndarray) -> np.ndarray:
+def bins_of(cdf_inner: np.ndarray) -> np.ndarray:
     """Bin probabilities from the CDF at the inner bin edges (..., B - 1): tails in end bins."""
     zeros = np.zeros((*cdf_inner.shape[:-1], 1))
     return np.diff(np.concatenate([zeros, cdf_inner, zeros + 1.0], axis=-1), axis=-1)

@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from threshold.search.posterior.grid import Grid, _pairs, _passed_share
+from threshold.search.posterior.grid import Grid
 from threshold.search.posterior.hypothesis import (
-    _SQRT_2PI,
-    _Z_GRID,
-    _Z_MAX,
-    _Z_STEP,
+    SQRT_2PI,
+    Z_GRID,
+    Z_MAX,
+    Z_STEP,
     PosteriorSettings,
-    _mean_keeping_z,
-    _node_centres,
-    _node_sds,
-    _offset_quadrature,
+    mean_keeping_z,
+    node_centres,
+    node_sds,
+    offset_quadrature,
 )
 
 __all__ = [
@@ -44,17 +44,17 @@ def _run_densities(grid: Grid, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
     share, (N, A)."""
     cfg, c = grid.settings, grid.chance
     asym = grid.asymptotes  # (A,)
-    centres = _node_centres(asym, c, cfg.n_nodes)  # (L, A)
-    sds = np.broadcast_to(_node_sds(asym, c, cfg), centres.shape).copy()  # (L, A)
+    centres = node_centres(asym, c, cfg.n_nodes)  # (L, A)
+    sds = np.broadcast_to(node_sds(asym, c, cfg), centres.shape).copy()  # (L, A)
     sds[-1] = cfg.sd_learned
     z = (y[:, None, None] - centres[None]) / sds[None]  # (N, L, A)
-    dens = np.exp(-0.5 * z**2) / (sds[None] * _SQRT_2PI)  # (N, L, A)
+    dens = np.exp(-0.5 * z**2) / (sds[None] * SQRT_2PI)  # (N, L, A)
     sd_u = cfg.sd_unlearned
-    flat = 1.0 / (c + sd_u * _SQRT_2PI * 0.5)
+    flat = 1.0 / (c + sd_u * SQRT_2PI * 0.5)
     above = np.exp(-0.5 * (np.clip(y - c, 0.0, None) / sd_u) ** 2)  # (N,)
     dens[:, 0, :] = (flat * above)[:, None]
     z_stalled = (y[:, None] - (asym - grid.gaps)[None, :]) / cfg.sd_learned  # (N, A)
-    stalled = np.exp(-0.5 * z_stalled**2) / (cfg.sd_learned * _SQRT_2PI)  # (N, A)
+    stalled = np.exp(-0.5 * z_stalled**2) / (cfg.sd_learned * SQRT_2PI)  # (N, A)
     outlier = np.where(y[:, None] <= asym[None, :], 1.0 / asym[None, :], 0.0)  # (N, A)
     return dens, stalled, outlier
 
@@ -76,9 +76,9 @@ def _below_top(grid: Grid, dens: np.ndarray) -> np.ndarray:
 def _offset_nodes(cfg: PosteriorSettings) -> tuple[list, list]:
     """The size offset's quadrature nodes: each distinct (sd of h, offset, log weight) once,
     and for each of ``size_logit_sds`` the indices of its nodes. The first is the sd whose
-    ``_mean_keeping_z`` the node's offset starts from, 0 for z itself (``offset_keeps_mean``
+    ``mean_keeping_z`` the node's offset starts from, 0 for z itself (``offset_keeps_mean``
     off): then every sd's middle node is the same, offset 0 from z."""
-    gh_nodes, gh_weights = _offset_quadrature(cfg.size_nodes)
+    gh_nodes, gh_weights = offset_quadrature(cfg.size_nodes)
     gh_log_w = np.log(gh_weights)
     slots: dict[tuple[float, float, float], int] = {}
     per_sd = []
@@ -95,7 +95,7 @@ def _offset_nodes(cfg: PosteriorSettings) -> tuple[list, list]:
 def _table_entries(grid: Grid, x: float, rows: np.ndarray, slots: list) -> list:
     """Per offset node, the entry (kappa, tabulated z, ceiling) of the (K, Z, A) tables each
     hypothesis ``rows`` (H') reads at size x once the offset moves its z, rounded as
-    ``_share_probs`` rounds it: (H',) flat indices. The z is that of the hypothesis's
+    ``Grid.share_probs`` rounds it: (H',) flat indices. The z is that of the hypothesis's
     (midpoint, slope) pair, so it is rounded once per run of consecutive hypotheses of one
     pair (a pair's hypotheses are consecutive on the grid) and read off by each of them."""
     n_z, n_a = grid.share_table.shape[1], grid.asymptotes.size
@@ -105,17 +105,17 @@ def _table_entries(grid: Grid, x: float, rows: np.ndarray, slots: list) -> list:
     new[:1] = True
     np.not_equal(pair[1:], pair[:-1], out=new[1:])
     pair_at = np.cumsum(new) - 1  # (H',) index into the pairs' runs
-    mid, slope = _pairs(grid)  # (C,) each
+    mid, slope = grid.pairs()  # (C,) each
     pairs = pair[new]  # (C',)
     z = slope[pairs] * (x - mid[pairs])  # (C',) z of each pair at x: p = F(z) of the link
     base = grid.kappa_index[rows] * (n_z * n_a) + grid.asym_index[rows]  # (H',)
     cfg, starts, out = grid.settings, {0.0: z}, []
     for sd, offset, _ in slots:
         if sd not in starts:
-            table = _mean_keeping_z(sd, cfg.size_nodes, cfg.link)
-            starts[sd] = np.interp(z, _Z_GRID, table)
+            table = mean_keeping_z(sd, cfg.size_nodes, cfg.link)
+            starts[sd] = np.interp(z, Z_GRID, table)
         h = starts[sd] + offset
-        node = np.rint((np.clip(h, -_Z_MAX, _Z_MAX) + _Z_MAX) / _Z_STEP).astype(int)
+        node = np.rint((np.clip(h, -Z_MAX, Z_MAX) + Z_MAX) / Z_STEP).astype(int)
         out.append(base + (node * n_a)[pair_at])
     return out
 
@@ -148,7 +148,7 @@ def size_log_likelihood(grid: Grid, x: float, y, rows=None) -> np.ndarray:
     # P(score | share below the top node): (R, K * Z * A), each (kappa, logit) row of the table
     below = _below_top(grid, dens).reshape(y.size, -1)
     learned_table = np.repeat(grid.share_table[:, :, -1].ravel(), n_a)  # (K * Z * A,)
-    passed = _passed_share(grid, [x])[..., 0][rows // block, a]  # (H',) r of each hypothesis
+    passed = grid.passed_share([x])[..., 0][rows // block, a]  # (H',) r of each hypothesis
     slots, per_sd = _offset_nodes(cfg)
     at_below = _table_entries(grid, x, rows, slots)  # per node (H',) into ``below``'s rows
     top_share = [learned_table.take(i) for i in at_below]  # per node (H',) P(top node)

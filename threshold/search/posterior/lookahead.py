@@ -11,26 +11,39 @@ from __future__ import annotations
 
 import numpy as np
 
-from threshold.search.posterior.grid import (
-    Grid,
-    _dot,
-    _learn_prob,
-    _learned_split,
-    _passed_share,
-    _share_probs,
-)
+from threshold.search.posterior.grid import Grid, dot
 from threshold.search.posterior.likelihood import normalize
 
-__all__ = ["expected_variance", "expected_variances", "fantasy_update", "seed_variance"]
+__all__ = [
+    "expected_variance",
+    "expected_variances",
+    "fantasy_update",
+    "outcome_bins",
+    "seed_variance",
+]
 
 
-def _outcome_bins(grid: Grid, x: float) -> np.ndarray:
+def _learned_split(shares_learned: np.ndarray, passed: np.ndarray, top, stalled) -> np.ndarray:
+    """Learned runs' term ``P(learned) (r top + (1 - r) stalled)`` of each hypothesis: (Q, A, ...).
+
+    shares_learned: (Q,) P(learned node), Q = C * K; passed: (C, A) r; top, stalled: (A, ...)
+    what a learned run contributes above and on the plateau (a density or bin probabilities).
+    """
+    n_c, n_a = passed.shape
+    extra = (1,) * (np.ndim(top) - 1)
+    split = stalled[None] + (top - stalled)[None] * passed.reshape(n_c, n_a, *extra)  # (C, A, ..)
+    per_q = shares_learned.reshape(n_c, -1)  # (C, K)
+    out = per_q.reshape(*per_q.shape, 1, *extra) * split[:, None]  # (C, K, A, ...)
+    return out.reshape(n_c * per_q.shape[1], n_a, *np.shape(top)[1:])
+
+
+def outcome_bins(grid: Grid, x: float) -> np.ndarray:
     """P(accuracy bin | hypothesis) of one run at x: (Q, A, B)."""
     eps = grid.settings.outlier_weight
-    shares = _share_probs(grid, [x])[:, 0, :]  # (Q, L)
+    shares = grid.share_probs([x])[:, 0, :]  # (Q, L)
     n_l, n_a, n_b = grid.node_bins.shape
     bins = (shares[:, :-1] @ grid.node_bins[:-1].reshape(n_l - 1, -1)).reshape(-1, n_a, n_b)
-    passed = _passed_share(grid, [x])[..., 0]  # (C, A)
+    passed = grid.passed_share([x])[..., 0]  # (C, A)
     bins += _learned_split(shares[:, -1], passed, grid.node_bins[-1], grid.plateau_bins)
     return (1.0 - eps) * bins + eps * grid.outlier_bins[None]  # (Q, A, B)
 
@@ -42,7 +55,7 @@ def fantasy_update(grid: Grid, log_w: np.ndarray, x: float) -> np.ndarray:
     expectation over the current predictive distribution of y, shrinks the posterior about as much
     as a typical outcome would without betting on one mode of a bimodal prediction.
     """
-    bins = _outcome_bins(grid, x)  # (Q, A, B)
+    bins = outcome_bins(grid, x)  # (Q, A, B)
     w = normalize(log_w).reshape(bins.shape[:2])  # (Q, A)
     predictive = np.einsum("qa,qab->b", w, bins)  # (B,)
     return log_w + (np.log(np.maximum(bins, 1e-300)) @ predictive).ravel()
@@ -69,19 +82,19 @@ def expected_variances(grid: Grid, w: np.ndarray, x: np.ndarray, values: list) -
     eps = grid.settings.outlier_weight
     n_a = grid.asymptotes.size
     x = np.atleast_1d(np.asarray(x, dtype=float))  # (J,)
-    shares = _share_probs(grid, x)  # (Q, J, L)
+    shares = grid.share_probs(x)  # (Q, J, L)
     n_q, n_j, n_l = shares.shape
     wq = w.reshape(n_q, n_a)  # (Q, A)
     weighted = [wq]  # the moments' weights, each (Q, A): w, then w z and w z^2 per value
     for v in values:
-        z = (v - _dot(w, v)).reshape(n_q, n_a)  # (Q, A) centred, for accuracy
+        z = (v - dot(w, v)).reshape(n_q, n_a)  # (Q, A) centred, for accuracy
         wz = wq * z
         weighted += [wz, wz * z]
     n_m = len(weighted)
     stacked = np.stack(weighted, axis=1).reshape(n_q, n_m * n_a)  # (Q, M * A)
     g = (shares.reshape(n_q, -1).T @ stacked).reshape(n_j, n_l, n_m, n_a)  # (J, L, M, A)
     s = np.tensordot(g[:, :-1], grid.node_bins[:-1], axes=([1, 3], [0, 1]))  # (J, M, B)
-    passed = _passed_share(grid, x).transpose(0, 2, 1)  # (C, J, A)
+    passed = grid.passed_share(x).transpose(0, 2, 1)  # (C, J, A)
     n_c = passed.shape[0]
     learned = shares[:, :, -1].reshape(n_c, -1, n_j).transpose(0, 2, 1)  # (C, J, K)
     per_pair = np.matmul(learned, stacked.reshape(n_c, -1, n_m * n_a))  # (C, J, M * A)
@@ -105,8 +118,8 @@ def seed_variance(grid: Grid, w: np.ndarray, x) -> np.ndarray:
     """
     n_k, n_a = grid.kappas.size, grid.asymptotes.size
     x = np.atleast_1d(np.asarray(x, dtype=float))  # (J,)
-    p = _learn_prob(grid, x)  # (C, J)
-    passed = _passed_share(grid, x)  # (C, A, J)
+    p = grid.learn_prob(x)  # (C, J)
+    passed = grid.passed_share(x)  # (C, A, J)
     gap = grid.gaps[None, :, None]  # (1, A, 1)
     lift2 = (grid.asymptotes[None, :, None] - gap * (1.0 - passed) - grid.chance) ** 2
     wc = w.reshape(-1, n_k, n_a)  # (C, K, A)

@@ -20,13 +20,12 @@ import numpy as np
 
 from threshold.search.posterior.grid import (
     Grid,
-    _ceilings,
-    _pairs,
+    ceilings_of,
     location_axis,
     make_grid,
     spread_out,
 )
-from threshold.search.posterior.hypothesis import _split_gaps, _z_of, level_fraction
+from threshold.search.posterior.hypothesis import level_fraction, split_gaps, z_of
 from threshold.search.posterior.likelihood import add_size, normalize, pool_offset_sds
 
 __all__ = ["refined"]
@@ -69,12 +68,12 @@ def refined(
     asymptotes = np.unique(cfg.asymptotes)
     a_lo, a_hi = _around(asymptotes, grid.asymptotes[grid.asym_index[held]])
     kappas = np.unique(grid.kappa_index[held])  # (K',)
-    fine_slopes = _split_gaps(slopes[s_lo : s_hi + 1], split, log=True)
+    fine_slopes = split_gaps(slopes[s_lo : s_hi + 1], split, log=True)
     fine = replace(
         cfg,
         slopes=tuple(fine_slopes.tolist()),
         slope_weights=cfg.slope_weights_at(fine_slopes),  # as ``reading`` reads the prior
-        asymptotes=tuple(_split_gaps(asymptotes[a_lo : a_hi + 1], split, log=False).tolist()),
+        asymptotes=tuple(split_gaps(asymptotes[a_lo : a_hi + 1], split, log=False).tolist()),
         concentrations=tuple(grid.kappas[kappas].tolist()),
         partial_shares=tuple(grid.partial_shares[kappas].tolist()),
         m_step=cfg.m_step / split,
@@ -84,12 +83,12 @@ def refined(
     # (``make_grid``), along which x80 moves little with the slope. It spans the held cells'
     # locations on it and two coarse steps beyond.
     f0 = float(level_fraction(max(fine.asymptotes), grid.chance, level, chance_corrected))
-    z0 = float(_z_of(f0, cfg.link))  # a curve's location is its midpoint + z0 / slope
+    z0 = float(z_of(f0, cfg.link))  # a curve's location is its midpoint + z0 / slope
     location = grid.mid[held] + z0 / grid.slope[held]  # (H',)
     lo, hi = location.min() - 2 * cfg.m_step, location.max() + 2 * cfg.m_step
     locations = location_axis(fine, lo, hi)  # (M,)
     pairs = _near(locations, fine_slopes, grid, held, z0)  # (C',) the box's pairs near the mass
-    n_ceilings = len(_ceilings(fine, np.asarray(fine.asymptotes), grid.chance))  # as make_grid
+    n_ceilings = len(ceilings_of(fine, np.asarray(fine.asymptotes), grid.chance))  # as make_grid
     if pairs.size * len(fine.concentrations) * n_ceilings > _MAX_HYPOTHESES:
         return grid, log_w
     box = make_grid(fine, grid.chance, level, chance_corrected, lo, hi, pairs)
@@ -112,7 +111,7 @@ def _near(
     midpoint + z0 / slope; slopes are compared in ln."""
     cfg = grid.settings
     block = grid.kappas.size * grid.asymptotes.size
-    mid_c, slope_c = (v[np.unique(held // block)] for v in _pairs(grid))  # (P,) the held pairs
+    mid_c, slope_c = (v[np.unique(held // block)] for v in grid.pairs())  # (P,) the held pairs
     loc_c = mid_c + z0 / slope_c  # (P,)
     ln_step = float(np.diff(np.log(np.unique(cfg.slopes))).max(initial=0.0))
     near = np.zeros((locations.size, slopes.size), dtype=bool)  # (M, S)

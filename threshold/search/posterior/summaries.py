@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from threshold.errors import ConfigError
-from threshold.search.posterior.grid import Grid, _dot, _pairs
-from threshold.search.posterior.hypothesis import _mean_curve
+from threshold.search.posterior.grid import Grid, dot
+from threshold.search.posterior.hypothesis import mean_curve
 
 __all__ = [
     "PosteriorSummary",
@@ -67,17 +67,17 @@ def summarize(grid: Grid, w: np.ndarray, x_lo: float, x_hi: float) -> PosteriorS
     asym_w = w.reshape(-1, grid.asymptotes.size).sum(axis=0)  # (A,)
     asym_cdf = np.cumsum(asym_w)
     kappa_w = w.reshape(-1, grid.kappas.size, grid.asymptotes.size).sum(axis=(0, 2))  # (K,)
-    mean = _dot(w, grid.x80)
-    mid_mean = _dot(w, grid.mid)
+    mean = dot(w, grid.x80)
+    mid_mean = dot(w, grid.mid)
     return PosteriorSummary(
         x80_median=float(x80_q[0]),
         x80_lo=float(x80_q[1]),
         x80_hi=float(x80_q[2]),
-        x80_sd=float(np.sqrt(max(_dot(w, (grid.x80 - mean) ** 2), 0.0))),
+        x80_sd=float(np.sqrt(max(dot(w, (grid.x80 - mean) ** 2), 0.0))),
         mid_median=float(mid_q[0]),
         mid_lo=float(mid_q[1]),
         mid_hi=float(mid_q[2]),
-        mid_sd=float(np.sqrt(max(_dot(w, (grid.mid - mid_mean) ** 2), 0.0))),
+        mid_sd=float(np.sqrt(max(dot(w, (grid.mid - mid_mean) ** 2), 0.0))),
         asymptote_mean=float(asym_w @ grid.asymptotes),
         mass_below=float(w[grid.x80 < x_lo].sum()),
         mass_above=float(w[grid.x80 > x_hi].sum()),
@@ -95,15 +95,15 @@ def weighted_quantiles(values, weights, qs) -> np.ndarray:
 
 
 def curve_quantiles(grid: Grid, w: np.ndarray, x, qs=(0.05, 0.5, 0.95)) -> np.ndarray:
-    """Posterior quantiles of the expected accuracy (``_mean_curve``) at sizes x: (Q, J).
+    """Posterior quantiles of the expected accuracy (``mean_curve``) at sizes x: (Q, J).
 
     A credible band of the mean curve: at each size, the quantiles over hypotheses weighted by
     the posterior w (H,), the concentration summed out. x: (J,) in ln parameters.
     """
     x = np.atleast_1d(np.asarray(x, dtype=float))  # (J,)
     n_a = grid.asymptotes.size
-    mid, slope = _pairs(grid)  # (C,) each
-    acc = _mean_curve(
+    mid, slope = grid.pairs()  # (C,) each
+    acc = mean_curve(
         mid[:, None, None],
         slope[:, None, None],
         grid.asymptotes[None, :, None],
