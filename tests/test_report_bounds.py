@@ -219,3 +219,73 @@ def test_the_small_recipe_round_trips_through_a_study_and_a_report(studies):
     assert s.label in (out / "index.html").read_text()
     (again,) = load_results(out / "results.json").studies
     assert again.settings == s.settings and again.label == s.label
+
+
+# The never-learning study's settings as `threshold find` takes them (_store's, with "fast").
+NEVER_FIND = ["--tasks", "max", "--mod", "5", "--measure", "max", "--n-train", "2000",
+              "--n-test", "100", "--steps", STEPS, "--d-lo", "8", "--d-hi", "48",
+              "--checkpoints", "0.5,1", "--schedule", "constant"]  # fmt: skip
+
+
+def test_every_view_of_a_bound_study_says_it_is_a_bound(studies, cli):
+    """Issue 62: a study whose runs only bound its 80% point is shown as a bound by every view,
+    not only by the report: find's last lines (and --json), status, the dashboard's note and
+    attribute, and find_threshold's dict; the posterior's median only after it, as context."""
+    from threshold import find_threshold
+    from threshold.report.notes import NOTE_RENDER
+    from threshold.search.find import snapshot
+    from threshold.search.notes import write_all_notes
+    from threshold.search.study import RESULT_ATTR
+
+    url, names, _ = studies
+    never, joint = names["never"], names["joint"]
+    snap = snapshot(url, never)
+    largest = max(r["params_total"] for r in snap["trials"])
+    ans = snap["answer"]
+    assert (ans["kind"], ans["params"], ans["d"], ans["located"]) == (
+        "lower bound", largest, max(SIZES), False,
+    )  # fmt: skip
+    bound = f"> {largest:,} params (d > {max(SIZES)}), not located: no run reached the 80% level"
+    median = f"{snap['estimate']['params_p80']:,.0f}"
+    assert snapshot(url, joint)["answer"]["located"]  # the located one stays a point
+
+    # find: a study already run (--workers 0 starts none), its last line the bound, then the
+    # median as context only
+    found = cli(["find", *NEVER_FIND, "--storage", url, "--workers", "0"])
+    assert found.exit_code == 0, (found.stderr, found.exception)
+    last = found.stdout.strip().splitlines()[-1]
+    assert last.startswith(bound) and last.endswith("context only"), found.stdout
+    assert f"median {median} params" in last and "80% point:" not in found.stdout
+    found = cli(["find", *NEVER_FIND, "--storage", url, "--workers", "0", "--json"])
+    report = json.loads(found.stdout)
+    assert report["located"] is False and report["answer"]["kind"] == "lower bound"
+
+    # status: the bound in the 80% point column, "not located" in the interval's
+    status = cli(["status", "--storage", url])
+    line = next(x for x in status.stdout.splitlines() if never in x)
+    assert f"> {largest:,}" in line and "not located" in line and median not in line
+    assert "not located: the runs only bound the 80% point" in status.stdout
+    (row,) = [r for r in json.loads(cli(["status", "--storage", url, "--json"]).stdout)
+              if r["study"] == never]  # fmt: skip
+    assert row["answer"]["kind"] == "lower bound"
+
+    # the dashboard: the note's headline, the study's attribute and the figure's title
+    storage = open_storage(url)
+    write_all_notes(storage, NOTE_RENDER)
+    study = optuna.load_study(study_name=never, storage=storage)
+    from threshold.search.dashboard_attrs import get_note
+
+    note = get_note(study)
+    assert note.splitlines()[0].endswith(f"80% point > {largest:,} parameters, not located")
+    assert "posterior median, context only" in note
+    assert study.user_attrs[RESULT_ATTR] == f"> {largest:,} parameters, not located"
+    joint_study = optuna.load_study(study_name=joint, storage=storage)
+    assert "not located" not in joint_study.user_attrs[RESULT_ATTR]
+
+    # find_threshold: an explicit key (its budget used up: no run to train)
+    options = dict(mod=5, measure="max", n_train=2000, n_test=100, steps=STEPS, d_lo=8, d_hi=48,
+                   checkpoints=(0.5, 1.0), schedule="constant", budget=len(SIZES))  # fmt: skip
+    got = find_threshold("max", storage=url, study=never, device="cpu", **options)
+    assert got["located"] is False
+    assert got["bound"] == {"kind": "lower bound", "params": largest, "d": max(SIZES)}
+    assert got["answer"].startswith(bound)

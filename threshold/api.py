@@ -13,6 +13,7 @@ from pathlib import Path
 
 from threshold.config import MODEL_FIELDS, TRAIN_FIELDS, Execution
 from threshold.errors import ConfigError
+from threshold.search.bounds import answer_words
 from threshold.search.find import run_search
 from threshold.search.spec import StudySettings
 
@@ -49,11 +50,21 @@ def find_threshold(
     ``d_model``, ``params_total``, ``seed``, ``accuracy``, ``stop_reason``, ``seconds``),
     ``study`` the study then (its ``estimate`` and every trial); nothing is printed.
 
-    Returns the estimate stored on the study: ``params_p80`` (the 80% point in parameters),
-    ``interval_params`` (its 90% interval), ``d_p80``, ``midpoint_params``, ``asymptote``,
-    ``n_runs`` and more; None when no run completed. Bad settings raise :class:`ConfigError`
-    before anything is written; an interrupt stops the workers and raises KeyboardInterrupt.
+    Returns the estimate stored on the study: ``params_p80`` (the posterior's median of the 80%
+    point in parameters), ``interval_params`` (its 90% interval), ``d_p80``, ``midpoint_params``,
+    ``asymptote``, ``n_runs`` and more, and whether the runs locate it: ``located`` (True where
+    at least two runs on each side of it fall where the posterior says); else ``bound`` (its
+    ``kind``, "lower bound" (the point lies above ``params``, at d ``d``), "upper bound" (at or
+    below it) or "none", as :func:`threshold.search.bounds.locate` gives it) and the
+    ``params_p80`` beside it is the prior's reach, context only. ``answer`` says it in one line,
+    as ``threshold find`` does. None when no run completed. Bad settings and arguments raise
+    :class:`ConfigError` before anything is written; an interrupt stops the workers and raises
+    KeyboardInterrupt.
     """
+    if on_run is not None and not callable(on_run):
+        raise ConfigError(
+            f"on_run {on_run!r} is not callable: give a function of (run, study), or None"
+        )
     params = inspect.signature(StudySettings.from_options).parameters
     named = [k for k, p in params.items() if p.kind != inspect.Parameter.VAR_KEYWORD]
     known = [*named, *TRAIN_FIELDS, *MODEL_FIELDS]  # the recipe's fields go to **overrides
@@ -73,7 +84,12 @@ def find_threshold(
         cache_dir=cache_dir,
     )
     outcome = run_search(settings, execution, study, poll_s=1.0, on_run=on_run)
-    return outcome.estimate
+    if outcome.estimate is None:
+        return None
+    ans = outcome.answer
+    located = bool(ans and ans["located"])
+    bound = None if located or ans is None else {k: ans[k] for k in ("kind", "params", "d")}
+    return outcome.estimate | {"located": located, "bound": bound, "answer": answer_words(ans)}
 
 
 _KIND_WORDS = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}

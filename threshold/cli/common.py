@@ -321,31 +321,21 @@ def run_words(row: dict) -> str:
     return f"d = {row['d_model']} failed (retried if its worker died)"
 
 
-def estimate_words(est: dict | None) -> str:
-    """``80% point 9,120 params (d 24.0), 90% interval 4,031 - 17,960``, or no estimate yet."""
-    if not est or not est.get("params_p80"):
-        return "no estimate yet"
-    lo, hi = est["interval_params"]
-    return (
-        f"80% point {est['params_p80']:,.0f} params (d {est['d_p80']:.1f}), "
-        f"90% interval {lo:,.0f} - {hi:,.0f}"
-    )
-
-
 def task_config(tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed):
     return TaskConfig.from_options(
         tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
     )
 
 
-def int_list(text: str, option: str) -> list[int]:
-    """``16,24,32`` as integers; a repeat or a non-integer is refused, naming the option."""
+def int_list(text: str, option: str, example: str = "16,24,32") -> list[int]:
+    """``16,24,32`` as integers; a repeat or a non-integer is refused, naming the option and an
+    ``example`` of its own."""
     if not text.strip():
-        raise ConfigError(f"{option} is empty: give an integer or a list like 16,24,32")
+        raise ConfigError(f"{option} is empty: give an integer or a list like {example}")
     try:
         values = [int(x) for x in text.split(",")]  # an empty item ("8,,16") is refused too
     except ValueError:
-        raise ConfigError(f"{option} {text!r} is not an integer or a list like 16,24,32") from None
+        raise ConfigError(f"{option} {text!r} is not an integer or a list like {example}") from None
     if len(set(values)) != len(values):
         raise ConfigError(f"{option} {text!r} repeats a value: name each once")
     return values

@@ -56,7 +56,6 @@ from threshold.cli.common import (
     WeightDecay,
     Weights,
     Window,
-    estimate_words,
     recipe_overrides,
     refuse_old_batch,
     run_guarded,
@@ -64,6 +63,7 @@ from threshold.cli.common import (
 )
 from threshold.config import Execution
 from threshold.interrupt import exit_status
+from threshold.search.bounds import answer_words
 from threshold.search.find import Interrupted, run_search
 from threshold.search.fit import strays
 from threshold.search.spec import StudySettings
@@ -218,7 +218,7 @@ class _LiveView:
     def run_ended(self, row: dict, snap: dict) -> None:
         if self.plain:
             typer.echo(
-                f"trial {row['number']}: {run_words(row)}; {estimate_words(snap['estimate'])}",
+                f"trial {row['number']}: {run_words(row)}; {answer_words(snap['answer'])}",
                 err=True,
             )
 
@@ -239,13 +239,9 @@ class _LiveView:
 
 def _trials_table(snap: dict):
     est = snap["estimate"]
-    caption = "no estimate yet"
-    if est and est.get("params_p80"):
-        lo, hi = est["interval_params"]
-        caption = (
-            f"80% point: {est['params_p80']:,.0f} params (d {est['d_p80']:.1f}), "
-            f"90% interval {lo:,.0f} - {hi:,.0f}"
-        ) + ("; its sizes stray from any smooth curve" if strays(est) else "")
+    caption = answer_words(snap.get("answer"))  # located or bound, as every view says it
+    if est and est.get("params_p80") and strays(est):
+        caption += "; its sizes stray from any smooth curve"
     if any(r["state"] == "RUNNING" for r in snap["trials"]):
         caption += (
             "; a running trial whose worker died is retried after 3 missed heartbeats"
@@ -275,13 +271,12 @@ def _trials_table(snap: dict):
 
 def _print_summary(report: dict) -> None:
     console = Console()
-    est = report["transition"]
-    if not est or not est.get("params_p80"):
+    est, ans = report["transition"], report["answer"]
+    if ans is None:
         console.print(
             f"study {report['study']}: {report['n_trials']} runs, no estimate yet", soft_wrap=True
         )
         return
-    lo, hi = est["interval_params"]
     n, new = report["n_trials"], report["n_new"]
     if new == n:
         runs = f"{n} runs in {report['wall_s']:.0f} s"
@@ -289,10 +284,14 @@ def _print_summary(report: dict) -> None:
         runs = f"{n} runs, all from before (nothing left to run)"
     else:
         runs = f"{n} runs, {new} of them new, in {report['wall_s']:.0f} s"
-    console.print(
-        f"study {report['study']}: {runs}\n"
-        f"80% point: {est['params_p80']:,.0f} parameters (d = {est['d_p80']:.1f}), "
-        f"90% interval {lo:,.0f} - {hi:,.0f}\n"
-        f"midpoint: {est['midpoint_params']:,.0f} parameters",
-        soft_wrap=True,  # the study's name is copied from here: never broken
-    )
+    lines = [f"study {report['study']}: {runs}"]
+    if ans["located"]:
+        lo, hi = est["interval_params"]
+        lines += [
+            f"80% point: {est['params_p80']:,.0f} parameters (d = {est['d_p80']:.1f}), "
+            f"90% interval {lo:,.0f} - {hi:,.0f}",
+            f"midpoint: {est['midpoint_params']:,.0f} parameters",
+        ]
+    else:  # a bound as every view says it; the posterior's median after it, as context only
+        lines.append(answer_words(ans))
+    console.print("\n".join(lines), soft_wrap=True)  # the study's name is copied: never broken

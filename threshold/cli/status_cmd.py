@@ -35,16 +35,29 @@ def status(
         for col in ("runs", "running", "80% point (params)", "90% interval", "d"):
             table.add_column(col, justify="right")
         for r in rows:
-            est = r["estimate"] or {}
-            interval = est.get("interval_params")
-            table.add_row(
-                r["study"],
-                str(r["n_complete"]),
-                str(r["n_running"]),
-                f"{est['params_p80']:,.0f}" if est.get("params_p80") else "-",
-                f"{interval[0]:,.0f} - {interval[1]:,.0f}" if interval else "-",
-                f"{est['d_p80']:.1f}" if est.get("d_p80") else "-",
-            )
+            table.add_row(r["study"], str(r["n_complete"]), str(r["n_running"]), *_cells(r))
         wide_console(*(r["study"] for r in rows), rest=75).print(table)
+        if any(r["answer"] and not r["answer"]["located"] for r in rows):
+            typer.echo(
+                "not located: the runs only bound the 80% point (>: no run up to that size reached "
+                "the level; <=: every run from it up did), or not even that; `threshold find "
+                "--json` or `threshold report` says more"
+            )
 
     run_guarded(body)
+
+
+def _cells(row: dict) -> tuple[str, str, str]:
+    """80% point, interval and d of a study as its answer has them (located or bound:
+    threshold.search.bounds.answer), the way ``threshold report`` writes them."""
+    ans = row["answer"]
+    if ans is None:
+        return "-", "-", "-"
+    if ans["located"]:
+        lo, hi = ans["interval"]
+        d = f"{ans['median_d']:.1f}" if ans["median_d"] is not None else "-"
+        return f"{ans['median']:,.0f}", f"{lo:,.0f} - {hi:,.0f}", d
+    if ans["kind"] in ("lower bound", "upper bound"):
+        sign = ">" if ans["kind"] == "lower bound" else "<="
+        return f"{sign} {ans['params']:,.0f}", "not located", f"{sign} {ans['d']}"
+    return "not located", "not located", "-"

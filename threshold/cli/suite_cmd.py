@@ -17,13 +17,13 @@ from threshold.cli.common import (
     CacheDir,
     Device,
     OldBatch,
-    estimate_words,
     refuse_old_batch,
     run_guarded,
     run_words,
 )
 from threshold.interrupt import exit_status
 from threshold.report.text import duration, terminal_cells
+from threshold.search.bounds import answer_words
 from threshold.search.find import worker_devices
 from threshold.search.record import storage_log_level
 from threshold.suite import load_suite
@@ -122,21 +122,20 @@ class _Printer:
             if kind == "study_skip":
                 self.say(
                     f"{head}: done ({info['reason']}) after {info['n_runs']} runs: "
-                    f"{estimate_words(info['estimate'])}"
+                    f"{answer_words(info['answer'])}"
                 )
             else:
                 self.say(f"{head}: {info['n_runs']} runs so far; {info['workers']} worker(s)")
         elif kind == "trial":
             row = info["trial"]
             self.say(
-                f"  {label} trial {row['number']}: {run_words(row)}; "
-                f"{estimate_words(info['estimate'])}"
+                f"  {label} trial {row['number']}: {run_words(row)}; {answer_words(info['answer'])}"
             )
         elif kind == "study_end":
             self.say(
                 f"  {label}: {'done (' + info['reason'] + ')' if info['reason'] else 'stopped'}"
                 f" after {info['n_runs']} runs in {duration(info['wall_s'])}: "
-                f"{estimate_words(info['estimate'])}"
+                f"{answer_words(info['answer'])}"
             )
         elif kind == "transfer_skip":
             self.say(f"transfer {label}: done ({info['file']})")

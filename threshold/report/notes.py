@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 from threshold.config import recipe_words
 from threshold.report.render import render
 from threshold.report.text import near_transition_words
+from threshold.search.bounds import answer, answer_words
 from threshold.search.fit import MIN_POINTS
 from threshold.search.notes import MIN_RUNS, NoteRender, Run, curve_sizes, fit_accuracy
 from threshold.search.spec import StudySettings
@@ -59,6 +60,9 @@ class Note:
     estimate_runs: int | None  # runs the estimate is from, when not the runs done
     status: str
     settings: tuple[str, ...]  # the settings' bullet lines
+    located: bool = True  # the runs locate the point (threshold.search.bounds.answer)
+    bound: str | None = None  # where they do not: the answer's bound, "> 4,752", or None
+    answer: str = ""  # the answer in one line (threshold.search.bounds.answer_words)
 
 
 def _title(settings: StudySettings) -> str:
@@ -110,6 +114,23 @@ def _shares(values) -> str:
     return ", ".join(f"{v:g}" for v in values)
 
 
+def study_answer(estimate: dict | None, runs: Sequence[Run]) -> dict | None:
+    """The study's answer, located or bound, from the note's runs
+    (:func:`threshold.search.bounds.answer`): what every other view of the study shows too."""
+    return answer([(r.d, r.params, r.accuracy) for r in runs], estimate)
+
+
+def _bound(ans: dict | None) -> str | None:
+    """``> 4,752``, ``<= 1,200`` or "not located" for an answer that is not a point."""
+    if ans is None or ans["located"]:
+        return None
+    if ans["kind"] == "lower bound":
+        return f"> {ans['params']:,.0f}"
+    if ans["kind"] == "upper bound":
+        return f"<= {ans['params']:,.0f}"
+    return "not located"
+
+
 def _pair(value) -> tuple[float, float] | None:
     return (value[0], value[1]) if value and value[0] is not None else None
 
@@ -132,6 +153,7 @@ def note_markdown(
     lo_hi = _pair(est.get("interval_params"))
     ratio = est.get("interval_ratio", lo_hi[1] / lo_hi[0] if lo_hi else None)
     from_runs = est.get("n_runs")
+    ans = study_answer(estimate, runs) if enough else None
     note = Note(
         title=_title(settings),
         point=f"{settings.search.level:.0%} point",
@@ -161,6 +183,9 @@ def note_markdown(
         estimate_runs=from_runs if from_runs not in (None, n_runs) else None,
         status=status,
         settings=_settings_lines(settings, attrs or {}),
+        located=ans is None or ans["located"],
+        bound=_bound(ans),
+        answer=answer_words(ans),
     )
     return render("note.md.j2", n=note)
 
@@ -268,6 +293,12 @@ def _figure_title(est: dict, runs: Sequence[Run], point: str) -> str:
         return f"accuracy against size: {len(runs)} runs, too few for an estimate"
     lo, hi = est["interval_params"]
     d = f", d = {est['d_p80']:.1f}" if est.get("d_p80") else ""
+    bound = _bound(study_answer(est, runs))
+    if bound is not None:  # the posterior's median after the bound, as context only
+        return (
+            f"<b>{point}: {bound} parameters, not located</b><br>posterior median "
+            f"{_n(est['params_p80'])} (90%: {_n(lo)} - {_n(hi)}), context only; {len(runs)} runs"
+        )
     return (
         f"<b>{point}: {_n(est['params_p80'])} parameters</b><br>90%: {_n(lo)} - {_n(hi)}{d}; "
         f"accuracy against size, {len(runs)} runs"
@@ -275,12 +306,18 @@ def _figure_title(est: dict, runs: Sequence[Run], point: str) -> str:
 
 
 def result_words(estimate: dict | None, runs: Sequence[Run]) -> str:
-    """The 80% point in a few words: ``2,371 parameters, 90%: 1,506 - 4,975``."""
+    """The 80% point in a few words: ``2,371 parameters, 90%: 1,506 - 4,975``, or where the runs
+    do not locate it the bound they give, ``> 4,752 parameters, not located``."""
     est = estimate or {}
     if not runs:
         return "no runs yet"
     if not (est.get("interval_params") and len(runs) >= MIN_RUNS):
         return f"{len(runs)} runs: too few for an estimate"
+    bound = _bound(study_answer(est, runs))
+    if bound == "not located":
+        return "not located: the runs neither locate nor bound it"
+    if bound is not None:
+        return f"{bound} parameters, not located"
     lo, hi = est["interval_params"]
     return f"{_n(est['params_p80'])} parameters, 90%: {_n(lo)} - {_n(hi)}"
 

@@ -28,6 +28,12 @@ value is divided by the other side's 90% interval end on the conservative side (
 the factor uses the study's upper end or the baseline's lower end), so the bound holds wherever the
 other 80% point lies inside its interval's conservative 95%; the ratio at the other side's median
 is kept beside it (``at_median``). Two lower bounds (or two upper) give no factor.
+
+A study's *answer* (:func:`answer`) is the one reading of it that every view shows (``find``'s
+last lines and progress, ``status``, the dashboard's note and attribute, ``find_threshold``'s
+dict, a suite's progress): its verdict, with ``located`` said outright, and
+:func:`answer_words` its line. A bound is given as a bound (``> 4,752 params, not located: no
+run reached the level``); the posterior's median and interval follow it only as context.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from collections.abc import Sequence
 
 from threshold.search.posterior import level_target
 
-__all__ = ["LOCATING_RUNS", "factor_bound", "locate", "sizes_only"]
+__all__ = ["LOCATING_RUNS", "answer", "answer_words", "factor_bound", "locate", "sizes_only"]
 
 LOCATING_RUNS = 2  # runs on each side of the fitted 80% point that fall on the side the fit says
 
@@ -133,3 +139,68 @@ def factor_bound(base: dict, base_estimate: dict, study: dict, study_estimate: d
         "base_side": b_side,
         "study_side": s_side,
     }
+
+
+_ESTIMATE_KEYS = (
+    "params_p80", "interval_params", "asymptote", "chance", "level", "chance_corrected"
+)  # fmt: skip
+
+
+def answer(runs: Sequence[tuple[int, float, float]], estimate: dict | None) -> dict | None:
+    """A study's answer: :func:`locate` of ``runs`` ((d, params, accuracy) each) against its
+    stored ``estimate``, with ``located`` (True only for a point the runs bracket), ``level``,
+    and the posterior's ``median`` (params), ``median_d`` and ``interval`` (params) beside it.
+    None without an estimate; an estimate stored without its level (older studies) is read on
+    the sizes alone (:func:`sizes_only`)."""
+    if not estimate or not estimate.get("params_p80"):
+        return None
+    if all(estimate.get(k) is not None for k in _ESTIMATE_KEYS):
+        verdict = locate(runs, estimate)
+    else:
+        verdict = sizes_only([p for _, p, _ in runs], estimate)
+    return verdict | {
+        "located": verdict["kind"] == POINT,
+        "level": float(estimate.get("level") or 0.8),
+        "median": float(estimate["params_p80"]),
+        "median_d": None if estimate.get("d_p80") is None else float(estimate["d_p80"]),
+        "interval": [float(v) for v in estimate["interval_params"]],
+    }
+
+
+def answer_words(ans: dict | None) -> str:
+    """An :func:`answer` in one line: ``80% point 9,120 params (d 24.0), 90% interval 4,031 -
+    17,960`` where the runs locate it; else the bound first, ``> 4,752 params (d > 16), not
+    located: no run reached the 80% level (accuracy 0.606)``, and the posterior only after it,
+    as context; ``no estimate yet`` for None."""
+    if ans is None:
+        return "no estimate yet"
+    lo, hi = ans["interval"]
+    point = f"{ans['level']:.0%} point"
+    d = "" if ans["median_d"] is None else f" (d {ans['median_d']:.1f})"
+    median = f"{ans['median']:,.0f} params{d}, 90% interval {lo:,.0f} - {hi:,.0f}"
+    if ans["located"]:
+        return f"{point} {median}"
+    context = f"; the posterior's median {median}, context only"
+    level = f"the {ans['level']:.0%} level"
+    if ans["target"] is not None:
+        level += f" (accuracy {ans['target']:.3f})"
+    if ans["kind"] == LOWER:
+        reached = "no run" if ans["first_d"] is None else "no run up to that size"
+        return (
+            f"> {ans['params']:,.0f} params (d > {ans['d']}), not located: {reached} "
+            f"reached {level}{context}"
+        )
+    if ans["kind"] == UPPER:
+        return (
+            f"<= {ans['params']:,.0f} params (d <= {ans['d']}), not located: every run from "
+            f"that size up reached {level}{context}"
+        )
+    if not ans["checked"]:
+        why = f"fewer than {LOCATING_RUNS} runs on a side of the posterior's median"
+    else:
+        why = (
+            f"{ans['above']} run(s) above the posterior's median reached {level} and "
+            f"{ans['below']} below it stayed under ({LOCATING_RUNS} of each locate it), and no "
+            "bound either side"
+        )
+    return f"{point} not located: {why}{context}"

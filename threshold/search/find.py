@@ -63,11 +63,14 @@ class SearchOutcome:
     n_trials: int  # completed runs
     wall_s: float
     n_new: int = 0  # of them, the runs completed by this search (0: it was done before)
+    answer: dict | None = None  # located or bound (threshold.search.bounds.answer)
 
     def to_json(self) -> dict:
         return {
             "study": self.study,
             "storage": self.storage,
+            "located": bool(self.answer and self.answer["located"]),
+            "answer": self.answer,
             "transition": self.estimate,
             "n_trials": self.n_trials,
             "n_new": self.n_new,
@@ -102,7 +105,9 @@ def run_search(
     if create_only:
         final = snapshot(open_storage(url, create=False), name)
         wall = round(time.perf_counter() - t0, 1)
-        return SearchOutcome(name, url, final["estimate"], final["n_trials"], wall)
+        return SearchOutcome(
+            name, url, final["estimate"], final["n_trials"], wall, answer=final["answer"]
+        )
     procs: list[subprocess.Popen] = []
     try:
         procs = start_workers(name, replace(execution, storage=url))
@@ -125,7 +130,7 @@ def run_search(
         )
     wall = round(time.perf_counter() - t0, 1)
     return SearchOutcome(
-        name, url, final["estimate"], final["n_trials"], wall, n_new=follow.completed
+        name, url, final["estimate"], final["n_trials"], wall, follow.completed, final["answer"]
     )
 
 
@@ -262,7 +267,8 @@ def stop_workers(procs: list[subprocess.Popen], grace_s: float = 60) -> None:
 
 
 def snapshot(storage: BaseStorage | str, name: str) -> dict:
-    """Trials (size, parameters, seed, accuracy, time, state, progress) and the estimate."""
+    """Trials (size, parameters, seed, accuracy, time, state, progress), the estimate and the
+    answer, located or bound (:attr:`~threshold.search.record.StudyView.answer`)."""
     view = read_study(storage, name)
     rows = [
         {
@@ -280,4 +286,10 @@ def snapshot(storage: BaseStorage | str, name: str) -> dict:
         for r in view.runs
     ]
     estimate = view.estimate.to_dict() if view.estimate is not None else None
-    return {"study": name, "trials": rows, "estimate": estimate, "n_trials": len(view.completed)}
+    return {
+        "study": name,
+        "trials": rows,
+        "estimate": estimate,
+        "answer": view.answer,
+        "n_trials": len(view.completed),
+    }

@@ -25,6 +25,7 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 
 from threshold.errors import ThresholdError
+from threshold.search.bounds import answer
 from threshold.search.settings import SearchSettings
 from threshold.search.spec import StudySettings
 from threshold.search.study import check_study_name, open_storage
@@ -276,6 +277,12 @@ class StudyView:
         """Failed runs, not counting those the policy cancelled."""
         return sum(r.state == "FAIL" and r.cancelled is None for r in self.runs)
 
+    @property
+    def answer(self) -> dict | None:
+        """The study's answer, located or bound (:func:`threshold.search.bounds.answer`): what
+        every view of it shows; None before an estimate."""
+        return _answer(self.runs, self.estimate.raw if self.estimate is not None else None)
+
     def split(self) -> tuple[list[tuple[int, float]], list[int]]:
         """(d, accuracy) of completed runs and sizes of pending ones (:func:`split_runs`)."""
         return split_runs(self.runs)
@@ -304,6 +311,11 @@ class StudyView:
                 return r
         last = len(self.runs) - 1
         raise ThresholdError(f"trial {number} is not in study {self.name!r} (trials 0..{last})")
+
+
+def _answer(runs: Iterable[Run], estimate: dict | None) -> dict | None:
+    rows = [(r.d_model, r.params_total, r.value) for r in runs if r.complete and r.params_total]
+    return answer(rows, estimate)
 
 
 def stop_status(
@@ -435,18 +447,22 @@ def study_names(storage_or_url: BaseStorage | str | None) -> list[str]:
 
 def study_rows(storage_or_url: BaseStorage | str | None) -> list[dict]:
     """Every study, threshold's or not: name, completed and running trials, its stored estimate
-    (what ``threshold status`` lists)."""
+    and its answer, located or bound (:attr:`StudyView.answer`): what ``threshold status``
+    lists."""
     storage = _storage(storage_or_url)
     rows = []
     for s in storage.get_all_studies():
-        states = [t.state.name for t in storage.get_all_trials(s._study_id, deepcopy=False)]
+        runs = [read_run(t) for t in storage.get_all_trials(s._study_id, deepcopy=False)]
+        states = [r.state for r in runs]
         estimate = _json(s.user_attrs.get(ESTIMATE))
+        estimate = estimate if isinstance(estimate, dict) else None
         rows.append(
             {
                 "study": s.study_name,
                 "n_complete": states.count("COMPLETE"),
                 "n_running": states.count("RUNNING"),
-                "estimate": estimate if isinstance(estimate, dict) else None,
+                "estimate": estimate,
+                "answer": _answer(runs, estimate),
             }
         )
     return rows

@@ -50,6 +50,7 @@ class StudyState:
     done: bool = False  # the policy stops: nothing left to run
     reason: str | None = None  # why it stopped (precision, budget, ...)
     estimate: dict | None = None
+    answer: dict | None = None  # located or bound (threshold.search.bounds.answer)
 
     @property
     def status(self) -> str:
@@ -70,6 +71,7 @@ class StudyState:
             "n_runs": self.n_complete,
             "n_pending": self.n_pending,
             "estimate": self.estimate,
+            "answer": self.answer,
         }
 
 
@@ -124,7 +126,9 @@ def study_state(db, study: SuiteStudy, known: set[str]) -> StudyState:
     stop = stop_status(study.settings, view.estimate, view.runs)
     done = not pending and stop.stopped
     reason = stop.reason if done else None
-    return StudyState(study.label, name, True, len(completed), len(pending), done, reason, estimate)
+    return StudyState(
+        study.label, name, True, len(completed), len(pending), done, reason, estimate, view.answer
+    )
 
 
 def study_states(suite: Suite) -> list[StudyState]:

@@ -141,7 +141,7 @@ def _run_study(study, db, execution: Execution, emit, poll_s, info) -> dict:
             Event(
                 "study_skip",
                 study.label,
-                info | {"reason": state.reason, "estimate": state.estimate},
+                info | {"reason": state.reason, "estimate": state.estimate, "answer": state.answer},
             )
         )
         return state.to_json() | {"ran": False}
@@ -158,7 +158,12 @@ def _run_study(study, db, execution: Execution, emit, poll_s, info) -> dict:
                 Event(
                     "trial",
                     study.label,
-                    {"study": study.name, "trial": row, "estimate": snap["estimate"]},
+                    {
+                        "study": study.name,
+                        "trial": row,
+                        "estimate": snap["estimate"],
+                        "answer": snap["answer"],
+                    },
                 )
             ),
         )
@@ -176,6 +181,7 @@ def _run_study(study, db, execution: Execution, emit, poll_s, info) -> dict:
                 "n_runs": state.n_complete,
                 "reason": state.reason,
                 "estimate": state.estimate,
+                "answer": state.answer,
                 "wall_s": round(time.perf_counter() - t0, 1),
             },
         )
