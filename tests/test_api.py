@@ -60,6 +60,9 @@ def test_a_diverging_study_records_its_runs_and_says_each_as_it_ends(tmp_path, m
         ({"recipe": "slow"}, "recipe 'slow'"),
         ({"mod": "x"}, "mod 'x' is not allowed: give an integer"),
         ({"chance_corrected": 1}, "chance_corrected 1"),
+        ({"on_run": "x"}, "on_run 'x' is not callable"),  # before training, not after it
+        ({"weights": "max=1,max=2"}, "name op 'max' twice"),
+        ({"warmup_steps": 500, "steps": 100}, "warmup_steps 500 is not below max_steps 100"),
     ],
 )
 def test_find_threshold_refuses_bad_settings_before_writing(tmp_path, kwargs, named):

@@ -221,6 +221,10 @@ class TrainConfig:
     decoding: str = "greedy"  # the accuracy the transition uses: greedy, or sampled (temperature 1)
     checkpoints: tuple[float, ...] = ()  # shares of max_steps where the measured accuracy is kept
     threads: int = 1  # torch threads; two single-thread processes beat one two-thread process
+    # fp32; tf32: a GPU's fp32 matmuls in TF32; bf16: the step's arithmetic in bfloat16 (autocast),
+    # weights and optimizer state fp32. fp32 until a lend shows another keeps a run's accuracy
+    # within fp32's seed-to-seed spread (docs/engine.md)
+    precision: str = "fp32"
     time_limit_s: float | None = None  # wall-clock budget, stop_reason "time_limit" when hit
 
     def __post_init__(self) -> None:
@@ -261,6 +265,7 @@ class TrainConfig:
             "early_stop": ("learned_or_stuck", "learned"),
             "decoding": ("greedy", "sampled"),
             "batches": ("sequences", "windows"),
+            "precision": ("fp32", "tf32", "bf16"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -312,11 +317,13 @@ class TrainConfig:
         return max(longest, self.window) if self.batches == "windows" else longest
 
     def to_dict(self) -> dict:
-        """The fields as a dict; ``batches`` and ``window`` left out at their defaults, so a
-        config of whole-sequence batches stores (and names its study) as before they existed."""
+        """The fields as a dict; ``batches``, ``window`` and ``precision`` left out at their
+        defaults, so a config stores (and names its study) as before they existed."""
         d = asdict(self)
         if d["batches"] == "sequences" and d["window"] == _DEFAULT_WINDOW:
             del d["batches"], d["window"]
+        if d["precision"] == "fp32":
+            del d["precision"]
         return d
 
     @classmethod
@@ -481,10 +488,31 @@ def make_recipe(name: str = "fast", **overrides) -> Recipe:
             f"{name!r}), so it would do nothing: add batches windows (and loss_on all), or leave"
             " out window"
         )
+    _refuse_idle(name, values, {k for k, v in overrides.items() if v is not None})
     model = tuple((k, values[k]) for k in MODEL_FIELDS if k in values)
     ModelConfig(vocab_size=1, n_ctx=1, d_model=8, **dict(model))  # checks the model side
     train = TrainConfig(recipe=name, **{k: v for k, v in values.items() if k in TRAIN_FIELDS})
     return Recipe(train, model)
+
+
+def _refuse_idle(name: str, values: dict, given: set[str]) -> None:
+    """Refuse a value set by hand (``given``) that the recipe's other values make do nothing or
+    contradict, naming both: a decay under schedule constant, a warm-up as long as the budget."""
+    schedule = values.get("schedule", TrainConfig.schedule)
+    for key in ("decay_steps", "min_lr_ratio"):
+        if key in given and schedule == "constant":
+            raise ConfigError(
+                f"{key} {values[key]} is set but schedule is 'constant' (recipe {name!r}), which "
+                f"does not decay, so it would do nothing: set schedule exponential or cosine, or "
+                f"leave out {key}"
+            )
+    warmup = values.get("warmup_steps", TrainConfig.warmup_steps)
+    steps = values.get("max_steps", TrainConfig.max_steps)
+    if "warmup_steps" in given and warmup >= steps:
+        raise ConfigError(
+            f"warmup_steps {warmup} is not below max_steps {steps}: the learning rate would still "
+            f"be warming up when training ends; set warmup_steps below {steps}, or more steps"
+        )
 
 
 def recipe_fields(train: TrainConfig, model: dict) -> dict:

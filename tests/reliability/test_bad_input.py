@@ -139,6 +139,31 @@ CASES = {
         ["analyze", "--checkpoint", "{tmp}/missing.ckpt"],
         "missing.ckpt' cannot be read",
     ),
+    # Two values of which one would be taken silently (issue 62): refused, naming both.
+    "conflict: an op weighted twice": (
+        ["find", "--tasks", "max,add", "--weights", "max=1,max=2"],
+        "name op 'max' twice (max=1 and max=2)",
+    ),
+    "conflict: --seed and --seeds": (
+        ["train", "--seed", "5", "--seeds", "0,1"],
+        "--seed 5 and --seeds 0,1",
+    ),
+    "conflict: a decay under a constant schedule": (
+        ["find", "--decay-steps", "500", "--schedule", "constant"],
+        "decay_steps 500 is set but schedule is 'constant'",
+    ),
+    "conflict: a floor under a constant schedule": (
+        ["train", "--min-lr-ratio", "0.5", "--schedule", "constant"],
+        "min_lr_ratio 0.5 is set but schedule is 'constant'",
+    ),
+    "conflict: a warm-up longer than the budget": (
+        ["train", "--warmup-steps", "500", "--steps", "100"],
+        "warmup_steps 500 is not below max_steps 100",
+    ),
+    "train: --seeds not integers, named as given": (
+        ["train", "--seeds", "a"],
+        "--seeds 'a' is not an integer or a list like 0,1,2",
+    ),
     "survey: accuracy above 1": (["survey", "existing", "--min-accuracy", "2"], "--min-accuracy 2"),
     "survey: unknown study": (["survey", "nope"], "'nope' is not in this storage"),
     # Suite files (`threshold run studies/X.toml`, issue 6) add their cases here: a missing file,

@@ -81,11 +81,15 @@ def train(
         str, typer.Option(help="Embedding size d, or a list (16,24,32) trained as one batch.")
     ] = "32",
     seed: Annotated[
-        str,
+        str | None,
         typer.Option(
-            "--seed", "--seeds", help="Seed of initialisation and batch order, or a list (0,1,2)."
+            help="Seed of initialisation and batch order, or a list (0,1,2) \\[default: 0].",
+            show_default=False,
         ),
-    ] = "0",
+    ] = None,
+    seeds: Annotated[
+        str | None, typer.Option(help="The same as --seed, for a list (0,1,2): give one of them.")
+    ] = None,
     recipe: Recipe = "fast",
     steps: Steps = None,
     batch_size: BatchSize = None,
@@ -139,6 +143,7 @@ def train(
             tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed,
             weights, match_exposure,
         )  # fmt: skip
+        seed_list = _seeds(seed, seeds)
         sizes = {"max_steps": steps, "batch_size": batch_size}  # None: the recipe's
         made = make_recipe(recipe, **sizes, **recipe_overrides(options))
         base = made.train.to_dict() | {
@@ -152,7 +157,7 @@ def train(
                 TrainConfig(**base | {"seed": s}),
             )
             for d in int_list(d_model, "--d-model")
-            for s in int_list(seed, "--seed")
+            for s in seed_list
         ]
         dev = resolve_device(device)
         if memory_gb is not None and not memory_gb > 0:
@@ -215,6 +220,18 @@ def _state_path(checkpoint: Path) -> Path:
     """Where a run saving its checkpoint at ``checkpoint`` keeps its training state while it
     trains (each minute; removed once it ends): the same command run again continues from it."""
     return checkpoint.with_name(checkpoint.name + ".state")
+
+
+def _seeds(seed: str | None, seeds: str | None) -> list[int]:
+    """The run seeds of ``--seed`` or ``--seeds`` (the same option, one of them: both given
+    would leave one unused); default 0."""
+    if seed is not None and seeds is not None:
+        raise ConfigError(
+            f"--seed {seed} and --seeds {seeds} both give the run seeds, and one would be "
+            "ignored: give one of them, e.g. --seeds 0,1,2"
+        )
+    option, text = ("--seeds", seeds) if seeds is not None else ("--seed", seed or "0")
+    return int_list(text, option, example="0,1,2")
 
 
 def _checkpoint_paths(out: Path | None, runs, force: bool = False) -> list[Path | None]:

@@ -217,6 +217,11 @@ def parse_weights(weights: str | dict | None, ops: tuple[str, ...]) -> tuple[flo
         pairs = {}
         for part in weights.split(","):
             op, eq, value = part.partition("=")
+            if eq and op.strip() in pairs:
+                raise ConfigError(
+                    f"weights {weights!r} name op {op.strip()!r} twice ({op.strip()}="
+                    f"{pairs[op.strip()]:g} and {part.strip()}): name each op once"
+                )
             try:
                 pairs[op.strip()] = float(value)
             except ValueError:
