@@ -404,6 +404,25 @@ def test_packs_are_planned_to_fit_memory(max5):
     assert plan_waves(members, cpu, 10 * two) == [[[0], [1], [2], [3]]]  # all side by side
     with pytest.raises(ConfigError, match=r"needs about .*, more than"):
         plan_packs(members, cpu, one // 2)
+    bf16 = replace(cfg, precision="bf16")  # a pack computes in one precision
+    mixed = [(m, bf16 if i % 2 else cfg) for i, (m, _) in enumerate(members)]
+    assert plan_packs(mixed, cpu, 10 * two, share=True) == [[2, 0], [1, 3]]
+
+
+def test_a_bf16_run_trains_as_the_fp32_run_does_up_to_rounding(flat_max5):
+    """bf16 autocast computes the step in bfloat16, the weights and moments stay fp32: the
+    losses move by bf16's rounding (they differ, so autocast is on) and no more."""
+    cfg = TrainConfig(max_steps=100, eval_every=25, lr=3e-3, seed=2)
+    run = Run(model_config_for(flat_max5.config, 12), flat_max5, cfg)
+    fp32 = train_runs([run])[0]
+    bf16 = train_runs([replace(run, cfg=replace(cfg, precision="bf16"))])[0]
+    a, b = ([h["loss"] for h in r.history] for r in (fp32, bf16))
+    assert a != b and b == pytest.approx(a, rel=0.02)
+    assert bf16.model.tok.weight.dtype == torch.float32
+    assert "precision" not in cfg.to_dict() and bf16.model is not None
+    assert replace(cfg, precision="bf16").to_dict()["precision"] == "bf16"
+    with pytest.raises(ConfigError, match="precision 'fp16' is not allowed"):
+        replace(cfg, precision="fp16")
 
 
 def test_out_of_memory_halves_the_pack_and_loses_no_run(flat_max5, monkeypatch):

@@ -63,7 +63,8 @@ def plan_packs(
     """Positions of ``members`` (model and train config each) grouped into packs that stack
     together and fit in memory.
 
-    ``share`` (default: on a GPU) lets members of other sizes and runs share a padded pack; on
+    Members of a pack share their model's shape (but d) and their precision. ``share``
+    (default: on a GPU) lets members of other sizes and runs share a padded pack; on
     the CPU every member gets a pack of its own. Two reasons: on the CPU a step costs its
     arithmetic, not its calls (a pack of 16 at d = 8 ran 1.6x, at d >= 32 1.0-1.2x the
     model-steps/s of one model), and a shared pack pads each member's batch to the longest of
@@ -77,8 +78,8 @@ def plan_packs(
         share = device.type == "cuda"
     budget = available_bytes(device) if memory_bytes is None else memory_bytes
     groups: dict[tuple, list[int]] = {}
-    for i, (model_cfg, _) in enumerate(members):
-        key = (shape_key(model_cfg), None if share else i)
+    for i, (model_cfg, cfg) in enumerate(members):
+        key = (shape_key(model_cfg), cfg.precision, None if share else i)
         groups.setdefault(key, []).append(i)
     packs = []
     for positions in groups.values():

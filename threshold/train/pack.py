@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -99,6 +100,27 @@ def _forward_backward(
     return losses.detach()
 
 
+@contextmanager
+def arithmetic(device: torch.device, precision: str) -> Iterator[None]:
+    """The forward and backward passes in ``precision`` (``TrainConfig.precision``): bf16 under
+    autocast (matmuls and attention in bfloat16, reductions and the loss in fp32), tf32 lets a
+    GPU's fp32 matmuls use TF32 (nothing on a CPU); the weights and the optimizer stay fp32."""
+    if precision == "bf16":
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            yield
+        return
+    if precision != "tf32" or device.type != "cuda":
+        yield
+        return
+    matmul = torch.backends.cuda.matmul
+    before = matmul.allow_tf32
+    matmul.allow_tf32 = True
+    try:
+        yield
+    finally:
+        matmul.allow_tf32 = before
+
+
 @dataclass
 class Pack:
     """Members trained in one stack, in lockstep (they all began together)."""
@@ -125,7 +147,8 @@ class Pack:
         """The batch laid out (:func:`~threshold.train.layout.lay_out`), forward, backward and
         the optimizer's update, as launched one kernel at a time."""
         x, y, rows = lay_out(self.feed.stream.tokens, spans, n, t, dense)
-        losses = _forward_backward(self.ens, x, y, rows)
+        with arithmetic(self.ens.device, self.members[0].cfg.precision):
+            losses = _forward_backward(self.ens, x, y, rows)
         self.opt.step()
         return losses
 
