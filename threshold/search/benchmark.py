@@ -406,7 +406,9 @@ def bench_families(
     oracle computed, every other column with as many runs as one of its columns (the own stop:
     ``oracle_stop``) states its error and mean compute as ratios to that column's on the same
     studies (``x_oracle``: the error's ratio with a 90% interval from resampling the studies,
-    ``bench_table.vs_oracle``); coverage comes with a 90% interval (``coverage_90``).
+    ``bench_table.vs_oracle``); coverage comes with a 90% interval (``coverage_90``). With the
+    ``psi`` row, the sampler's columns are stated against the Ψ-method's the same way
+    (``x_psi``).
 
     A second bound, ``oracle_fit`` (``FitOracle``), knows the family's functional form and
     seed model, uses the true parameters only to place its runs (a locally c-optimal design for
@@ -471,6 +473,12 @@ def bench_families(
             reference = oracle_column(k, out[family][k]["median_runs"], tuple(checkpoints))
             if reference in out[family]:
                 out[family][k]["x_oracle"] = vs_oracle(mine, k, reference, rng)
+        # the sampler's columns against the Ψ-method's with as many runs (or at its own stop),
+        # on the same studies: a stream of its own, so the oracle's intervals stay as they were
+        rng = np.random.default_rng([seed, FAMILIES.index(family), 1])
+        for k in (*map(str, checkpoints), "stop"):
+            if k in out[family] and f"psi_{k}" in out[family]:
+                out[family][k]["x_psi"] = vs_oracle(mine, k, f"psi_{k}", rng)
         out[family]["seconds"] = round(sum(row["seconds"] for row in mine), 1)
         logger.info("family %s: %.0f CPU seconds", family, out[family]["seconds"])
     return {
