@@ -403,6 +403,7 @@ def _summary(grids: list[dict], method: str, column: str) -> dict | None:
             "median_runs": float(np.median([s["runs"] for s in point])),
             "median_share": float(np.median([s["share"] for s in point])),
             "max_share": float(np.max([s["share"] for s in point])),
+            "within_60": float(np.mean([s["share"] <= 0.6 for s in point])),  # issue 61's mark
             "read_located": float(np.mean([s["kind"] == POINT for s in point])),
         }
     if bound:
