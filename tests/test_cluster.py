@@ -85,6 +85,24 @@ def test_bad_settings_are_one_line(tmp_path, cli, args, named):
     assert not out.exists()
 
 
+def test_a_password_in_the_storage_url_is_never_written(tmp_path, cli):
+    """Issue 62: a script (and SLURM's records of it) would keep the password in plain text; the
+    URL is refused, its password hidden in the line too, with where a password belongs."""
+    out = tmp_path / "job.sh"
+    url = "postgresql+psycopg://u:s3cret@db.example.org:5432/thr"
+    result = cli(["cluster", "slurm", "--study", "s1", "--storage", url, "--workers", "8",
+                  "-o", out])  # fmt: skip
+    assert result.exit_code == 2 and not out.exists()
+    (line,) = result.stderr.strip().splitlines()
+    assert "s3cret" not in line and "postgresql+psycopg://u:***@db.example.org:5432/thr" in line
+    assert "~/.pgpass" in line and "THRESHOLD_STORAGE" in line
+    assert "--storage postgresql+psycopg://u@db.example.org:5432/thr" in line
+    # without the password (it lives in ~/.pgpass), the same URL is written as given
+    assert "--storage postgresql+psycopg://u@db.example.org:5432/thr" in script(
+        cli, "--study", "s1", "--storage", url.replace(":s3cret", "")
+    )
+
+
 def test_a_slurm_array_runs_a_postgres_study(slurm_cluster, postgres_url, tmp_path, cli):
     """The recipe end to end: the study made with `find --workers 0` (nothing trains), the script
     written, `sbatch --wait`: two array tasks, one worker each, finish the budget."""

@@ -12,6 +12,7 @@ import re
 import shlex
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit, urlunsplit
 
 import typer
 
@@ -52,6 +53,8 @@ def slurm_script(
             "locks fail on network file systems): use a postgresql+psycopg:// URL "
             "(docs/cluster.md)"
         )
+    if storage is not None:
+        _refuse_password(storage)
     gpu = device.startswith("cuda")
     job = re.sub(r"[^A-Za-z0-9_.+-]", "_", f"threshold-{study}")[:64]
     worker = [
@@ -92,6 +95,29 @@ def slurm_script(
         "exec " + shlex.join(worker),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _refuse_password(storage: str) -> None:
+    """A storage URL with a password is refused: the script, and SLURM's records of the job,
+    would keep it in plain text. The line shows the URL with the password hidden."""
+    parts = urlsplit(storage)
+    try:
+        password = parts.password
+    except ValueError:  # a port that is not a number: the worker's storage check says so
+        return
+    if not password:
+        return
+    user = parts.username or "USER"
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    bare = urlunsplit(parts._replace(netloc=f"{user}@{host}{port}"))
+    hidden = urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+    raise ConfigError(
+        f"--storage {hidden} carries a password, which the script (and SLURM's records of the "
+        f"job) would keep in plain text: put it in ~/.pgpass (host:port:database:user:password, "
+        f"chmod 600) and give --storage {bare}, or leave out --storage and export "
+        "THRESHOLD_STORAGE before sbatch (docs/cluster.md)"
+    )
 
 
 def slurm(
