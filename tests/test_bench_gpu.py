@@ -205,7 +205,7 @@ def test_steps_to_learn_are_each_runs_first_validation_past_the_level():
 
 
 def test_the_prepared_command_for_a_lent_gpu_runs_every_step(tmp_path):
-    """``.ci/gpu``, the one command a lent GPU runs, here on tiny settings (``DEVICE=cpu``): the
+    """``.ci/gpu pair``, the lent GPU's quick check, here on tiny settings (``DEVICE=cpu``): the
     checks, the CUDA tests (skipped here) and the science pair, each step's outcome in the log;
     the pair under ``--recipe paper`` (128-token windows), read on sampled accuracy."""
     root = Path(__file__).resolve().parents[1]
@@ -216,8 +216,8 @@ def test_the_prepared_command_for_a_lent_gpu_runs_every_step(tmp_path):
         "THRESHOLD_CACHE": str(tmp_path / "cache"),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",  # python3
     }
-    done = subprocess.run(["bash", ".ci/gpu", "--seeds", "1", "--recipe", "paper"], cwd=root,
-                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    command = ["bash", ".ci/gpu", "pair", "--seeds", "1", "--recipe", "paper"]
+    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     log = (out / "lend.log").read_text()
     assert "checks exit 0" in log and "science exit 0" in log, log[-3000:]

@@ -77,6 +77,10 @@ COMMANDS = {
         "threshold.cli.suite_cmd:run_suite_cmd",
         "Run a suite: every study (resuming where it stopped), then analyses and reports.",
     ),
+    "lend": Command(
+        "threshold.cli.lend_cmd:lend",
+        "Continue a suite from a lend's state for the seconds given; write the new state.",
+    ),
     "train": Command(
         "threshold.cli.train_cmds:train",
         "Train one model, or every size x seed of the lists as one batch; report per-op accuracy.",

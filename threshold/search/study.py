@@ -46,6 +46,7 @@ __all__ = [
     "StorageError",
     "artifact_store",
     "check_study_name",
+    "copy_storage",
     "create_or_load_study",
     "default_storage_missing",
     "load_study",
@@ -165,6 +166,22 @@ def open_storage(
     except Exception as e:  # sqlalchemy's errors for bad URLs or unreachable servers
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise StorageError(f"storage {url!r} cannot be opened: {first}") from None
+
+
+def copy_storage(url: str, dest: Path) -> None:
+    """The SQLite database at ``url`` copied whole into the one file ``dest`` (its write-ahead
+    log folded in, consistent while workers write to it): a copy to move, as a lend's state."""
+    path = _sqlite_path(storage_url(url))
+    if path is None or not path.is_file():
+        raise StorageError(f"storage {url!r} is not a SQLite file: only one can be copied")
+    dest.unlink(missing_ok=True)
+    src, copy = sqlite3.connect(path), sqlite3.connect(dest)
+    try:
+        src.backup(copy)
+        copy.execute("PRAGMA journal_mode=DELETE")  # one file, no -wal beside it
+    finally:
+        src.close()
+        copy.close()
 
 
 def _damage(con: sqlite3.Connection) -> str | None:

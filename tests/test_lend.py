@@ -1,0 +1,204 @@
+"""A lend carries a suite on from one lent GPU to the next: two short lends in a row (the first
+cut mid-run, state out; the second from that state, state in) end with every study and every run
+the suite's uninterrupted run has, bit for bit, and return at most eight files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from threshold.search.record import read_study, study_names
+from threshold.suite import parse_suite
+from threshold.suite.lend import DATABASE, RECORD_FILE, STATE_FILE, run_lend, unpack_state
+from threshold.train.checkpoint import load_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Two studies of tiny runs (MAX mod 5 of depth 1, d 4..16, 100 steps), the three trials of each
+# trained at once: a cut in the first study leaves three runs unfinished mid-way.
+TINY = """\
+name = "tinylend"
+workers = 1
+trials_at_once = 3
+heartbeat = 2
+
+[defaults]
+mod = 5
+depth = 1
+n_train = 1500
+n_test = 100
+d_lo = 4
+d_hi = 16
+budget = 3  # the initial bracket, one batch
+recipe = "small"  # the GPU suite's recipes decay over a fixed span, as checkpoints need
+steps = 100
+checkpoints = [0.5, 1.0]  # budget checkpoints: kept in the training state across the cut
+
+[[study]]
+label = "a"
+tasks = ["max"]
+
+[[study]]
+label = "b"
+tasks = ["max", "min"]
+measure = "max"
+"""
+
+
+def runs_of(state: Path, work: Path, names: dict[str, str]) -> dict[str, list[dict]]:
+    """Each study's completed runs in the lend state ``state`` (unpacked into ``work``), by (d,
+    seed): what they measured and their trained weights; none for a study not started."""
+    unpack_state(state, work)
+    url = f"sqlite:///{work / DATABASE}"
+    known = set(study_names(url))
+    found = {}
+    for label, name in names.items():
+        runs = read_study(url, name).runs if name in known else ()
+        found[label] = [
+            {
+                "d": r.d_model,
+                "seed": r.seed,
+                "accuracy": r.accuracy,
+                "sampled": r.sampled_accuracy,
+                "budget": r.budget,
+                "steps": r.steps,
+                "value": r.value,
+                "weights": load_checkpoint(work / "artifacts" / r.checkpoint).state_dict,
+            }
+            for r in sorted((r for r in runs if r.state == "COMPLETE"), key=_key)
+        ]
+    return found
+
+
+def _key(r):
+    return (r.d_model, r.seed)
+
+
+@pytest.fixture(scope="module")
+def lends(tmp_path_factory):
+    """The suite uninterrupted (one lend that finishes it), and as two lends: the first cut as
+    soon as each run of its first batch has saved a training state (saved after every step
+    here), the second from the state the first returned."""
+    root = tmp_path_factory.mktemp("lend")
+    cwd = Path.cwd()
+    os.chdir(root)  # the suite's data cache is relative
+    old = os.environ.get("THRESHOLD_CACHE")
+    os.environ["THRESHOLD_CACHE"] = str(root / "cache")
+    try:
+        suite = parse_suite(TINY, root / "tiny.toml")
+        suite = replace(suite, execution=suite.execution.but(device="cpu"))
+        names = {s.label: s.name for s in suite.studies}
+        t0 = time.perf_counter()
+        whole = run_lend(suite, root / "none", root / "whole", 600, save_every_s=0)
+        work = root / "work"  # the first lend's unpacked state, watched for its runs' states
+        first = run_lend(
+            suite,
+            root / "none",
+            root / "one",
+            600,
+            save_every_s=0,
+            stop_when=lambda: len(list(work.glob("artifacts/training/*/*.state"))) == 3,
+            work=work,
+        )
+        second = run_lend(suite, root / "one", root / "two", 600, save_every_s=0)
+        wall = time.perf_counter() - t0
+        got = {}
+        for which in ("whole", "one", "two"):
+            got[which] = runs_of(root / which / STATE_FILE, root / f"x-{which}", names)
+    finally:
+        os.chdir(cwd)
+        if old is None:
+            os.environ.pop("THRESHOLD_CACHE", None)
+        else:
+            os.environ["THRESHOLD_CACHE"] = old
+    return root, (whole, first, second), got, wall
+
+
+def test_the_first_lend_is_cut_mid_run_and_says_how_far_each_run_got(lends):
+    _, (whole, first, _), got, _ = lends
+    assert not whole["cut"] and first["cut"]
+    a, b = first["reached"]
+    assert a["runs"] == 0 and len(a["unfinished"]) == 3, a  # the first batch, all mid-run
+    assert all(0 < u["step"] < u["max_steps"] == 100 for u in a["unfinished"]), a
+    assert b["runs"] == 0 and not b["unfinished"]  # never started
+    assert [s["runs"] for s in first["continued"]] == [0, 0]
+    assert got["one"]["a"] == [] == got["one"]["b"]
+
+
+def test_the_second_lend_continues_every_study_and_run_bit_for_bit(lends):
+    _, (whole, first, second), got, _ = lends
+    assert second["lend"] == 2 and not second["cut"]
+    assert second["continued"] == first["reached"]  # what the first left is what the second read
+    for label in ("a", "b"):
+        want, have = got["whole"][label], got["two"][label]
+        assert len(want) == 3, want
+        assert [(r["d"], r["seed"]) for r in have] == [(r["d"], r["seed"]) for r in want]
+        for w, h in zip(want, have, strict=True):
+            for key in ("accuracy", "sampled", "budget", "steps", "value"):
+                assert h[key] == w[key], (label, w["d"], key)
+            assert h["weights"].keys() == w["weights"].keys()
+            for name, tensor in w["weights"].items():
+                assert torch.equal(h["weights"][name], tensor), (label, w["d"], name)
+    assert [s["unfinished"] for s in second["reached"]] == [[], []]
+    assert [s["runs"] for s in whole["reached"]] == [s["runs"] for s in second["reached"]]
+
+
+def test_a_lend_returns_few_files_and_keeps_its_history(lends, tmp_path):
+    root, (_, first, second), _, wall = lends
+    for which in ("one", "two"):
+        files = [p for p in (root / which).rglob("*") if p.is_file()]
+        assert sorted(p.name for p in files) == [RECORD_FILE, STATE_FILE]
+        assert len(files) <= 8
+    history = unpack_state(root / "two" / STATE_FILE, tmp_path)
+    assert [h["lend"] for h in history] == [1, 2]
+    assert [h["cut"] for h in history] == [True, False]
+    assert history[0]["reached"]["a"]["unfinished"] == [
+        [u["d"], u["step"]] for u in first["reached"][0]["unfinished"]
+    ]
+    assert second["state_bytes"] == (root / "two" / STATE_FILE).stat().st_size
+    assert wall < 300, wall  # three lends of a tiny suite (a minute on an idle 2-core machine)
+
+
+def test_the_lend_script_runs_two_lends_on_the_cpu(tmp_path):
+    """``.ci/gpu`` with ``DEVICE=cpu``: the lend's command, twice, the second from the state the
+    first returned (cut by its time or not: the API's test above holds the cut); each returns at
+    most eight files, and the second's log says what it continues."""
+    one = TINY.split('[[study]]\nlabel = "b"')[0]  # study a alone: the script, not the search
+    (tmp_path / "one.toml").write_text(one)
+    state = tmp_path / "state"
+    state.mkdir()
+    records = []
+    for n in (1, 2):
+        out = tmp_path / f"out{n}"
+        env = os.environ | {
+            "OUT": str(out),
+            "DEVICE": "cpu",
+            "SUITE": str(tmp_path / "one.toml"),
+            "STATE": str(state),
+            "LIMIT_S": "40",  # 20 s of lend (the least it gives), then the margin
+            "MARGIN_S": "20",
+            "TESTS": "0",
+            "THRESHOLD_CACHE": str(tmp_path / "cache"),
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",  # python3
+        }
+        done = subprocess.run(
+            ["bash", ".ci/gpu"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        log = (out / "lend.log").read_text()
+        assert "lend exit 0" in log, log[-3000:]
+        files = [p for p in out.rglob("*") if p.is_file()]
+        assert sorted(p.name for p in files) == [RECORD_FILE, "lend.log", STATE_FILE]
+        (state / STATE_FILE).write_bytes((out / STATE_FILE).read_bytes())  # as a commit would
+        records.append(json.loads((out / RECORD_FILE).read_text()))
+    assert [r["lend"] for r in records] == [1, 2]
+    assert records[1]["continued"] == records[0]["reached"]
+    assert "lend 2 of suite tinylend continues:" in log

@@ -1,0 +1,255 @@
+"""A lend: a suite carried on from one lent GPU to the next, none of its runs started again.
+
+A lent GPU gives one command of about ten minutes on a bare machine, and at most eight files
+back. :func:`run_lend` makes those minutes one stretch of a longer run. It unpacks the last
+lend's state (one compressed archive, :data:`STATE_FILE`: the suite's study database, the
+checkpoints of its finished runs and the training state of each unfinished run, the artifact
+store as a worker leaves it), runs the suite as ``threshold run`` does for the seconds it is
+given, then stops it as Ctrl-C would: the workers mark their running trials failed and enqueue
+each again, its training state saved at most ``save_every_s`` seconds before. The new state is
+packed for the next lend, whose workers run the enqueued trials first and continue each run
+from its state, as ``threshold train --out`` continues a run: the same run, bit for bit on the
+CPU, as if it had never been cut (:mod:`threshold.train.state`; the steps after the last save
+are trained again). The archive also keeps the record of every lend (``lends.json``), so the
+state says how far it has come and what each lend added.
+
+Only the search layer opens the storage and only the engine writes training states: a lend
+moves their files and reads them back. Nothing here prints: :func:`run_lend` tells its callback
+what it continues (:class:`~threshold.suite.run.Event` ``lend_start``), the suite's own events
+and what it reached (``lend_end``).
+"""
+
+from __future__ import annotations
+
+import _thread
+import json
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+
+from threshold.errors import ThresholdError
+from threshold.files import atomic_write
+from threshold.search.record import read_study, study_names
+from threshold.search.study import copy_storage, open_storage, training_state_path
+from threshold.suite.run import Event, git_state, run_suite
+from threshold.suite.spec import Suite
+
+__all__ = [
+    "DATABASE",
+    "RECORD_FILE",
+    "STATE_FILE",
+    "LendError",
+    "pack_state",
+    "run_lend",
+    "standing",
+    "unpack_state",
+]
+
+STATE_FILE = "state.tar.gz"  # the state a lend reads and returns (gzip: the weights barely shrink)
+RECORD_FILE = "lend.json"  # what one lend continued, ran and reached, beside the state
+DATABASE = "lend.db"  # the study database, inside the state; checkpoints under artifacts/
+HISTORY = "lends.json"  # the record of every lend so far, inside the state
+FORMAT = "threshold-lend/1"
+
+
+class LendError(ThresholdError):
+    """A lend's state cannot be read or written."""
+
+
+def unpack_state(archive: Path, work: Path) -> list[dict]:
+    """Unpack ``archive`` (a lend's :data:`STATE_FILE`) into ``work``; the lends so far (none
+    when there is no archive yet: the first lend starts the suite)."""
+    work.mkdir(parents=True, exist_ok=True)
+    if not archive.exists():
+        return []
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            tar.extractall(work, filter="data")  # no links, no paths outside work
+    except (OSError, tarfile.TarError) as e:
+        raise LendError(
+            f"lend state {archive} cannot be unpacked ({e}): restore it from git "
+            "(git checkout -- <it>) or move it away to start the suite anew"
+        ) from None
+    history = work / HISTORY
+    return json.loads(history.read_text()) if history.exists() else []
+
+
+def pack_state(work: Path, archive: Path, history: list[dict]) -> int:
+    """Pack the database and artifacts of ``work`` and ``history`` into ``archive`` (written
+    whole or not at all); its size in bytes."""
+    (work / HISTORY).write_text(json.dumps(history, indent=1) + "\n")
+    with tempfile.TemporaryDirectory(prefix="lend-db-") as tmp:
+        db = Path(tmp) / DATABASE
+        if (work / DATABASE).exists():  # one consistent file, its write-ahead log folded in
+            copy_storage(f"sqlite:///{(work / DATABASE).resolve()}", db)
+        with atomic_write(archive) as f, tarfile.open(fileobj=f, mode="w:gz") as tar:
+            for path, name in ((db, DATABASE), (work / "artifacts", "artifacts")):
+                if path.exists():
+                    tar.add(path, arcname=name, filter=_plain)
+            tar.add(work / HISTORY, arcname=HISTORY)
+    return archive.stat().st_size
+
+
+def _plain(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """Files and folders only, owned by no one; a torn write's ``*.tmp`` and a set-aside
+    ``*.stale`` state are left out."""
+    if info.name.endswith((".tmp", ".stale")) or not (info.isfile() or info.isdir()):
+        return None
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def standing(suite: Suite, url: str) -> list[dict]:
+    """Where each study of ``suite`` stands in the storage at ``url``: its runs finished, and
+    each unfinished run (waiting for a worker, or left running by a killed one) with the step
+    its saved training state has reached (0: none saved, it starts at step 0)."""
+    db = open_storage(url, create=False) if _exists(url) else None
+    known = set(study_names(db)) if db is not None else set()
+    rows = []
+    for study in suite.studies:
+        row = {"label": study.label, "study": study.name, "runs": 0, "unfinished": []}
+        if study.name in known:
+            view = read_study(db, study.name)
+            row["runs"] = sum(r.state == "COMPLETE" for r in view.runs)
+            for run in view.runs:
+                if run.state in ("WAITING", "RUNNING") and run.d_model is not None:
+                    path = training_state_path(url, study.name, run.d_model, run.seed or 0)
+                    row["unfinished"].append(
+                        {"d": run.d_model, "seed": run.seed, "state": run.state} | _saved_step(path)
+                    )
+            row["estimate"] = view.estimate.to_dict() if view.estimate is not None else None
+        rows.append(row)
+    return rows
+
+
+def _exists(url: str) -> bool:
+    return not url.startswith("sqlite:///") or Path(url.removeprefix("sqlite:///")).exists()
+
+
+def _saved_step(path: Path) -> dict:
+    """The step and step budget of the training state at ``path`` ({"step": 0}: none)."""
+    if not path.exists():
+        return {"step": 0}
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        return {"step": int(saved["step"]), "max_steps": int(saved["key"]["train"]["max_steps"])}
+    except Exception:  # a torn or foreign file: the engine sets it aside and starts at 0
+        return {"step": 0}
+
+
+def run_lend(
+    suite: Suite,
+    state_dir: Path,
+    out: Path,
+    seconds: float,
+    on_event: Callable[[Event], None] | None = None,
+    save_every_s: float = 15.0,
+    stop_when: Callable[[], bool] | None = None,
+    work: Path | None = None,
+) -> dict:
+    """Continue ``suite`` from the state in ``state_dir`` for about ``seconds``; the new state
+    and this lend's record go to ``out`` (:data:`STATE_FILE`, :data:`RECORD_FILE`); returns the
+    record.
+
+    The suite runs as ``threshold run`` runs it (``suite.execution``: device, workers, trials at
+    once), on the state's database, with each running trial's training state saved every
+    ``save_every_s`` seconds. At ``seconds`` (or as soon as ``stop_when()`` is true, polled
+    every 0.1 s: the tests' cut at a known point) the suite is interrupted, its workers stop and
+    enqueue their trials again, and the state is packed; an interrupt from outside (the lent
+    machine's own limit, Ctrl-C) is packed too, and raised again after. ``work`` (default: a
+    temporary folder) holds the unpacked state while the suite runs.
+    """
+    emit = on_event or (lambda event: None)
+    t0, started = time.perf_counter(), datetime.now(UTC)
+    with tempfile.TemporaryDirectory(prefix="lend-") as tmp:
+        work = Path(work or tmp)
+        history = unpack_state(state_dir / STATE_FILE, work)
+        url = f"sqlite:///{(work / DATABASE).resolve()}"
+        execution = replace(suite.execution, storage=url, save_every_s=save_every_s)
+        # no reports: the state is the record, and `threshold report` reads it on the CPU
+        suite = replace(suite, execution=execution, reports_dir=work / "reports", reports=())
+        before = standing(suite, url)
+        number = len(history) + 1
+        emit(Event("lend_start", suite.name, {"lend": number, "studies": before}))
+        cut, outside = _run_until(suite, seconds, stop_when, emit)
+        after = standing(suite, url)
+        commit, dirty = git_state(Path(__file__).parent)
+        record = {
+            "format": FORMAT,
+            "lend": number,
+            "suite": suite.name,
+            "started": started.strftime("%Y-%m-%d %H:%M:%S UTC"),
+            "commit": commit,
+            "dirty": dirty,
+            "device": execution.device,
+            "trials_at_once": execution.trials_at_once,
+            "seconds": seconds,
+            "cut": cut,  # stopped by the time limit (else the suite finished first)
+            "run_s": round(time.perf_counter() - t0, 1),
+            "continued": before,
+            "reached": after,
+        }
+        out.mkdir(parents=True, exist_ok=True)
+        size = pack_state(work, out / STATE_FILE, [*history, _brief(record)])
+        record |= {"state_bytes": size, "wall_s": round(time.perf_counter() - t0, 1)}
+        with atomic_write(out / RECORD_FILE, text=True) as f:
+            f.write(json.dumps(record, indent=1) + "\n")
+    emit(Event("lend_end", suite.name, record))
+    if outside:
+        raise KeyboardInterrupt
+    return record
+
+
+def _brief(record: dict) -> dict:
+    """What the state's history keeps of a lend: when, how long, and each study's runs."""
+    reached = {
+        s["label"]: {
+            "runs": s["runs"],
+            "unfinished": [[u["d"], u["step"]] for u in s["unfinished"]],
+        }
+        for s in record["reached"]
+    }
+    keys = ("lend", "started", "commit", "device", "seconds", "cut", "run_s")
+    return {k: record[k] for k in keys} | {"reached": reached}
+
+
+def _run_until(suite: Suite, seconds: float, stop_when, emit) -> tuple[bool, bool]:
+    """Run the suite until it ends or its time is up; (cut by the time, cut from outside).
+
+    The time's end interrupts the main thread (``_thread.interrupt_main``: as a SIGINT would,
+    through its handler), which the suite takes as Ctrl-C: its workers stop, their trials are
+    enqueued again. A lock keeps the timer from striking once the suite has returned.
+    """
+    lock, state = threading.Lock(), {"running": True, "fired": False}
+    done = threading.Event()
+    deadline = time.monotonic() + seconds
+
+    def watch() -> None:
+        while not done.wait(0.1):
+            if time.monotonic() >= deadline or (stop_when is not None and stop_when()):
+                with lock:
+                    if state["running"]:
+                        state["fired"] = True
+                        _thread.interrupt_main()
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        try:
+            run_suite(suite, on_event=emit)
+        finally:
+            with lock:
+                state["running"] = False
+            done.set()
+    except KeyboardInterrupt:
+        return True, not state["fired"]
+    return False, False
