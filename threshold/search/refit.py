@@ -21,7 +21,7 @@ from threshold.search.fit import PLATEAU_GAP, stray_mass, strays, transition_est
 from threshold.search.record import Estimate, read_studies
 from threshold.search.sampler import policy_settings
 from threshold.search.spec import StudySettings
-from threshold.search.study import open_storage, storage_url
+from threshold.search.study import open_storage
 
 __all__ = ["compare", "refit_results", "refit_storage", "refit_study"]
 
@@ -147,7 +147,7 @@ def _refit_entries(results: dict, chance_corrected: bool | None) -> list[dict]:
 def refit_storage(url: str | None = None, chance_corrected: bool | None = None) -> list[dict]:
     """Rows for every threshold study in a storage that has completed runs and an estimate."""
     rows = []
-    for view in read_studies(open_storage(storage_url(url), create=False)):
+    for view in read_studies(open_storage(url, create=False)):
         if view.estimate is None or view.chance is None:
             log.info("study %s has no stored estimate: skipped", view.name)
             continue
