@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import optuna
 import pytest
@@ -274,3 +275,62 @@ def test_the_live_table_says_how_long_a_dead_workers_trial_shows_running():
     console = Console(width=300, record=True)
     console.print(_trials_table({"study": "s", "estimate": None, "trials": [row]}))
     assert "retried after 3 missed heartbeats" in console.export_text()
+
+
+# As another user who may read the storage but not write it: this process's own user, or where it
+# is root (who may write any file), the user nobody, dropped to after the command is loaded.
+AS_READER = """
+import os, sys
+from typer.testing import CliRunner
+from threshold.cli import app
+# What the command loads on its way, loaded before the drop (nobody may not read root's Python):
+# its options, and a storage this user may write opened and read.
+for args in (["find", "--help"], ["worker", "--help"], ["status", "--storage", sys.argv[1]]):
+    CliRunner().invoke(app, args)
+if os.geteuid() == 0:
+    os.setgid(65534)
+    os.setuid(65534)
+result = CliRunner().invoke(app, sys.argv[2:])
+print(result.exit_code)
+print(result.stderr, end="")
+"""
+
+
+@pytest.mark.parametrize("command", ["find", "worker"])
+def test_a_storage_this_user_cannot_write_is_one_line_before_anything_runs(command):
+    """Issue 62: `find` (and a worker) on a SQLite file the user may only read said so in 132
+    lines and three tracebacks, deep in a study; now one line before anything runs."""
+    import tempfile
+
+    from threshold.search.study import open_storage
+
+    folder = tempfile.mkdtemp(prefix="threshold-ro-")  # /tmp: readable by another user
+    try:
+        os.chmod(folder, 0o755)
+        url = f"sqlite:///{folder}/x.db"
+        open_storage(url)
+        warm = f"sqlite:///{folder}/warm.db"
+        open_storage(warm)
+        os.chmod(f"{folder}/x.db", 0o444)
+        os.chmod(folder, 0o555)  # nor may a journal beside it be made
+        before = Path(f"{folder}/x.db").read_bytes()
+        args = (["find", *TINY, "--steps", "10", "--budget", "3"] if command == "find"
+                else ["worker", "--study", "s"])  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", AS_READER, warm, *args, "--storage", url],
+            capture_output=True, text=True, cwd=folder, timeout=120,
+            env=dict(os.environ, THRESHOLD_CACHE=f"{folder}/cache", HOME=folder),
+        )  # fmt: skip
+        code, *lines = done.stdout.splitlines()
+        assert code == "2", done.stdout + done.stderr
+        assert lines == [
+            f"error: storage {url!r} is read-only here (attempt to write a readonly database): "
+            "make the file and its folder writable by this user (chmod u+w), or copy it to a "
+            "folder you can write and give that --storage"
+        ], done.stdout + done.stderr
+        assert Path(f"{folder}/x.db").read_bytes() == before
+    finally:
+        os.chmod(folder, 0o755)
+        import shutil
+
+        shutil.rmtree(folder)

@@ -87,6 +87,19 @@ def _sqlite_path(url: str) -> Path | None:
     return Path(url[len("sqlite:///") :])
 
 
+def _check_writable(con: sqlite3.Connection, url: str) -> None:
+    """Refuse a SQLite file this process cannot write: the header's user version written back
+    unchanged (a write that changes nothing, but SQLite checks it as one)."""
+    version = int(con.execute("PRAGMA user_version").fetchone()[0])
+    try:
+        con.execute(f"PRAGMA user_version = {version}")
+    except sqlite3.OperationalError as e:
+        raise StorageError(
+            f"storage {url!r} is read-only here ({e}): make the file and its folder writable by "
+            "this user (chmod u+w), or copy it to a folder you can write and give that --storage"
+        ) from None
+
+
 class _Storage(RDBStorage):
     """Optuna's RDB storage, where a RUNNING trial that never sent a heartbeat also goes stale.
 
@@ -110,9 +123,17 @@ class _Storage(RDBStorage):
 
 
 def open_storage(
-    url: str | None = None, heartbeat_s: int = Execution.heartbeat_s, create: bool = True
+    url: str | None = None,
+    heartbeat_s: int = Execution.heartbeat_s,
+    create: bool = True,
+    write: bool | None = None,
 ) -> RDBStorage:
-    """An RDB storage with heartbeats and retry of stale trials; SQLite files in WAL mode."""
+    """An RDB storage with heartbeats and retry of stale trials; SQLite files in WAL mode.
+
+    ``write`` (default: ``create``): the caller writes, so a SQLite file this process may only
+    read (its mode, its owner, a read-only mount) is refused here, in one line, before anything
+    runs; SQLite would only say so at the first write, deep in a study.
+    """
     url = storage_url(url)
     if "://" not in url:
         raise StorageError(
@@ -141,6 +162,8 @@ def open_storage(
             with sqlite3.connect(path) as con:  # WAL is a property of the file: set it once
                 con.execute("PRAGMA journal_mode=WAL")
                 damage = _damage(con)
+                if create if write is None else write:
+                    _check_writable(con, url)
         except (OSError, sqlite3.Error) as e:  # not a database, no permission, a file as parent
             raise StorageError(f"storage {url!r} cannot be opened: {e}") from None
         if damage:

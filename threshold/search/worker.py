@@ -186,7 +186,7 @@ def run_worker(
     """
     execution = execution or Execution()
     device = resolve_device(execution.device)
-    storage = open_storage(execution.storage, execution.heartbeat_s, create=False)
+    storage = open_storage(execution.storage, execution.heartbeat_s, create=False, write=True)
     study, settings = load_study(study_name, storage)
     data = load_task_data(settings.task, execution.cache_dir)
     measured = data.test[data.config.measured_op]
