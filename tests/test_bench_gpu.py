@@ -37,8 +37,17 @@ def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path, cli):
     assert record["tiny"] and record["torch"].startswith("2.")
     assert all(check["ok"] for check in record["checks"].values()), record["checks"]
     rows = record["throughput"]
-    assert {r["path"] for r in rows} == {"eager", "graphs"} and all("error" not in r for r in rows)
+    paths = {"eager", "graphs", "peer vmap", "peer plain"}
+    assert {r["path"] for r in rows} == paths and all("error" not in r for r in rows)
     assert all(r["model_steps_per_s"] > 0 and r["tokens_per_s"] > 0 for r in rows)
+    engine = [r for r in rows if not r["path"].startswith("peer")]
+    kinds = {("fast", "fp32"), ("fast", "bf16"), ("paper", "fp32")}
+    assert {(r["recipe"], r["precision"]) for r in engine} == kinds
+    # the flat layout: whole sequences nearly all useful, windows all; the host's ms a step
+    # (a chunk of draws, shared out) well under the step's own
+    assert all(r["useful_share"] > 0.9 for r in engine)
+    assert all(r["useful_share"] == 1 for r in engine if r["recipe"] == "paper")
+    assert all(0 < r["host_batch_ms"] < r["step_ms"] and r["device_step_ms"] > 0 for r in engine)
     science = record["science"]
     assert science["steps"] == 40 and len(science["runs"]) == 8
     assert {r["stop_reason"] for r in science["runs"]} <= {"learned", "max_steps"}

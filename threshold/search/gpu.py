@@ -5,8 +5,11 @@ Optuna), so everything runs from the working tree in one process, each part reco
 outcome even when another part fails:
 
 1. the engine against the CPU (:func:`threshold.train.gpu.check_engine`);
-2. throughput of packs of 1 to 128 members, eager and graphed (and ``torch.compile`` when it
-   compiles within a minute) (:func:`threshold.train.gpu.throughput`);
+2. throughput of packs of 1 to 512 members, graphed and eager, in fp32, TF32 and bf16, on whole
+   sequences and the ``paper`` recipe's windows, ``torch.compile``, and beside them PyTorch's
+   ensembling recipe and one plain model (:func:`throughput_specs`,
+   :func:`threshold.train.gpu.throughput`), each row with the useful share of the positions it
+   computes and the host's and the device's ms a step;
 3. in the minutes left, a science pair under the ``small`` recipe (or ``paper``: ``--recipe``):
    ADD alone against ADD in MAX+MED+ADD, mod 10, 2 seeds (``--seeds``) at sizes d 16-128
    (``--sizes``), trained together for as many steps as fit, each read by the posterior on the
@@ -47,13 +50,13 @@ from threshold.train.bench import timed_steps
 from threshold.train.checkpoint import save_checkpoint
 from threshold.train.engine import start_pack, train_runs
 from threshold.train.evaluate import chance_rate
-from threshold.train.gpu import check_engine, throughput
+from threshold.train.gpu import Spec, check_engine, throughput
 from threshold.train.run import Run
 
 __all__ = ["SEEDS", "SIZES", "bench_gpu", "science_pair", "summary_markdown"]
 
 Note = Callable[[str], None]
-MEMBERS = (1, 4, 16, 36, 64, 128)
+MEMBERS = (1, 16, 64, 128, 256, 512)  # the graphed fp32 rows: the table issue 58 compares
 PARTS = ("checks", "throughput", "science")
 SIZES = (16, 20, 25, 32, 40, 51, 64, 81, 101, 128)  # the science pair's d on a GPU (log-spaced)
 SEEDS = 2  # the science pair's runs a size and study
@@ -67,6 +70,33 @@ EVAL_SHARE = 0.2  # of the science pair's time, planned for evaluations (four ch
 LEARNED_TF = 0.5
 NOTE_EVERY_S = 60.0  # the science pair's progress line, so a log shows how far a cut-off run got
 PADDED = [16, 24, 32, 40]  # the sizes of the padded packs (issue: 36 members at d 16-40)
+
+
+def throughput_specs(tiny: bool) -> list[Spec]:
+    """The throughput part's rows: graphed fp32 packs of 1-512 members at d 16-40 (the table
+    every lend repeats), eager beside them, TF32 and bf16, one size, the ``paper`` recipe's
+    windows (its science pair's sizes), ``torch.compile``, and the peers (PyTorch's ensembling
+    recipe and one plain model: :mod:`threshold.train.peers`). On the CPU a few tiny ones."""
+    if tiny:
+        p = (8, 12)
+        return [
+            Spec("graphs", 1, p),
+            Spec("graphs", 4, p),
+            Spec("eager", 4, p),
+            Spec("graphs", 4, p, precision="bf16"),
+            Spec("graphs", 4, p, recipe="paper"),
+            Spec("peer vmap", 4, (12,)),
+            Spec("peer plain", 1, (12,)),
+        ]
+    p, paper = tuple(PADDED), (16, 24, 32, 48)
+    specs = [Spec("graphs", m, p) for m in MEMBERS]
+    specs += [Spec("eager", m, p) for m in (64, 512)]
+    specs += [Spec("graphs", m, p, precision=x) for x in ("tf32", "bf16") for m in (128, 512)]
+    specs += [Spec("graphs", 512, (40,))]
+    specs += [Spec("graphs", m, paper, "paper", x) for x in ("fp32", "bf16") for m in (16, 64)]
+    specs += [Spec("compile", 64, p)]
+    specs += [Spec("peer vmap", 512, (d,)) for d in (16, 40)] + [Spec("peer plain", 1, (40,))]
+    return specs
 
 
 def bench_gpu(
@@ -104,13 +134,10 @@ def bench_gpu(
         record["checks"] = _part(
             "checks" in parts, lambda: check_engine(data, device, Path(tmp), tiny, note)
         )
-    members = (1, 4) if tiny else MEMBERS
-    paths = ("eager", "graphs") if tiny else ("eager", "graphs", "compile")
     steps = 5 if tiny else 30
-    padded = [8, 12] if tiny else PADDED
     record["throughput"] = _part(
         "throughput" in parts,
-        lambda: throughput(data, device, list(members), padded, padded[-1], steps, paths, note),
+        lambda: throughput(data, device, throughput_specs(tiny), steps, note),
     )
     left = deadline - time.perf_counter() - (5 if tiny else 30)  # leave time to write
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -353,6 +380,10 @@ def _search_settings(task: TaskConfig, run: Run, made) -> SearchSettings:
     return SearchSettings(params_of_d=table, d_lo=16, d_hi=128, chance=chance)
 
 
+def _cell(value, spec: str) -> str:
+    return "" if value is None else format(value, spec)
+
+
 def summary_markdown(record: dict) -> str:
     """The record in words and tables: what ``reports/gpu/`` keeps beside the JSON."""
     lines = [
@@ -379,20 +410,22 @@ def summary_markdown(record: dict) -> str:
         lines.append(f"Not run: `{rows.get('error') or rows.get('skipped')}`")
     else:
         lines += [
-            "| path | members | d | model-steps/s | tokens/s | step ms | host batch ms "
-            "| peak MiB |",
-            "|---|---:|---|---:|---:|---:|---:|---:|",
+            "| path | recipe | precision | members | d | model-steps/s | tokens/s | useful share "
+            "| step ms | host ms | device ms | peak MiB |",
+            "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in rows:
             d = ",".join(map(str, r["d_models"]))
+            head = f"| {r['path']} | {r.get('recipe', 'fast')} | {r.get('precision', 'fp32')} "
             if "error" in r:
-                lines.append(f"| {r['path']} | {r['members']} | {d} | {r['error'][:60]} | | | | |")
+                lines.append(f"{head}| {r['members']} | {d} | {r['error'][:60]} |||||||")
                 continue
-            peak = r.get("peak_memory")
             lines.append(
-                f"| {r['path']} | {r['members']} | {d} | {r['model_steps_per_s']:,.0f} | "
-                f"{r['tokens_per_s']:,.0f} | {r['step_ms']:.2f} | {r['host_batch_ms']:.2f} | "
-                f"{'' if peak is None else f'{peak / 2**20:,.0f}'} |"
+                f"{head}| {r['members']} | {d} | {r['model_steps_per_s']:,.0f} | "
+                f"{r['tokens_per_s']:,.0f} | {_cell(r.get('useful_share'), '.0%')} | "
+                f"{r['step_ms']:.2f} | {_cell(r.get('host_batch_ms'), '.2f')} | "
+                f"{_cell(r.get('device_step_ms'), '.2f')} | "
+                f"{_cell((r.get('peak_memory') or 0) / 2**20 or None, ',.0f')} |"
             )
     sci = record.get("science", {})
     lines += ["", f"## Science pair ({sci.get('recipe', 'small')} recipe)", ""]

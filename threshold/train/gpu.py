@@ -3,9 +3,10 @@
 :func:`check_engine` trains and evaluates the same runs on the device and on the CPU and gives
 the distances (logits at init, weights after 50 steps on the same batches, greedy and sampled
 accuracy of a trained member, its checkpoint reloaded on the CPU) and provokes a real CUDA
-out-of-memory error to see a pack halved with no run lost. :func:`throughput` times packs of
-many members, eager and graphed (and ``torch.compile`` where it compiles in time). Both run on
-the CPU too, on tiny settings, so CI proves the wiring.
+out-of-memory error to see a pack halved with no run lost. :func:`throughput` times the rows it
+is given (:class:`Spec`: packs of many members, eager, graphed or compiled, in a precision, on a
+recipe's batches, and the peers of :mod:`threshold.train.peers`). Both run on the CPU too, on
+tiny settings, so CI proves the wiring.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from threshold.config import TrainConfig, model_config_for
+from threshold.config import TrainConfig, make_recipe, model_config_for
 from threshold.tasks import TaskData
 from threshold.train.bench import sync, timed_steps
 from threshold.train.checkpoint import load_checkpoint, save_checkpoint
@@ -27,9 +28,10 @@ from threshold.train.ensemble import Ensemble
 from threshold.train.evaluate import evaluate_decode, evaluate_greedy
 from threshold.train.layout import CHUNK
 from threshold.train.memory import pack_bytes
+from threshold.train.peers import peer_row
 from threshold.train.run import Run
 
-__all__ = ["check_engine", "device_seconds", "host_seconds", "throughput"]
+__all__ = ["Spec", "check_engine", "device_seconds", "host_seconds", "throughput"]
 
 Note = Callable[[str], None]
 
@@ -130,45 +132,58 @@ def _out_of_memory(data: TaskData, device: torch.device) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class Spec:
+    """One row of :func:`throughput`: a pack of ``members`` runs whose sizes cycle through
+    ``sizes``, trained by ``path`` on the batches of ``recipe`` in ``precision``.
+
+    ``path``: ``eager``; ``graphs`` (static shapes, CUDA graphs); ``compile`` (``torch.compile``
+    of the step, default mode: reduce-overhead's own CUDA graphs reuse output buffers that the
+    step still reads, and skip the optimizer's in-place updates); or a peer (``peer vmap``,
+    ``peer plain``: :mod:`threshold.train.peers`, at the first size)."""
+
+    path: str
+    members: int
+    sizes: tuple[int, ...]
+    recipe: str = "fast"  # fast: whole sequences; paper: 128-token stream windows
+    precision: str = "fp32"
+
+
 def throughput(
-    data: TaskData,
-    device: torch.device,
-    members: list[int],
-    padded_sizes: list[int],
-    one_size: int,
-    steps: int,
-    paths: tuple[str, ...] = ("eager", "graphs"),
-    note: Note = print,
+    data: TaskData, device: torch.device, specs: list[Spec], steps: int, note: Note = print
 ) -> list[dict]:
-    """Model-steps/s, useful tokens/s and peak memory of packs of ``members`` runs, of sizes
-    cycling through ``padded_sizes`` (one padded stack) and all at ``one_size``, for each
-    ``path``: ``eager``, ``graphs`` (static shapes, CUDA graphs) and ``compile``
-    (``torch.compile`` of the step, default mode: reduce-overhead's own CUDA graphs reuse
-    output buffers that the step still reads, and skip the optimizer's in-place updates)."""
+    """Model-steps/s, tokens/s, the useful share of the positions computed, the host's and the
+    device's ms a step, and peak memory of each row of ``specs``; a row that fails records its
+    error and the next runs."""
     rows = []
-    for path in paths:
-        for sizes in (padded_sizes, [one_size]):
-            for m in members:
-                note(f"{path}: {m} members at d {','.join(map(str, sizes))}")
-                try:
-                    row = _time_pack(data, device, sizes, m, steps, path)
-                except (RuntimeError, torch.OutOfMemoryError) as e:
-                    first = str(e).splitlines()[0] if str(e) else type(e).__name__
-                    row = {"path": path, "members": m, "d_models": sorted(set(sizes))}
-                    row["error"] = first[:300]
-                rows.append(row)
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-                if path == "compile" and row.get("compile_s", 0) > 60:
-                    return rows  # compiling takes too long to be worth more rows
+    for spec in specs:
+        sizes = ",".join(map(str, spec.sizes))
+        note(f"{spec.path}: {spec.members} members at d {sizes}, {spec.recipe}, {spec.precision}")
+        try:
+            if spec.path.startswith("peer "):
+                kind = spec.path.split()[1]
+                row = peer_row(data, device, kind, spec.sizes[0], spec.members, steps)
+            else:
+                row = _time_pack(data, device, spec, steps)
+        except (RuntimeError, torch.OutOfMemoryError) as e:
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            row = {"path": spec.path, "members": spec.members, "d_models": list(spec.sizes)}
+            row["error"] = first[:300]
+        rows.append(row | {"recipe": spec.recipe, "precision": spec.precision})
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
     return rows
 
 
-def _time_pack(data, device, sizes, m, steps, path) -> dict:
-    runs = [
-        Run(model_config_for(data.config, sizes[i % len(sizes)]), data, TrainConfig(seed=i))
-        for i in range(m)
-    ]
+def _time_pack(data: TaskData, device: torch.device, spec: Spec, steps: int) -> dict:
+    recipe = make_recipe(spec.recipe)
+    model_kw = dict(recipe.model)
+    runs = []
+    for i in range(spec.members):
+        cfg = replace(recipe.train, seed=i, precision=spec.precision)
+        d = spec.sizes[i % len(spec.sizes)]
+        runs.append(Run(model_config_for(data.config, d, cfg, **model_kw), data, cfg))
+    path = spec.path
     pack = start_pack(list(enumerate(runs)), device, static=path != "eager")
     compile_s = None
     if path == "compile":
@@ -184,11 +199,11 @@ def _time_pack(data, device, sizes, m, steps, path) -> dict:
     elapsed, tokens, share = timed_steps(pack, steps, 3, device)
     row = {
         "path": path,
-        "members": m,
-        "d_models": sorted(set(sizes)),
+        "members": spec.members,
+        "d_models": sorted(set(spec.sizes)),
         "steps": steps,
         "step_ms": 1000 * elapsed / steps,
-        "model_steps_per_s": m * steps / elapsed,
+        "model_steps_per_s": spec.members * steps / elapsed,
         "tokens_per_s": tokens / elapsed,
         "useful_share": share,
         "graphs_captured": len(pack.graphs.graphs) if pack.graphs is not None else 0,
