@@ -334,3 +334,31 @@ def test_a_storage_this_user_cannot_write_is_one_line_before_anything_runs(comma
         import shutil
 
         shutil.rmtree(folder)
+
+
+def test_a_level_near_chance_is_said_in_find_and_in_the_report(tmp_path):
+    """Issue 62: at --mod 3 MAX's majority answer is right 77.5% of the time, against a level of
+    0.8: find and the report say the transition measures little, and what to do."""
+    from threshold.report import collect
+    from threshold.report.write import write_report
+    from threshold.search.bounds import near_chance_words
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    args = ["find", "--tasks", "max", "--mod", "3", "--n-train", "2000", "--n-test", "100",
+            "--d-lo", "4", "--d-hi", "16", "--steps", "30", "--budget", "3",
+            "--trials-at-once", "3"]  # fmt: skip
+    proc = threshold([*args, "--storage", url], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("warning: ")]
+    # (0.74 on these 100 test sequences; 0.775 on the default 2,000)
+    assert line.startswith("warning: the 80% level (accuracy 0.800) lies 0.0"), line
+    assert " above chance (0.7" in line
+    assert "--chance-corrected, or a larger --mod" in line
+    # the same study chance-corrected asks 80% of the way up from chance: no warning
+    (study,) = optuna.get_all_study_summaries(url)
+    estimate = json.loads(study.user_attrs["estimate"])
+    assert near_chance_words(estimate | {"chance_corrected": True}) is None
+    report = write_report(collect(url, [study.study_name]), tmp_path / "r")
+    summary = (tmp_path / "r" / "summary.md").read_text()
+    assert line.split(" lies ")[1].split(",")[0] in summary and "--chance-corrected" in summary
+    assert report["studies"][0]["data"]["warning"].endswith(line.split("; ")[-1].split(": ", 1)[-1])

@@ -63,7 +63,7 @@ from threshold.cli.common import (
 )
 from threshold.config import Execution
 from threshold.interrupt import exit_status
-from threshold.search.bounds import answer_words
+from threshold.search.bounds import answer_words, near_chance_words
 from threshold.search.find import Interrupted, run_search
 from threshold.search.fit import strays
 from threshold.search.spec import StudySettings
@@ -197,10 +197,13 @@ def find(
             typer.echo(f"interrupted: run the same command to resume study {e.study!r}", err=True)
             raise typer.Exit(exit_status()) from None
         report = outcome.to_json()
+        report["warning"] = near_chance_words(report["transition"])
         if as_json:
             typer.echo(json.dumps(report))
-        else:
-            _print_summary(report)
+            return
+        _print_summary(report)
+        if report["warning"]:
+            typer.echo(f"warning: {report['warning']}", err=True)
 
     run_guarded(body)
 

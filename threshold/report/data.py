@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from threshold.config import recipe_words
+from threshold.search.bounds import near_chance_words
 from threshold.search.fit import PLATEAU_GAP, stray_mass, strays
 from threshold.search.notes import MIN_RUNS
 from threshold.search.settings import SearchSettings
@@ -220,4 +221,7 @@ def judge(data: StudyData, n_completed: int) -> None:
             "widened to match, and more seeds at the sizes run narrow it less than runs at new "
             "sizes"
         )
+    chance = near_chance_words(estimate)
+    if chance:
+        doubts.append(chance)
     data.warning = "; ".join(doubts)

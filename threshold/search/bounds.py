@@ -42,8 +42,18 @@ from collections.abc import Sequence
 
 from threshold.search.posterior import level_target
 
-__all__ = ["LOCATING_RUNS", "answer", "answer_words", "factor_bound", "locate", "sizes_only"]
+__all__ = [
+    "LOCATING_RUNS",
+    "NEAR_CHANCE",
+    "answer",
+    "answer_words",
+    "factor_bound",
+    "locate",
+    "near_chance_words",
+    "sizes_only",
+]
 
+NEAR_CHANCE = 0.1  # the level's accuracy this close above chance: a run at chance nearly meets it
 LOCATING_RUNS = 2  # runs on each side of the fitted 80% point that fall on the side the fit says
 
 POINT, LOWER, UPPER, NONE = "point", "lower bound", "upper bound", "none"
@@ -204,3 +214,27 @@ def answer_words(ans: dict | None) -> str:
             "bound either side"
         )
     return f"{point} not located: {why}{context}"
+
+
+def near_chance_words(estimate: dict | None) -> str | None:
+    """Why a study's level measures little, with the remedy, where the accuracy the level asks
+    of a perfect model (asymptote 1: the most it can ask) lies less than :data:`NEAR_CHANCE`
+    above chance (the majority answer's rate): at ``--mod 3`` MAX's chance is 0.775 against a
+    level of 0.8, so a model that learned nothing nearly meets it. A setting, not a fit: read
+    off the chance and the level alone. None where the level is well above chance, or the
+    estimate does not say."""
+    keys = ("chance", "level", "chance_corrected")
+    if not estimate or any(estimate.get(k) is None for k in keys):
+        return None
+    chance = float(estimate["chance"])
+    level = float(estimate["level"])
+    corrected = bool(estimate["chance_corrected"])
+    target = float(level_target(1.0, chance, level, corrected))
+    if target - chance >= NEAR_CHANCE:
+        return None
+    remedy = "a larger --mod" if corrected else "--chance-corrected, or a larger --mod"
+    return (
+        f"the {level:.0%} level (accuracy {target:.3f}) lies {target - chance:.3f} above chance "
+        f"({chance:.3f}, the majority answer), so a model that learned nothing nearly meets it and "
+        f"the transition measures little: use {remedy}"
+    )
