@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from threshold.search.record import read_study, study_names
-from threshold.suite import parse_suite
+from threshold.suite import lend, parse_suite
 from threshold.suite.lend import DATABASE, RECORD_FILE, STATE_FILE, run_lend, unpack_state
 from threshold.train.checkpoint import load_checkpoint
 
@@ -54,8 +54,9 @@ measure = "max"
 
 
 def runs_of(state: Path, work: Path, names: dict[str, str]) -> dict[str, list[dict]]:
-    """Each study's completed runs in the lend state ``state`` (unpacked into ``work``), by (d,
-    seed): what they measured and their trained weights; none for a study not started."""
+    """Each study's completed runs in the lend state in folder ``state`` (unpacked into
+    ``work``), by (d, seed): what they measured and their trained weights; none for a study not
+    started."""
     unpack_state(state, work)
     url = f"sqlite:///{work / DATABASE}"
     known = set(study_names(url))
@@ -112,7 +113,7 @@ def lends(tmp_path_factory):
         wall = time.perf_counter() - t0
         got = {}
         for which in ("whole", "one", "two"):
-            got[which] = runs_of(root / which / STATE_FILE, root / f"x-{which}", names)
+            got[which] = runs_of(root / which, root / f"x-{which}", names)
     finally:
         os.chdir(cwd)
         if old is None:
@@ -157,7 +158,7 @@ def test_a_lend_returns_few_files_and_keeps_its_history(lends, tmp_path):
         files = [p for p in (root / which).rglob("*") if p.is_file()]
         assert sorted(p.name for p in files) == [RECORD_FILE, STATE_FILE]
         assert len(files) <= 8
-    history = unpack_state(root / "two" / STATE_FILE, tmp_path)
+    history = unpack_state(root / "two", tmp_path)
     assert [h["lend"] for h in history] == [1, 2]
     assert [h["cut"] for h in history] == [True, False]
     assert history[0]["reached"]["a"]["unfinished"] == [
@@ -202,3 +203,22 @@ def test_the_lend_script_runs_two_lends_on_the_cpu(tmp_path):
     assert [r["lend"] for r in records] == [1, 2]
     assert records[1]["continued"] == records[0]["reached"]
     assert "lend 2 of suite tinylend continues:" in log
+
+
+def test_a_state_larger_than_a_returned_file_comes_in_parts(tmp_path, monkeypatch):
+    """Past 15 MiB (the lent machine returns 16 MiB a file) the state is cut into numbered parts,
+    read back whole; a new state replaces the old one's files, whole or in parts."""
+    work, out = tmp_path / "work", tmp_path / "out"
+    (work / "artifacts" / "training").mkdir(parents=True)
+    blob = os.urandom(50_000)  # the weights of a run barely compress
+    (work / "artifacts" / "training" / "d8-seed1.state").write_bytes(blob)
+    monkeypatch.setattr(lend, "PART_BYTES", 20_000)
+    size = lend.pack_state(work, out, [{"lend": 1}])
+    parts = lend.state_files(out)
+    assert [p.name for p in parts] == [f"{STATE_FILE}.{n}" for n in (1, 2, 3)]
+    assert sum(p.stat().st_size for p in parts) == size and size > 50_000
+    assert unpack_state(out, tmp_path / "back") == [{"lend": 1}]
+    assert (tmp_path / "back" / "artifacts" / "training" / "d8-seed1.state").read_bytes() == blob
+    monkeypatch.setattr(lend, "PART_BYTES", 10**9)
+    lend.pack_state(work, out, [{"lend": 2}])
+    assert sorted(p.name for p in out.iterdir()) == [STATE_FILE]

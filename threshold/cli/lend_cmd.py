@@ -25,7 +25,7 @@ def lend(
     state: Annotated[
         Path,
         typer.Option(
-            help=f"Folder of the last lend's {STATE_FILE} (none there: the suite starts anew)."
+            help=f"Folder of the last lend's {STATE_FILE} or its parts (none: the suite starts)."
         ),
     ],
     out: Annotated[
@@ -69,7 +69,7 @@ def lend(
         how = "cut at its time" if record["cut"] else "the suite finished"
         typer.echo(
             f"lend {record['lend']}: {how} after {record['run_s']:.0f} s; state "
-            f"{record['state_bytes'] / 2**20:.1f} MiB in {out / STATE_FILE}",
+            f"{record['state_bytes'] / 2**20:.1f} MiB in {out}: {', '.join(record['state_files'])}",
             err=True,
         )
 

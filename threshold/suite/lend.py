@@ -2,16 +2,17 @@
 
 A lent GPU gives one command of about ten minutes on a bare machine, and at most eight files
 back. :func:`run_lend` makes those minutes one stretch of a longer run. It unpacks the last
-lend's state (one compressed archive, :data:`STATE_FILE`: the suite's study database, the
-checkpoints of its finished runs and the training state of each unfinished run, the artifact
-store as a worker leaves it), runs the suite as ``threshold run`` does for the seconds it is
-given, then stops it as Ctrl-C would: the workers mark their running trials failed and enqueue
-each again, its training state saved at most ``save_every_s`` seconds before. The new state is
-packed for the next lend, whose workers run the enqueued trials first and continue each run
-from its state, as ``threshold train --out`` continues a run: the same run, bit for bit on the
-CPU, as if it had never been cut (:mod:`threshold.train.state`; the steps after the last save
-are trained again). The archive also keeps the record of every lend (``lends.json``), so the
-state says how far it has come and what each lend added.
+lend's state (one compressed archive, :data:`STATE_FILE`, in parts when it is larger than a file
+the lent machine returns: the suite's study database, the checkpoints of its finished runs and
+the training state of each unfinished run, the artifact store as a worker leaves it), runs the
+suite as ``threshold run`` does for the seconds it is given, then stops it as Ctrl-C would: the
+workers mark their running trials failed and enqueue each again, its training state saved at
+most ``save_every_s`` seconds before. The new state is packed for the next lend, whose workers
+run the enqueued trials first and continue each run from its state, as ``threshold train
+--out`` continues a run: the same run, bit for bit on the CPU, as if it had never been cut
+(:mod:`threshold.train.state`; the steps after the last save are trained again). The archive
+also keeps the record of every lend (``lends.json``), so the state says how far it has come and
+what each lend added.
 
 Only the search layer opens the storage and only the engine writes training states: a lend
 moves their files and reads them back. Nothing here prints: :func:`run_lend` tells its callback
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import _thread
 import json
+import shutil
 import tarfile
 import tempfile
 import threading
@@ -49,10 +51,12 @@ __all__ = [
     "pack_state",
     "run_lend",
     "standing",
+    "state_files",
     "unpack_state",
 ]
 
 STATE_FILE = "state.tar.gz"  # the state a lend reads and returns (gzip: the weights barely shrink)
+PART_BYTES = 15 * 2**20  # a larger state comes in parts (state.tar.gz.1, ...): 16 MiB a file back
 RECORD_FILE = "lend.json"  # what one lend continued, ran and reached, beside the state
 DATABASE = "lend.db"  # the study database, inside the state; checkpoints under artifacts/
 HISTORY = "lends.json"  # the record of every lend so far, inside the state
@@ -63,38 +67,67 @@ class LendError(ThresholdError):
     """A lend's state cannot be read or written."""
 
 
-def unpack_state(archive: Path, work: Path) -> list[dict]:
-    """Unpack ``archive`` (a lend's :data:`STATE_FILE`) into ``work``; the lends so far (none
-    when there is no archive yet: the first lend starts the suite)."""
+def state_files(folder: Path) -> list[Path]:
+    """The files of the state in ``folder``: :data:`STATE_FILE`, or its parts in order (none:
+    no state there)."""
+    if (folder / STATE_FILE).is_file():
+        return [folder / STATE_FILE]
+    parts = {p: p.name.removeprefix(STATE_FILE + ".") for p in folder.glob(STATE_FILE + ".*")}
+    return sorted((p for p, n in parts.items() if n.isdigit()), key=lambda p: int(parts[p]))
+
+
+def unpack_state(folder: Path, work: Path) -> list[dict]:
+    """Unpack the state in ``folder`` (:func:`state_files`) into ``work``; the lends so far
+    (none when there is no state yet: the first lend starts the suite)."""
     work.mkdir(parents=True, exist_ok=True)
-    if not archive.exists():
+    files = state_files(folder)
+    if not files:
         return []
     try:
-        with tarfile.open(archive, "r:gz") as tar:
-            tar.extractall(work, filter="data")  # no links, no paths outside work
-    except (OSError, tarfile.TarError) as e:
+        with tempfile.TemporaryFile() as whole:
+            for path in files:  # the parts are one archive cut in pieces
+                with path.open("rb") as part:
+                    shutil.copyfileobj(part, whole)
+            whole.seek(0)
+            with tarfile.open(fileobj=whole, mode="r:gz") as tar:
+                tar.extractall(work, filter="data")  # no links, no paths outside work
+    except (OSError, EOFError, tarfile.TarError) as e:
         raise LendError(
-            f"lend state {archive} cannot be unpacked ({e}): restore it from git "
-            "(git checkout -- <it>) or move it away to start the suite anew"
+            f"lend state {', '.join(map(str, files))} cannot be unpacked ({e}): restore it from "
+            "git (git checkout -- <it>), or move it away to start the suite anew"
         ) from None
     history = work / HISTORY
     return json.loads(history.read_text()) if history.exists() else []
 
 
-def pack_state(work: Path, archive: Path, history: list[dict]) -> int:
-    """Pack the database and artifacts of ``work`` and ``history`` into ``archive`` (written
-    whole or not at all); its size in bytes."""
+def pack_state(work: Path, folder: Path, history: list[dict]) -> int:
+    """Pack the database and artifacts of ``work`` and ``history`` into ``folder``, as
+    :data:`STATE_FILE` or, larger than :data:`PART_BYTES`, in parts of that size; the state's
+    size in bytes."""
     (work / HISTORY).write_text(json.dumps(history, indent=1) + "\n")
+    folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="lend-db-") as tmp:
-        db = Path(tmp) / DATABASE
+        db, archive = Path(tmp) / DATABASE, Path(tmp) / STATE_FILE
         if (work / DATABASE).exists():  # one consistent file, its write-ahead log folded in
             copy_storage(f"sqlite:///{(work / DATABASE).resolve()}", db)
-        with atomic_write(archive) as f, tarfile.open(fileobj=f, mode="w:gz") as tar:
+        with archive.open("wb") as f, tarfile.open(fileobj=f, mode="w:gz", compresslevel=6) as tar:
             for path, name in ((db, DATABASE), (work / "artifacts", "artifacts")):
                 if path.exists():
                     tar.add(path, arcname=name, filter=_plain)
             tar.add(work / HISTORY, arcname=HISTORY)
-    return archive.stat().st_size
+        size = archive.stat().st_size
+        for old in state_files(folder):
+            old.unlink()
+        if size <= PART_BYTES:
+            shutil.move(archive, folder / STATE_FILE)
+            return size
+        with archive.open("rb") as whole:
+            for number in range(1, size // PART_BYTES + 2):
+                chunk = whole.read(PART_BYTES)
+                if not chunk:
+                    break
+                (folder / f"{STATE_FILE}.{number}").write_bytes(chunk)
+    return size
 
 
 def _plain(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
@@ -171,7 +204,7 @@ def run_lend(
     t0, started = time.perf_counter(), datetime.now(UTC)
     with tempfile.TemporaryDirectory(prefix="lend-") as tmp:
         work = Path(work or tmp)
-        history = unpack_state(state_dir / STATE_FILE, work)
+        history = unpack_state(state_dir, work)
         url = f"sqlite:///{(work / DATABASE).resolve()}"
         execution = replace(suite.execution, storage=url, save_every_s=save_every_s)
         # no reports: the state is the record, and `threshold report` reads it on the CPU
@@ -198,8 +231,12 @@ def run_lend(
             "reached": after,
         }
         out.mkdir(parents=True, exist_ok=True)
-        size = pack_state(work, out / STATE_FILE, [*history, _brief(record)])
-        record |= {"state_bytes": size, "wall_s": round(time.perf_counter() - t0, 1)}
+        size = pack_state(work, out, [*history, _brief(record)])
+        record |= {
+            "state_bytes": size,
+            "state_files": [p.name for p in state_files(out)],
+            "wall_s": round(time.perf_counter() - t0, 1),
+        }
         with atomic_write(out / RECORD_FILE, text=True) as f:
             f.write(json.dumps(record, indent=1) + "\n")
     emit(Event("lend_end", suite.name, record))
