@@ -81,36 +81,77 @@ def test_cache_key_follows_every_data_setting_and_only_those(cfg, data):
         assert other.key() != cfg.key(), field
 
 
+LISTOPS_OPS = tuple(TaskConfig().testbed_obj.ops)  # max, min, med, add, prod, nadd, sadd
+
+
+@st.composite
+def task_options(draw) -> tuple[bool, str, str, int]:
+    """(valid, tasks, arity, mod): half valid by construction (known ops, each once, with
+    blanks around the commas; an arity and a modulus inside their limits), half any text and
+    numbers, so that both the checks on what is taken and the refusals run (issue 62: a draw of
+    any text alone was valid 0-1 times in 200)."""
+    if draw(st.booleans()):
+        ops = draw(st.lists(st.sampled_from(LISTOPS_OPS), min_size=1, max_size=4, unique=True))
+        tasks = draw(st.sampled_from([",", ", ", " , "])).join(ops)
+        lo = draw(st.integers(2, 8))
+        hi = draw(st.integers(lo, 8))
+        arity = draw(st.sampled_from([f"{lo}-{hi}", f" {lo}-{hi}"] if lo < hi else [str(lo)]))
+        return True, tasks, arity, draw(st.integers(2, 20))
+    tasks = draw(st.text(alphabet="maxdinpro ,sgulMAX", max_size=16))
+    arity = draw(st.text(alphabet="0123456789- x", max_size=5))
+    return False, tasks, arity, draw(st.integers(-3, 20))
+
+
 @MANY
-@given(
-    tasks=st.text(alphabet="maxdinpro ,sgulMAX", max_size=16),
-    arity=st.text(alphabet="0123456789- x", max_size=5),
-    mod=st.integers(-3, 20),
-)
-def test_cli_task_parser_gives_valid_settings_or_a_config_error(tasks, arity, mod):
+@given(options=task_options())
+def test_cli_task_parser_gives_valid_settings_or_a_config_error(options):
+    valid, tasks, arity, mod = options
     try:
         cfg = task_config(tasks, "listops", mod, 2, arity, 0.25, 100, 10, None, 0)
     except ConfigError as e:
+        assert not valid, f"valid settings refused: {e}"
         assert "\n" not in str(e)
         return
     assert cfg.ops == tuple(op.strip() for op in tasks.split(",") if op.strip())
     assert 2 <= cfg.arity_min <= cfg.arity_max <= 8 and cfg.n == mod >= 2
+    if valid:
+        lo, _, hi = arity.strip().partition("-")
+        assert (cfg.arity_min, cfg.arity_max) == (int(lo), int(hi or lo))
+
+
+@st.composite
+def search_options(draw) -> tuple[bool, list[int], int, float, float]:
+    """(valid, [d_lo, d_hi, d_min, d_max], budget, precision, level): half inside every limit,
+    half any numbers (NaN and infinities too)."""
+    if draw(st.booleans()):
+        d_min = draw(st.integers(1, 16))
+        d_lo = draw(st.integers(d_min, 256))
+        d_hi = draw(st.integers(d_lo + 1, 512))
+        d_max = draw(st.integers(d_hi, 600))
+        precision = draw(st.floats(1.01, 100))
+        level = draw(st.floats(0.01, 0.99))
+        return True, [d_lo, d_hi, d_min, d_max], draw(st.integers(3, 50)), precision, level
+    return (
+        False,
+        draw(st.lists(st.integers(-2, 600), min_size=4, max_size=4)),
+        draw(st.integers(-1, 50)),
+        draw(st.floats(allow_nan=True, allow_infinity=True)),
+        draw(st.floats(allow_nan=True, allow_infinity=True)),
+    )
 
 
 @MANY
-@given(
-    d=st.lists(st.integers(-2, 600), min_size=4, max_size=4),
-    budget=st.integers(-1, 50),
-    precision=st.floats(allow_nan=True, allow_infinity=True),
-    level=st.floats(allow_nan=True, allow_infinity=True),
-)
-def test_search_settings_are_valid_or_refused(d, budget, precision, level):
+@given(options=search_options())
+def test_search_settings_are_valid_or_refused(options):
+    valid, d, budget, precision, level = options
     try:
         s = SearchConfig(*d, precision=precision, budget=budget, level=level)
-    except ConfigError:
+    except ConfigError as e:
+        assert not valid, f"valid settings refused: {e}"
         return
     assert 1 <= s.d_min <= s.d_lo < s.d_hi <= s.d_max and s.budget >= 3
     assert s.precision > 1 and 0 < s.level < 1
+    assert (s.d_lo, s.d_hi, s.d_min, s.d_max, s.budget) == (*d, budget)
 
 
 @MANY
