@@ -27,11 +27,24 @@ def test_param_formula_matches_module(d_model, vocab_size, n_ctx, tie, n_head, m
     assert param_count(cfg)["total"] == sum(p.numel() for p in model.parameters())
 
 
+@torch.no_grad()
 def test_block_is_shared_across_recurrence_steps():
-    # The recurrence reuses one block: more steps add no parameters.
-    a = param_count(ModelConfig(22, 60, 32, n_recur=1))
-    b = param_count(ModelConfig(22, 60, 32, n_recur=8))
-    assert a == b
+    """The recurrence reuses one block: a model of 8 steps has the parameters (names and count)
+    of a model of 1, its block runs 8 times on each forward pass, and the same weights give
+    another output (so the steps do run). The formula of the count is tested above."""
+    torch.manual_seed(0)
+    one = RecurrentTransformer(ModelConfig(22, 60, 32, n_recur=1)).eval()
+    eight = RecurrentTransformer(ModelConfig(22, 60, 32, n_recur=8)).eval()
+    assert [n for n, _ in one.named_parameters()] == [n for n, _ in eight.named_parameters()]
+    total = sum(p.numel() for p in eight.parameters())
+    assert total == sum(p.numel() for p in one.parameters()) == param_count(eight.cfg)["total"]
+    eight.load_state_dict(one.state_dict())  # the same weights: nothing is left over
+    calls = []
+    eight.block.register_forward_hook(lambda module, args, out: calls.append(module))
+    idx = torch.randint(0, 22, (2, 10))  # (B, T)
+    out = eight(idx)  # (B, T, vocab)
+    assert len(calls) == 8 and all(m is eight.block for m in calls)
+    assert not torch.allclose(out, one(idx))
 
 
 def test_param_count_grows_quadratically_in_d():
