@@ -13,9 +13,10 @@ once by :class:`Feed`; :func:`lay_out` gathers the tokens and lays out the step:
   comes after its tokens, so causal attention never reads it.
 
 Windows (the ``paper`` recipe's batches) are rows of one length already: their flat layout is
-their rows, and no gather is needed (``dense``). Everything a step reads lies in device tensors
-of fixed shapes for given (N, T), so a CUDA graph replays the whole step, layout included, and
-the host sends three numbers a row, once per chunk of steps.
+their rows, and no gather is needed (``dense``). The dynamic step (the CPU's) is dense too, its
+rows padded to the batch's longest: the padding computed but out of the loss. Everything a step
+reads lies in device tensors of fixed shapes for given (N, T), so a CUDA graph replays the whole
+step, layout included, and the host sends three numbers a row, once per chunk of steps.
 """
 
 from __future__ import annotations
@@ -159,10 +160,12 @@ class Feed:
     own batches (the draws a step at a time would make, in the same order), sent to the device
     once a chunk, with the learning rates of those steps; :meth:`next` hands one step out.
 
-    ``static`` rounds each step's shape to a few sizes (:func:`flat_size`,
-    :func:`static_length`) for CUDA graphs; else the shape is the
-    batch's own. Members keep what was drawn for them and not yet trained on (``Member.ahead``),
-    so a repacked pack (:meth:`select`) goes on with exactly the batches its members would get.
+    ``static`` (CUDA graphs) lays a batch out flat, its shape rounded to a few sizes
+    (:func:`flat_size`, :func:`static_length`); else as rows padded to the batch's longest (the
+    dynamic step: binned batches leave little padding, and it spends nothing on gathers, which
+    made a run of one on the CPU 1.14x slower laid out flat). Members keep what was drawn for
+    them and not yet trained on (``Member.ahead``), so a repacked pack (:meth:`select`) goes on
+    with exactly the batches its members would get.
     """
 
     def __init__(
@@ -216,9 +219,10 @@ class Feed:
         out = []
         for i in range(k):
             ni, ti = max(int(n[i]), 1), max(int(t[i]), 1)
-            dense = ni == ti * rows and bool((inputs[i] == ti).all())
-            if self.static and not dense:
-                ti = static_length(ti, self.n_ctx)
-                ni = flat_size(ni)
+            dense = not self.static or bool((inputs[i] == ti).all())
+            if dense:  # every row full, or rows padded to the longest (dynamic shapes)
+                ni = ti * rows
+            else:
+                ti, ni = static_length(ti, self.n_ctx), flat_size(ni)
             out.append(Batch(on_device[i], ni, ti, dense, int(useful[i]), tokens[i], lr_device[i]))
         return out
