@@ -222,3 +222,21 @@ def test_a_state_larger_than_a_returned_file_comes_in_parts(tmp_path, monkeypatc
     monkeypatch.setattr(lend, "PART_BYTES", 10**9)
     lend.pack_state(work, out, [{"lend": 2}])
     assert sorted(p.name for p in out.iterdir()) == [STATE_FILE]
+
+
+def test_pretrained_models_travel_with_the_state(tmp_path):
+    """A transfer study's pretrained models (the data cache's ``pretrained/``) go into the state
+    when made during a lend and back into the cache at the next, so no run is pretrained twice."""
+    work, cache = tmp_path / "work", tmp_path / "cache"
+    (cache / "pretrained").mkdir(parents=True)
+    (cache / "pretrained" / "old.ckpt").write_bytes(b"made before this lend")
+    os.utime(cache / "pretrained" / "old.ckpt", (0, 0))
+    keep = lend._carry_pretrained(work, cache)
+    (cache / "pretrained" / "new.ckpt").write_bytes(b"made by this lend")
+    keep()
+    assert sorted(p.name for p in (work / "pretrained").iterdir()) == ["new.ckpt"]
+    lend.pack_state(work, tmp_path / "out", [])
+    again, fresh = tmp_path / "again", tmp_path / "fresh"
+    unpack_state(tmp_path / "out", again)
+    lend._carry_pretrained(again, fresh)
+    assert (fresh / "pretrained" / "new.ckpt").read_bytes() == b"made by this lend"

@@ -4,7 +4,8 @@ A lent GPU gives one command of about ten minutes on a bare machine, and at most
 back. :func:`run_lend` makes those minutes one stretch of a longer run. It unpacks the last
 lend's state (one compressed archive, :data:`STATE_FILE`, in parts when it is larger than a file
 the lent machine returns: the suite's study database, the checkpoints of its finished runs and
-the training state of each unfinished run, the artifact store as a worker leaves it), runs the
+the training state of each unfinished run, the artifact store as a worker leaves it, and the
+models its transfer studies' runs were pretrained to, so none is pretrained again), runs the
 suite as ``threshold run`` does for the seconds it is given, then stops it as Ctrl-C would: the
 workers mark their running trials failed and enqueue each again, its training state saved at
 most ``save_every_s`` seconds before. The new state is packed for the next lend, whose workers
@@ -42,6 +43,7 @@ from threshold.search.record import read_study, study_names
 from threshold.search.study import copy_storage, open_storage, training_state_path
 from threshold.suite.run import Event, git_state, run_suite
 from threshold.suite.spec import Suite
+from threshold.tasks import default_cache_dir
 
 __all__ = [
     "DATABASE",
@@ -60,6 +62,7 @@ PART_BYTES = 15 * 2**20  # a larger state comes in parts (state.tar.gz.1, ...): 
 RECORD_FILE = "lend.json"  # what one lend continued, ran and reached, beside the state
 DATABASE = "lend.db"  # the study database, inside the state; checkpoints under artifacts/
 HISTORY = "lends.json"  # the record of every lend so far, inside the state
+PRETRAINED = "pretrained"  # the transfer studies' pretrained models, inside the state and cache
 FORMAT = "threshold-lend/1"
 
 
@@ -111,7 +114,12 @@ def pack_state(work: Path, folder: Path, history: list[dict]) -> int:
         if (work / DATABASE).exists():  # one consistent file, its write-ahead log folded in
             copy_storage(f"sqlite:///{(work / DATABASE).resolve()}", db)
         with archive.open("wb") as f, tarfile.open(fileobj=f, mode="w:gz", compresslevel=6) as tar:
-            for path, name in ((db, DATABASE), (work / "artifacts", "artifacts")):
+            kept = (
+                (db, DATABASE),
+                (work / "artifacts", "artifacts"),
+                (work / PRETRAINED, PRETRAINED),
+            )
+            for path, name in kept:
                 if path.exists():
                     tar.add(path, arcname=name, filter=_plain)
             tar.add(work / HISTORY, arcname=HISTORY)
@@ -205,6 +213,7 @@ def run_lend(
     with tempfile.TemporaryDirectory(prefix="lend-") as tmp:
         work = Path(work or tmp)
         history = unpack_state(state_dir, work)
+        pretrained = _carry_pretrained(work, suite.execution.cache_dir)
         url = f"sqlite:///{(work / DATABASE).resolve()}"
         execution = replace(suite.execution, storage=url, save_every_s=save_every_s)
         # no reports: the state is the record, and `threshold report` reads it on the CPU
@@ -231,6 +240,7 @@ def run_lend(
             "reached": after,
         }
         out.mkdir(parents=True, exist_ok=True)
+        pretrained()
         size = pack_state(work, out, [*history, _brief(record)])
         record |= {
             "state_bytes": size,
@@ -243,6 +253,27 @@ def run_lend(
     if outside:
         raise KeyboardInterrupt
     return record
+
+
+def _carry_pretrained(work: Path, cache_dir: Path | None) -> Callable[[], None]:
+    """The pretrained models of the state (a transfer study's runs start from them) put into the
+    data cache, where the workers look for them, so a lend does not pretrain its continued runs
+    again; the function returned keeps the ones made meanwhile in the state."""
+    cache = (default_cache_dir() if cache_dir is None else Path(cache_dir)) / PRETRAINED
+    kept = work / PRETRAINED
+    cache.mkdir(parents=True, exist_ok=True)
+    for path in kept.glob("*.ckpt"):
+        if not (cache / path.name).exists():
+            shutil.copy2(path, cache / path.name)
+    since = time.time()
+
+    def keep() -> None:
+        kept.mkdir(parents=True, exist_ok=True)
+        for path in cache.glob("*.ckpt"):
+            if path.stat().st_mtime >= since - 1 and not (kept / path.name).exists():
+                shutil.copy2(path, kept / path.name)
+
+    return keep
 
 
 def _brief(record: dict) -> dict:
