@@ -150,11 +150,35 @@ def test_bad_input_is_one_line_and_exit_2(studies, cli, args, message):
 
 
 def test_study_without_checkpoints_is_refused(studies, run):
-    cwd, url, _ = studies
+    """A threshold study whose completed run kept no checkpoint is refused for that reason (not
+    for another: issue 62), and an Optuna study that is no threshold study for its own."""
+    from threshold.search.sampler import PARAM
+    from threshold.search.spec import StudySettings
+    from threshold.search.study import create_or_load_study, open_storage
+
+    cwd, url, names = studies
+    storage = open_storage(url, create=False)
+    source = optuna.load_study(study_name=names["scratch"], storage=storage)
+    settings = StudySettings.from_attrs(source.user_attrs)
+    study = create_or_load_study(settings, storage, "no-checkpoints")
+    done = next(t for t in source.trials if t.state.name == "COMPLETE")
+    study.add_trial(
+        optuna.trial.create_trial(
+            params=done.params, distributions=done.distributions, value=done.value,
+            user_attrs={"params_total": done.user_attrs["params_total"], "seed": 0},
+        )
+    )  # fmt: skip
+    assert study.trials[0].params[PARAM] == done.params[PARAM]
+    proc = run(["analyze", "no-checkpoints", "--storage", url], cwd)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (
+        "error: study 'no-checkpoints' has no completed run with a checkpoint: run `threshold "
+        "find` first"
+    )
     optuna.create_study(study_name="empty", storage=url)
     proc = run(["analyze", "empty", "--storage", url], cwd)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
-    assert "not a threshold study" in proc.stderr or "no completed run" in proc.stderr
+    assert "not a threshold study" in proc.stderr
 
 
 def test_transfer_reuses_the_pretrained_model(tmp_path, run):
