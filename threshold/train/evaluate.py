@@ -183,11 +183,10 @@ def _decode(ens: Ensemble, seqs: SequenceSet, eos_id: int, batch_size: int, mode
                 out.append(next_tok)
                 done |= next_tok == eos_id
             generated = torch.stack(out, 2).cpu().numpy()  # (M, K * B, G)
-            for i, (answer_ok, strict_ok) in enumerate(out_ok):
-                for j in range(m):
-                    answer_ok[j, index], strict_ok[j, index] = score_traces(
-                        generated[j, i * b : (i + 1) * b], seqs, index, p, eos_id
-                    )
+            for i, (answer_ok, strict_ok) in enumerate(out_ok):  # every member at once
+                answer_ok[:, index], strict_ok[:, index] = score_traces(
+                    generated[:, i * b : (i + 1) * b], seqs, index, p, eos_id
+                )
         return out_ok
 
     return _halving(run, batch_size)
@@ -205,24 +204,25 @@ def prompt_groups(seqs: SequenceSet, batch_size: int):
 def score_traces(
     generated: np.ndarray, seqs: SequenceSet, index: np.ndarray, p: int, eos_id: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Whether each decoded trace ``generated`` (B, G) has the right answer, and is right whole.
+    """Whether each decoded trace ``generated`` (..., B, G) has the right answer, and is right
+    whole: (..., B) each, every member and mode at once.
 
     Row b continues the prompt (``p`` tokens) of sequence ``index[b]``; the answer is the token
     before the first end token, and no end token (or one at the start) is a wrong answer.
     """
     reference = seqs.padded(index, -1)[:, p:]  # (B, Lr): the completion, -1 beyond its end
     ref_len = seqs.lengths[index] - p  # (B,)
-    width = max(generated.shape[1], reference.shape[1])
-    gen = np.full((len(index), width), -2, dtype=np.int64)  # (B, W)
-    gen[:, : generated.shape[1]] = generated
+    width = max(generated.shape[-1], reference.shape[1])
+    gen = np.full((*generated.shape[:-1], width), -2, dtype=np.int64)  # (..., B, W)
+    gen[..., : generated.shape[-1]] = generated
     ref = np.full((len(index), width), -1, dtype=np.int64)  # (B, W)
     ref[:, : reference.shape[1]] = reference
-    is_end = gen == eos_id  # (B, W)
-    first = is_end.argmax(1)  # (B,): the first end token (0 when there is none)
-    found = is_end.any(1) & (first > 0)
-    rows = np.arange(len(index))
-    answer_ok = found & (gen[rows, np.maximum(first - 1, 0)] == ref[rows, ref_len - 2])
-    strict_ok = found & (first + 1 == ref_len) & ((gen == ref) | (ref == -1)).all(1)
+    is_end = gen == eos_id  # (..., B, W)
+    first = is_end.argmax(-1)  # (..., B): the first end token (0 when there is none)
+    found = is_end.any(-1) & (first > 0)
+    answer = np.take_along_axis(gen, np.maximum(first - 1, 0)[..., None], -1)[..., 0]  # (..., B)
+    answer_ok = found & (answer == ref[np.arange(len(index)), ref_len - 2])
+    strict_ok = found & (first + 1 == ref_len) & ((gen == ref) | (ref == -1)).all(-1)
     return answer_ok, strict_ok
 
 
