@@ -313,7 +313,7 @@ def _run_until(suite: Suite, seconds: float, stop_when, emit) -> tuple[bool, boo
     watcher.start()
     try:
         try:
-            run_suite(suite, on_event=emit)
+            run_suite(suite, on_event=emit, poll_s=1.0)  # a run that ends is seen within 1 s
         finally:
             with lock:
                 state["running"] = False
