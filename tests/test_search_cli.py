@@ -217,6 +217,33 @@ def test_interrupted_while_starting_workers_leaves_none_behind(tmp_path):
     assert _workers_of("orphans") == []
 
 
+def test_sigkill_of_find_alone_leaves_no_worker_behind(tmp_path):
+    """`kill -9` of the `find` process alone (not its group): its worker ends with it
+    (threshold.search.find.die_with_parent), none trains on as an orphan. The default suite's
+    guard; reliability/test_faults.py's slow test also resumes the study after it."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    args = ["find", *TINY, "--steps", "5000", "--budget", "3", "--storage", url]
+    args += ["--study", "orphan-kill", "--device", "cpu"]
+    env = dict(os.environ, THRESHOLD_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.Popen([sys.executable, "-m", "threshold", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not _workers_of("orphan-kill"):
+            time.sleep(0.05)
+        assert _workers_of("orphan-kill"), "the worker did not start"
+        os.kill(proc.pid, signal.SIGKILL)  # find alone: its workers get no signal from a shell
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _workers_of("orphan-kill"):
+            time.sleep(0.1)
+        assert _workers_of("orphan-kill") == [], "a worker outlived find"
+    finally:
+        for pid in _workers_of("orphan-kill"):  # never leave one training on a shared machine
+            os.kill(pid, signal.SIGKILL)
+
+
 def _workers_of(study: str) -> list[int]:
     pattern = f'threshold.cli.worker_process .*"study_name": "{study}"'
     found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)

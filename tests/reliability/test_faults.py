@@ -178,7 +178,8 @@ def test_sigkill_find_and_its_workers_then_resume(tmp_path, shared_cache, refere
     check_resumed(db, name, victim, before, reference)
 
 
-@pytest.mark.slow  # about 40 s; the path is the one of test_sigterm_stops_workers... in test_suite
+@pytest.mark.slow  # about 40 s; the default suite's guard that no worker outlives a killed find:
+# test_search_cli.py's test_sigkill_of_find_alone_leaves_no_worker_behind (no resume there)
 def test_sigkill_find_alone_takes_its_workers_with_it(tmp_path, shared_cache, reference):
     """Only the `find` process dies (its terminal's `kill -9 PID`): its workers end with it (no
     orphan trains on), nothing but the trial in training is left unfinished, and the same command
