@@ -320,6 +320,25 @@ def test_shared_padded_packs_move_a_run_only_by_rounding(flat_max5, flat_max_add
     assert shared.accuracy["max"] == pytest.approx(alone.accuracy["max"], abs=0.01)
 
 
+def test_a_repacked_pack_goes_on_with_each_members_own_batches(flat_max5, flat_max_add5):
+    """Batches are drawn a chunk ahead; members that end mid-chunk leave a pack whose survivors
+    must train on exactly the batches they would have had (their tokens tell), laid out flat."""
+    cfg = TrainConfig(max_steps=150, eval_every=50, lr=3e-3)
+    runs = [
+        Run(model_config_for(flat_max5.config, 12), flat_max5, replace(cfg, seed=7)),
+        Run(model_config_for(flat_max_add5.config, 16), flat_max_add5, replace(cfg, seed=1,
+            max_steps=20, eval_every=20)),
+        Run(model_config_for(flat_max5.config, 8), flat_max5, replace(cfg, seed=2, max_steps=90,
+            eval_every=30)),
+    ]  # fmt: skip
+    alone = train_runs(runs[:1])[0]
+    shared = train_runs(runs, share=True, static=True)
+    assert [r.steps for r in shared] == [150, 20, 90]
+    assert shared[0].tokens == alone.tokens
+    losses = [h["loss"] for h in alone.history]
+    assert [h["loss"] for h in shared[0].history] == pytest.approx(losses, rel=1e-4)
+
+
 def test_a_transfer_run_is_the_same_alone_and_beside_scratch_runs(flat_max5):
     cfg = TrainConfig(max_steps=60, eval_every=30, lr=3e-3, seed=5)
     start = train(model_config_for(flat_max5.config, 12), flat_max5, replace(cfg, seed=9)).model

@@ -105,8 +105,8 @@ def arithmetic(device: torch.device, precision: str) -> Iterator[None]:
     """The forward and backward passes in ``precision`` (``TrainConfig.precision``): bf16 under
     autocast (matmuls and attention in bfloat16, reductions and the loss in fp32), tf32 lets a
     GPU's fp32 matmuls use TF32 (nothing on a CPU); the weights and the optimizer stay fp32."""
-    if precision == "bf16":
-        with torch.autocast(device.type, dtype=torch.bfloat16):
+    if precision == "bf16":  # no cast cache: a CUDA graph's capture must not keep one
+        with torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False):
             yield
         return
     if precision != "tf32" or device.type != "cuda":
