@@ -270,6 +270,9 @@ def test_help_lists_the_commands_and_imports_none(args):
     prefix = "" if args == ["--help"] else args[0] + " "
     listed = {n.removeprefix(prefix).split()[0] for n in COMMANDS if n.startswith(prefix)}
     assert listed and all(f" {name} " in proc.stdout for name in listed), proc.stdout
+    if args == ["--help"]:  # a newcomer's command first (issue 62: it was eighth)
+        first = proc.stdout.split("Commands")[1].splitlines()[1]
+        assert first.split()[1] == "find", proc.stdout
 
 
 def test_bench_search_with_a_changed_setting(cli):

@@ -29,8 +29,42 @@ class Command:
     help: str
 
 
-# In the order `threshold --help` lists them; "bench gpu" is the command gpu of the group bench.
+# In the order `threshold --help` lists them, a newcomer's first (find, then how to read what it
+# found); "bench gpu" is the command gpu of the group bench.
 COMMANDS = {
+    "find": Command(
+        "threshold.cli.find_cmd:find",
+        "Locate the learning transition of a mixture with an Optuna study.",
+    ),
+    "status": Command(
+        "threshold.cli.status_cmd:status",
+        "List the studies in a storage with their current transition estimates.",
+    ),
+    "report": Command(
+        "threshold.cli.report_cmd:report",
+        "Transitions, curves, reduction factors, analyses, transfer and search cost as a report.",
+    ),
+    "train": Command(
+        "threshold.cli.train_cmds:train",
+        "Train one model, or every size x seed of the lists as one batch; report per-op accuracy.",
+    ),
+    "data": Command(
+        "threshold.cli.data_cmd:data",
+        "Print example sequences exactly as the model sees them.",
+    ),
+    "worker": Command(
+        "threshold.cli.worker_cmd:worker",
+        "Join a study (from this or another machine) and run its trials until it is done.",
+    ),
+    "run": Command(
+        "threshold.cli.suite_cmd:run_suite_cmd",
+        "Run a suite: every study (resuming where it stopped), then analyses and reports.",
+    ),
+    "dashboard": Command(
+        "threshold.cli.dashboard_cmd:dashboard",
+        "Browse the studies in optuna-dashboard: trials, each study's estimate note and transition"
+        " curve, and the checkpoints in the artifact store.",
+    ),
     "transfer": Command(
         "threshold.cli.analysis_cmds:transfer",
         "Target accuracy after pretraining on other ops vs from scratch, same size and seeds.",
@@ -47,47 +81,14 @@ COMMANDS = {
         "threshold.cli.complexity_cmd:complexity",
         "Kolmogorov-complexity proxy of one mixture: compressed bytes of its program, per op too.",
     ),
-    "dashboard": Command(
-        "threshold.cli.dashboard_cmd:dashboard",
-        "Browse the studies in optuna-dashboard: trials, each study's estimate note and transition"
-        " curve, and the checkpoints in the artifact store.",
-    ),
     "refit": Command(
         "threshold.cli.refit_cmd:refit",
         "Refit every study's runs with the current posterior: old and new 80% point and asymptote,"
         " and how far its sizes stray from a smooth curve.",
     ),
-    "report": Command(
-        "threshold.cli.report_cmd:report",
-        "Transitions, curves, reduction factors, analyses, transfer and search cost as a report.",
-    ),
-    "find": Command(
-        "threshold.cli.find_cmd:find",
-        "Locate the learning transition of a mixture with an Optuna study.",
-    ),
-    "worker": Command(
-        "threshold.cli.worker_cmd:worker",
-        "Join a study (from this or another machine) and run its trials until it is done.",
-    ),
-    "status": Command(
-        "threshold.cli.status_cmd:status",
-        "List the studies in a storage with their current transition estimates.",
-    ),
-    "run": Command(
-        "threshold.cli.suite_cmd:run_suite_cmd",
-        "Run a suite: every study (resuming where it stopped), then analyses and reports.",
-    ),
     "lend": Command(
         "threshold.cli.lend_cmd:lend",
         "Continue a suite from a lend's state for the seconds given; write the new state.",
-    ),
-    "train": Command(
-        "threshold.cli.train_cmds:train",
-        "Train one model, or every size x seed of the lists as one batch; report per-op accuracy.",
-    ),
-    "data": Command(
-        "threshold.cli.data_cmd:data",
-        "Print example sequences exactly as the model sees them.",
     ),
     "bench gpu": Command(
         "threshold.cli.bench_gpu_cmd:bench_gpu",
