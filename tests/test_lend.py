@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from threshold.search.record import read_study, study_names
-from threshold.suite import lend, parse_suite
+from threshold.suite import lend, load_suite, parse_suite
 from threshold.suite.lend import DATABASE, RECORD_FILE, STATE_FILE, run_lend, unpack_state
 from threshold.train.checkpoint import load_checkpoint
 
@@ -240,3 +240,23 @@ def test_pretrained_models_travel_with_the_state(tmp_path):
     unpack_state(tmp_path / "out", again)
     lend._carry_pretrained(again, fresh)
     assert (fresh / "pretrained" / "new.ckpt").read_bytes() == b"made by this lend"
+
+
+def test_the_gpu_suite_asks_the_issues_questions_in_its_order():
+    """``studies/gpu.toml``: item 1 (the mixture and ADD alone under ``paper`` to 100,000 steps,
+    read at an eighth, a quarter, a half and all of it), then item 2 under ``small`` at 30,000
+    steps, each study one pack of 16 runs."""
+    suite = load_suite(ROOT / "studies" / "gpu.toml")
+    assert suite.execution.trials_at_once == 16 and suite.execution.workers == 1
+    labels = [s.label for s in suite.studies]
+    assert labels[:2] == ["max-med-add-paper", "add-paper"]
+    for study in suite.studies:
+        train, search = study.settings.train, study.settings.search
+        paper = study.label.endswith("-paper")
+        assert train.max_steps == (100_000 if paper else 30_000), study.label
+        assert (1.0 in train.checkpoints) and len(train.checkpoints) >= 3, study.label
+        assert search.budget == 16
+    order = ["add", "add-after-max-med", "add20", "add-prod20", "add43", "add-prod43", "add45"]
+    assert labels[2:] == [*order, "add-prod45", "add-nadd", "perm3-mul", "perm3-mul-sgn-img"]
+    assert suite.study("add-after-max-med").settings.pretrain == ("max", "med")
+    assert {suite.study(x).settings.task.n for x in ("add-paper", "add", "add-nadd")} == {10}

@@ -118,7 +118,7 @@ def _prime(n: int) -> bool:
     return n > 1 and all(n % k for k in range(2, int(n**0.5) + 1))
 
 
-@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [*REAL, ROOT / "studies" / "gpu.toml"], ids=lambda p: p.name)
 def test_every_non_default_value_in_the_real_suites_says_why(path):
     """Each setting in [defaults], [[study]] and [[transfer]] (its label and ops aside), and the
     top-level run settings, carry a comment on their line."""
