@@ -79,6 +79,11 @@ def test_find_without_a_terminal_says_each_run_as_it_ends(tmp_path, cli):
     assert len(lines) == 3, proc.stderr
     assert all(" params) accuracy " in line and "; " in line for line in lines), lines
     assert "3 runs in" in proc.stdout
+    # Issue 62: the time the study may take, once, from its first run (3 at once: one round of
+    # about a run's time); none of Optuna's own log lines
+    (pace,) = [x for x in proc.stderr.splitlines() if " to go, about " in x]
+    assert pace.startswith("study ") and ": at most 2 runs to go, about " in pace, pace
+    assert "A new study created" not in proc.stderr
     again = cli([*args, "--storage", url])  # the rerun in this process
     assert again.exit_code == 0, again.stderr
     assert "3 runs, all from before (nothing left to run)" in again.stdout
@@ -257,6 +262,16 @@ def test_reused_name_with_other_settings(tmp_path, cli):
     first = cli(["find", *TINY, "--steps", "20", "--budget", "3", "--storage", url,
                  "--study", "mine", "--workers", "0", "--json"])  # fmt: skip
     assert first.exit_code == 0, first.stderr
+    assert first.stderr.strip() == (
+        f"no worker started (--workers 0): run `threshold worker --study mine --storage {url}` "
+        "to run its trials"
+    )
+    # a worker (here, in this process) ends with where the study stands and its answer
+    joined = cli(["worker", "--study", "mine", "--storage", url, "--max-trials", "1", "--quiet"])
+    assert joined.exit_code == 0, joined.stderr
+    last = joined.stdout.strip().splitlines()[-1]
+    assert last.startswith("study mine: 1 runs, searching: 1 of 3 runs"), last
+    assert last.endswith("no estimate yet") or "80% point" in last or "params" in last, last
     second = cli(["find", *TINY, "--steps", "30", "--budget", "3", "--storage", url,
                   "--study", "mine"])  # fmt: skip
     assert second.exit_code == 2

@@ -45,6 +45,7 @@ CASES = {
     ),
     "search: d range upside down": (["find", "--d-lo", "16", "--d-hi", "8"], "d range 16..8"),
     "search: d_hi beyond d_max": (["find", "--d-hi", "1024"], "1024"),
+    "search: d_lo below the limits": (["find", "--d-lo", "1"], "both within the limits 2..512"),
     "search: level above 1": (["find", "--level", "1.5"], "level 1.5"),
     "search: heartbeat 0": (["find", "--heartbeat", "0"], "--heartbeat 0"),
     "find: --batch, renamed": (["find", "--batch", "32"], "--batch-size 32"),

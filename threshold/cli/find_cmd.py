@@ -7,6 +7,7 @@ devices are asked of a child process, :mod:`threshold.search.device_probe`).
 from __future__ import annotations
 
 import json
+import logging
 from typing import Annotated
 
 import typer
@@ -56,6 +57,7 @@ from threshold.cli.common import (
     WeightDecay,
     Weights,
     Window,
+    pace_words,
     recipe_overrides,
     refuse_old_batch,
     run_guarded,
@@ -66,6 +68,7 @@ from threshold.interrupt import exit_status
 from threshold.search.bounds import answer_words, near_chance_words
 from threshold.search.find import Interrupted, run_search
 from threshold.search.fit import strays
+from threshold.search.record import storage_log_level
 from threshold.search.spec import StudySettings
 
 
@@ -187,8 +190,10 @@ def find(
             batch_size=batch_size,
             **recipe_overrides(options),
         )
+        storage_log_level(logging.WARNING)  # not Optuna's "A new study created": the lines below
+        slots = execution.workers * execution.trials_at_once
         try:
-            with _LiveView(enabled=not as_json) as view:
+            with _LiveView(enabled=not as_json, slots=slots) as view:
                 outcome = run_search(
                     settings, execution, study, on_update=view.update, on_run=view.run_ended,
                     create_only=workers == 0,
@@ -198,6 +203,20 @@ def find(
             raise typer.Exit(exit_status()) from None
         report = outcome.to_json()
         report["warning"] = near_chance_words(report["transition"])
+        if workers == 0:  # the study only: say how its trials get run
+            where = "" if storage is None else f" --storage {storage}"
+            shared = storage is not None and not storage.startswith("sqlite")  # many machines
+            typer.echo(
+                f"no worker started (--workers 0): run `threshold worker --study {outcome.study}"
+                f"{where}` to run its trials"
+                + (
+                    f", on other machines too, or `threshold cluster slurm --study {outcome.study}"
+                    f"{where}` for a SLURM job array"
+                    if shared
+                    else ""
+                ),
+                err=True,
+            )
         if as_json:
             typer.echo(json.dumps(report))
             return
@@ -212,11 +231,13 @@ class _LiveView:
     """A live table of the study's trials and its current estimate on stderr; where stderr is
     not a terminal (a log file, nohup, CI), one plain line per run as it ends instead."""
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, slots: int = 1) -> None:
         console = Console(stderr=True)
         self.live = Live(console=console, refresh_per_second=2, transient=False)
         self.plain = enabled and not console.is_terminal
         self.enabled = enabled and not self.plain
+        self.slots = slots  # trials that train at once: workers x trials at once
+        self.paced = False  # the time left said once: after the first run, or of stored runs
 
     def run_ended(self, row: dict, snap: dict) -> None:
         if self.plain:
@@ -224,6 +245,14 @@ class _LiveView:
                 f"trial {row['number']}: {run_words(row)}; {answer_words(snap['answer'])}",
                 err=True,
             )
+            self._pace(snap)
+
+    def _pace(self, snap: dict) -> None:
+        """The study's time left, once: from its first run, or a resumed study's stored runs."""
+        pace = None if self.paced else pace_words(snap, self.slots)
+        if pace is not None:
+            self.paced = True
+            typer.echo(f"study {snap['study']}: {pace}", err=True)
 
     def __enter__(self):
         if self.enabled:
@@ -236,15 +265,20 @@ class _LiveView:
         return None
 
     def update(self, snap: dict) -> None:
+        if self.plain:
+            self._pace(snap)  # a resumed study's stored runs say it before a new one ends
         if self.enabled:
-            self.live.update(_trials_table(snap))
+            self.live.update(_trials_table(snap, self.slots))
 
 
-def _trials_table(snap: dict):
+def _trials_table(snap: dict, slots: int = 1):
     est = snap["estimate"]
     caption = answer_words(snap.get("answer"))  # located or bound, as every view says it
     if est and est.get("params_p80") and strays(est):
         caption += "; its sizes stray from any smooth curve"
+    pace = pace_words(snap, slots) if "budget" in snap else None
+    if pace is not None:
+        caption += f"; {pace}"
     if any(r["state"] == "RUNNING" for r in snap["trials"]):
         caption += (
             "; a running trial whose worker died is retried after 3 missed heartbeats"

@@ -19,8 +19,9 @@ from threshold.cli.common import (
 )
 from threshold.config import Execution
 from threshold.report.notes import NOTE_RENDER
+from threshold.search.bounds import answer_words
 from threshold.search.find import die_with_parent
-from threshold.search.record import storage_log_level
+from threshold.search.record import read_study, storage_log_level
 from threshold.search.worker import run_worker
 
 
@@ -46,5 +47,8 @@ def worker(
         execution = Execution(storage, 1, trials_at_once, device, cache_dir=cache_dir)
         execution = execution.but(heartbeat_s=heartbeat)
         run_worker(study, execution, max_trials, notes=NOTE_RENDER)
+        view = read_study(storage, study)  # where the study stands now, as find ends with it
+        done = len(view.completed)
+        typer.echo(f"study {study}: {done} runs, {view.stop.text}; {answer_words(view.answer)}")
 
     run_guarded(body)

@@ -267,8 +267,9 @@ def stop_workers(procs: list[subprocess.Popen], grace_s: float = 60) -> None:
 
 
 def snapshot(storage: BaseStorage | str, name: str) -> dict:
-    """Trials (size, parameters, seed, accuracy, time, state, progress), the estimate and the
-    answer, located or bound (:attr:`~threshold.search.record.StudyView.answer`)."""
+    """Trials (size, parameters, seed, accuracy, time, state, progress), the estimate, the
+    answer, located or bound (:attr:`~threshold.search.record.StudyView.answer`), and the
+    study's budget of runs."""
     view = read_study(storage, name)
     rows = [
         {
@@ -292,4 +293,5 @@ def snapshot(storage: BaseStorage | str, name: str) -> dict:
         "estimate": estimate,
         "answer": view.answer,
         "n_trials": len(view.completed),
+        "budget": view.settings.search.budget,
     }

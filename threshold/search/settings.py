@@ -49,8 +49,8 @@ class SearchConfig:
         check_finite(self)
         if not 1 <= self.d_min <= self.d_lo < self.d_hi <= self.d_max:
             raise ConfigError(
-                f"d range {self.d_lo}..{self.d_hi} (limits {self.d_min}..{self.d_max}) is not "
-                "allowed: use 1 <= d_min <= d_lo < d_hi <= d_max"
+                f"d range {self.d_lo}..{self.d_hi} is not allowed: use d_lo (--d-lo) below d_hi "
+                f"(--d-hi), both within the limits {self.d_min}..{self.d_max}"
             )
         if not self.precision > 1:
             raise ConfigError(f"precision {self.precision} is not allowed: use a factor above 1")
