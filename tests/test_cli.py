@@ -339,3 +339,27 @@ def test_train_interrupted_continues_from_its_training_state(tmp_path, cli, monk
     reports = [json.loads(line) for line in again.stdout.splitlines()]
     assert [r["steps"] for r in reports] == [60, 60]
     assert sorted(p.name for p in out.iterdir()) == ["d12-seed0.ckpt", "d8-seed0.ckpt"]
+
+
+def test_train_interrupted_before_its_first_save_offers_no_state(tmp_path, cli, monkeypatch):
+    """Issue 62: stopped before any training state was saved (the first a minute in), train
+    does not offer to continue from one: it says the same command starts again from step 0."""
+    real = train_cmds.train_runs
+
+    def stopped_at_5(runs, device, on_progress, **kw):  # the engine, saving once an hour
+        def progress(i, p):
+            on_progress(i, p)
+            if p.step >= 5:
+                raise KeyboardInterrupt
+
+        return real(runs, device, progress, save_every_s=3600, **kw)
+
+    out = tmp_path / "models"
+    monkeypatch.setattr(train_cmds, "train_runs", stopped_at_5)
+    first = cli(["train", *TINY, "--d-model", "8", "--steps", "60", "--eval-every", "5",
+                 "--out", out / "m.ckpt"])  # fmt: skip
+    assert first.exit_code == 130, first.stderr
+    assert "continue from" not in first.stderr
+    assert "interrupted before any training state was saved" in first.stderr
+    assert "the same command starts again from step 0" in first.stderr
+    assert not (out / "m.ckpt.state").exists()

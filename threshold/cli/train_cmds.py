@@ -195,11 +195,20 @@ def train(
         except (KeyboardInterrupt, Exception) as e:
             if out is None or not interrupted(e):
                 raise
-            typer.echo(
-                "interrupted: run the same command to continue from the training states saved"
-                f" beside {out} (each minute)",
-                err=True,
-            )
+            saved = [m.state for m in members if m.state is not None and m.state.exists()]
+            if saved:
+                typer.echo(
+                    f"interrupted: run the same command to continue from the training states "
+                    f"saved beside {out} ({len(saved)} of {len(members)}; each is saved each "
+                    "minute)",
+                    err=True,
+                )
+            else:  # stopped before its first save: nothing to continue from
+                typer.echo(
+                    "interrupted before any training state was saved (the first is saved after a"
+                    " minute): the same command starts again from step 0",
+                    err=True,
+                )
             raise typer.Exit(exit_status()) from None
         reports = [
             _train_report(task_cfg, run, result, path, dev)
