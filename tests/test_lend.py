@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -53,11 +54,15 @@ measure = "max"
 """
 
 
-def runs_of(state: Path, work: Path, names: dict[str, str]) -> dict[str, list[dict]]:
+def runs_of(
+    state: Path, work: Path, names: dict[str, str], checkpoints: list[Path]
+) -> dict[str, list[dict]]:
     """Each study's completed runs in the lend state in folder ``state`` (unpacked into
-    ``work``), by (d, seed): what they measured and their trained weights; none for a study not
-    started."""
+    ``work``, with the checkpoints the lends in ``checkpoints`` returned), by (d, seed): what they
+    measured and their trained weights; none for a study not started."""
     unpack_state(state, work)
+    for folder in checkpoints:  # each lend's finished runs
+        lend.unpack_checkpoints(folder, work)
     url = f"sqlite:///{work / DATABASE}"
     known = set(study_names(url))
     found = {}
@@ -112,8 +117,9 @@ def lends(tmp_path_factory):
         second = run_lend(suite, root / "one", root / "two", 600, save_every_s=0)
         wall = time.perf_counter() - t0
         got = {}
-        for which in ("whole", "one", "two"):
-            got[which] = runs_of(root / which, root / f"x-{which}", names)
+        for which, lends in (("whole", ["whole"]), ("one", ["one"]), ("two", ["one", "two"])):
+            folders = [root / x for x in lends]
+            got[which] = runs_of(root / which, root / f"x-{which}", names, folders)
     finally:
         os.chdir(cwd)
         if old is None:
@@ -154,10 +160,15 @@ def test_the_second_lend_continues_every_study_and_run_bit_for_bit(lends):
 
 def test_a_lend_returns_few_files_and_keeps_its_history(lends, tmp_path):
     root, (_, first, second), _, wall = lends
-    for which in ("one", "two"):
+    for which, finished in (("one", []), ("two", ["checkpoints-2.tar.gz"])):
         files = [p for p in (root / which).rglob("*") if p.is_file()]
-        assert sorted(p.name for p in files) == [RECORD_FILE, STATE_FILE]
+        assert sorted(p.name for p in files) == [*finished, RECORD_FILE, STATE_FILE]
         assert len(files) <= 8
+    with tarfile.open(root / "two" / STATE_FILE) as tar:  # no checkpoint carried to the next
+        stored = [n for n in tar.getnames() if n.startswith("artifacts")]
+        assert all(n == "artifacts/training" or n.startswith("artifacts/training/") for n in stored)
+    with tarfile.open(root / "two" / "checkpoints-2.tar.gz") as tar:
+        assert len([n for n in tar.getnames() if n.startswith("artifacts/")]) == 6  # 2 x 3 runs
     history = unpack_state(root / "two", tmp_path)
     assert [h["lend"] for h in history] == [1, 2]
     assert [h["cut"] for h in history] == [True, False]
@@ -196,8 +207,8 @@ def test_the_lend_script_runs_two_lends_on_the_cpu(tmp_path):
         assert done.returncode == 0, done.stdout + done.stderr
         log = (out / "lend.log").read_text()
         assert "lend exit 0" in log, log[-3000:]
-        files = [p for p in out.rglob("*") if p.is_file()]
-        assert sorted(p.name for p in files) == [RECORD_FILE, "lend.log", STATE_FILE]
+        files = sorted(p.name for p in out.rglob("*") if p.is_file())
+        assert {RECORD_FILE, "lend.log", STATE_FILE} <= set(files) and len(files) <= 8, files
         (state / STATE_FILE).write_bytes((out / STATE_FILE).read_bytes())  # as a commit would
         records.append(json.loads((out / RECORD_FILE).read_text()))
     assert [r["lend"] for r in records] == [1, 2]

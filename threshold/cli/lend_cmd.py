@@ -67,9 +67,10 @@ def lend(
             save_every_s=save_every,
         )
         how = "cut at its time" if record["cut"] else "the suite finished"
+        files = record["state_files"] + record["checkpoint_files"]
         typer.echo(
             f"lend {record['lend']}: {how} after {record['run_s']:.0f} s; state "
-            f"{record['state_bytes'] / 2**20:.1f} MiB in {out}: {', '.join(record['state_files'])}",
+            f"{record['state_bytes'] / 2**20:.1f} MiB in {out}: {', '.join(files)}",
             err=True,
         )
 

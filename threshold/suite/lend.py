@@ -3,9 +3,8 @@
 A lent GPU gives one command of about ten minutes on a bare machine, and at most eight files
 back. :func:`run_lend` makes those minutes one stretch of a longer run. It unpacks the last
 lend's state (one compressed archive, :data:`STATE_FILE`, in parts when it is larger than a file
-the lent machine returns: the suite's study database, the checkpoints of its finished runs and
-the training state of each unfinished run, the artifact store as a worker leaves it, and the
-models its transfer studies' runs were pretrained to, so none is pretrained again), runs the
+the lent machine returns: the suite's study database, the training state of each unfinished run,
+and the models its transfer studies' runs were pretrained to, so none is pretrained again), runs the
 suite as ``threshold run`` does for the seconds it is given, then stops it as Ctrl-C would: the
 workers mark their running trials failed and enqueue each again, its training state saved at
 most ``save_every_s`` seconds before. The new state is packed for the next lend, whose workers
@@ -13,7 +12,10 @@ run the enqueued trials first and continue each run from its state, as ``thresho
 --out`` continues a run: the same run, bit for bit on the CPU, as if it had never been cut
 (:mod:`threshold.train.state`; the steps after the last save are trained again). The archive
 also keeps the record of every lend (``lends.json``), so the state says how far it has come and
-what each lend added.
+what each lend added. The checkpoints of the runs a lend finished come back in an archive of
+their own (:func:`checkpoint_name`), kept beside the state for the analyses on the CPU but not
+carried to the next lend, which never reads them: the state stays the size of one pack's
+training states however many runs have ended.
 
 Only the search layer opens the storage and only the engine writes training states: a lend
 moves their files and reads them back. Nothing here prints: :func:`run_lend` tells its callback
@@ -50,10 +52,13 @@ __all__ = [
     "RECORD_FILE",
     "STATE_FILE",
     "LendError",
+    "checkpoint_name",
+    "pack_checkpoints",
     "pack_state",
     "run_lend",
     "standing",
     "state_files",
+    "unpack_checkpoints",
     "unpack_state",
 ]
 
@@ -63,6 +68,9 @@ RECORD_FILE = "lend.json"  # what one lend continued, ran and reached, beside th
 DATABASE = "lend.db"  # the study database, inside the state; checkpoints under artifacts/
 HISTORY = "lends.json"  # the record of every lend so far, inside the state
 PRETRAINED = "pretrained"  # the transfer studies' pretrained models, inside the state and cache
+# The artifact store beside the database (search.study.artifact_store: the finished runs'
+# checkpoints) and its folder of the unfinished runs' training states (training_state_path).
+ARTIFACTS, TRAINING = "artifacts", "training"
 FORMAT = "threshold-lend/1"
 
 
@@ -70,22 +78,41 @@ class LendError(ThresholdError):
     """A lend's state cannot be read or written."""
 
 
-def state_files(folder: Path) -> list[Path]:
-    """The files of the state in ``folder``: :data:`STATE_FILE`, or its parts in order (none:
-    no state there)."""
-    if (folder / STATE_FILE).is_file():
-        return [folder / STATE_FILE]
-    parts = {p: p.name.removeprefix(STATE_FILE + ".") for p in folder.glob(STATE_FILE + ".*")}
+def state_files(folder: Path, name: str = STATE_FILE) -> list[Path]:
+    """The files of archive ``name`` in ``folder``: the file, or its parts in order (none: no
+    such archive there)."""
+    if (folder / name).is_file():
+        return [folder / name]
+    parts = {p: p.name.removeprefix(name + ".") for p in folder.glob(name + ".*")}
     return sorted((p for p, n in parts.items() if n.isdigit()), key=lambda p: int(parts[p]))
+
+
+def checkpoint_name(lend: int) -> str:
+    """The archive of the checkpoints of the runs that lend ``lend`` finished."""
+    return f"checkpoints-{lend}.tar.gz"
 
 
 def unpack_state(folder: Path, work: Path) -> list[dict]:
     """Unpack the state in ``folder`` (:func:`state_files`) into ``work``; the lends so far
     (none when there is no state yet: the first lend starts the suite)."""
     work.mkdir(parents=True, exist_ok=True)
-    files = state_files(folder)
+    _unpack(state_files(folder), work)
+    history = work / HISTORY
+    return json.loads(history.read_text()) if history.exists() else []
+
+
+def unpack_checkpoints(folder: Path, work: Path) -> int:
+    """Unpack every lend's checkpoints in ``folder`` into the state unpacked in ``work`` (the
+    artifact store beside its database, where analyses and reports look); how many lends'."""
+    lends = {p.name.split(".")[0] for p in folder.glob("checkpoints-*.tar.gz*")}
+    for stem in sorted(lends):
+        _unpack(state_files(folder, stem + ".tar.gz"), work)
+    return len(lends)
+
+
+def _unpack(files: list[Path], work: Path) -> None:
     if not files:
-        return []
+        return
     try:
         with tempfile.TemporaryFile() as whole:
             for path in files:  # the parts are one archive cut in pieces
@@ -99,42 +126,61 @@ def unpack_state(folder: Path, work: Path) -> list[dict]:
             f"lend state {', '.join(map(str, files))} cannot be unpacked ({e}): restore it from "
             "git (git checkout -- <it>), or move it away to start the suite anew"
         ) from None
-    history = work / HISTORY
-    return json.loads(history.read_text()) if history.exists() else []
 
 
 def pack_state(work: Path, folder: Path, history: list[dict]) -> int:
-    """Pack the database and artifacts of ``work`` and ``history`` into ``folder``, as
-    :data:`STATE_FILE` or, larger than :data:`PART_BYTES`, in parts of that size; the state's
-    size in bytes."""
+    """Pack what the next lend needs from ``work`` into ``folder`` as :data:`STATE_FILE` (or in
+    parts, :func:`_write`): the database, the unfinished runs' training states, the pretrained
+    models and ``history``; the finished runs' checkpoints go to their own archive
+    (:func:`pack_checkpoints`), so the state carried to the next lend stays small. Its size in
+    bytes."""
     (work / HISTORY).write_text(json.dumps(history, indent=1) + "\n")
-    folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="lend-db-") as tmp:
-        db, archive = Path(tmp) / DATABASE, Path(tmp) / STATE_FILE
+        db = Path(tmp) / DATABASE
         if (work / DATABASE).exists():  # one consistent file, its write-ahead log folded in
             copy_storage(f"sqlite:///{(work / DATABASE).resolve()}", db)
+        kept = [
+            (db, DATABASE),
+            (work / ARTIFACTS / TRAINING, f"{ARTIFACTS}/{TRAINING}"),
+            (work / PRETRAINED, PRETRAINED),
+            (work / HISTORY, HISTORY),
+        ]
+        return _write(folder, STATE_FILE, kept)
+
+
+def pack_checkpoints(work: Path, folder: Path, lend: int) -> int:
+    """The checkpoints in ``work``'s artifact store (the runs finished in this lend: none is
+    carried in) into ``folder`` as :func:`checkpoint_name` (or its parts); bytes (0: none)."""
+    store = work / ARTIFACTS
+    files = sorted(p for p in store.iterdir() if p.is_file()) if store.is_dir() else []
+    if not files:
+        return 0
+    return _write(folder, checkpoint_name(lend), [(p, f"{ARTIFACTS}/{p.name}") for p in files])
+
+
+def _write(folder: Path, name: str, members: list[tuple[Path, str]]) -> int:
+    """``members`` (path, name in the archive; missing ones left out) as ``folder/name``, a
+    gzipped tar written whole or not at all, or, larger than :data:`PART_BYTES`, as parts
+    ``name.1``, ``name.2``, ... of that size, which :func:`state_files` finds; its bytes."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="lend-pack-") as tmp:
+        archive = Path(tmp) / name
         with archive.open("wb") as f, tarfile.open(fileobj=f, mode="w:gz", compresslevel=6) as tar:
-            kept = (
-                (db, DATABASE),
-                (work / "artifacts", "artifacts"),
-                (work / PRETRAINED, PRETRAINED),
-            )
-            for path, name in kept:
+            for path, arcname in members:
                 if path.exists():
-                    tar.add(path, arcname=name, filter=_plain)
-            tar.add(work / HISTORY, arcname=HISTORY)
+                    tar.add(path, arcname=arcname, filter=_plain)
         size = archive.stat().st_size
-        for old in state_files(folder):
+        for old in state_files(folder, name):
             old.unlink()
         if size <= PART_BYTES:
-            shutil.move(archive, folder / STATE_FILE)
+            shutil.move(archive, folder / name)
             return size
         with archive.open("rb") as whole:
             for number in range(1, size // PART_BYTES + 2):
                 chunk = whole.read(PART_BYTES)
                 if not chunk:
                     break
-                (folder / f"{STATE_FILE}.{number}").write_bytes(chunk)
+                (folder / f"{name}.{number}").write_bytes(chunk)
     return size
 
 
@@ -242,9 +288,12 @@ def run_lend(
         out.mkdir(parents=True, exist_ok=True)
         pretrained()
         size = pack_state(work, out, [*history, _brief(record)])
+        ckpt_size = pack_checkpoints(work, out, number)
         record |= {
             "state_bytes": size,
             "state_files": [p.name for p in state_files(out)],
+            "checkpoint_bytes": ckpt_size,
+            "checkpoint_files": [p.name for p in state_files(out, checkpoint_name(number))],
             "wall_s": round(time.perf_counter() - t0, 1),
         }
         with atomic_write(out / RECORD_FILE, text=True) as f:
