@@ -77,3 +77,35 @@ def test_a_command_whose_interrupt_surfaces_as_another_error_ends_as_interrupted
     proc = subprocess.run([sys.executable, "-c", GUARDED], capture_output=True, text=True)
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.strip() == "interrupted"
+
+
+SETTLE = """
+import os, signal, sys, time
+from threshold import interrupt
+interrupt.install()
+interrupt.SETTLE_S = float(sys.argv[1])
+done = []
+try:
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C to the process group...
+    signal.pause()
+except KeyboardInterrupt:
+    try:  # ...the cleanup it starts (a trial told failed, enqueued again), and meanwhile
+        os.kill(os.getpid(), signal.SIGTERM)  # find's SIGTERM to its workers
+        time.sleep(0.3)
+        done.append("cleaned up")
+    except KeyboardInterrupt:
+        done.append("cleanup cut")
+print(done[0])
+sys.exit(interrupt.exit_status())
+"""
+
+
+@pytest.mark.parametrize(("settle", "said"), [(10.0, "cleaned up"), (0.0, "cleanup cut")])
+def test_a_second_signal_at_once_does_not_cut_the_cleanup_of_the_first(settle, said):
+    """Issue 62: Ctrl-C to find's group, then find's SIGTERM to its workers, cut the worker's
+    cleanup and left its trial RUNNING. A signal soon after the first is the same request;
+    with no window (0 s) the second cuts the cleanup, as before."""
+    proc = subprocess.run([sys.executable, "-c", SETTLE, str(settle)], capture_output=True,
+                          text=True)  # fmt: skip
+    assert proc.stdout.strip() == said, proc.stderr
+    assert proc.returncode == 130  # the first signal's status

@@ -131,6 +131,14 @@ def test_ctrl_c_then_resume_keeps_completed_trials(tmp_path, cli):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "resume" in err
+    # Issue 62: the interrupted trial is told failed and enqueued again with its size and seed
+    # before the worker exits, so the resume starts at once (no trial left RUNNING until its
+    # heartbeat goes stale), and runs it first
+    trials = optuna.load_study(study_name=name, storage=url).get_trials()
+    assert not [t.number for t in trials if t.state == TrialState.RUNNING], trials
+    (cut,) = [t for t in trials if t.state == TrialState.FAIL]
+    (again_,) = [t for t in trials if t.state == TrialState.WAITING]
+    assert again_.params == cut.params and again_.user_attrs["seed"] == cut.user_attrs["seed"]
     before = {
         t.number: t.value
         for t in optuna.load_study(study_name=name, storage=url).get_trials()

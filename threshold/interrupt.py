@@ -6,23 +6,40 @@ there is printed as "Exception ignored in ..." and dropped, so a worker told to 
 on to the end of its study. The handler therefore also sets a flag, and the long loops (the
 search's poll, a worker between trials and at every validation of a run) call
 :func:`raise_if_interrupted` where raising is safe, so a dropped interrupt is raised again there.
+A signal that follows the first at once does not raise again (:data:`SETTLE_S`): the cleanup
+the first began (a trial told failed and enqueued again) is not cut.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+import time
 
 __all__ = ["exit_status", "install", "interrupted", "raise_if_interrupted"]
 
 _requested = threading.Event()
 _received: list[int] = []  # the signals that asked this process to stop, in order
+_first = [0.0]  # when the first of them came (time.monotonic)
+
+
+SETTLE_S = 10.0  # after the first signal, more signals this soon are taken as the same request
 
 
 def _interrupt(signum, frame):
+    """The first signal raises; one that follows it within :data:`SETTLE_S` is the same stop
+    asked again (Ctrl-C reaches a process group at once, and ``find`` then sends SIGTERM to
+    each worker), and raising it would cut the cleanup the first began: a worker telling its
+    interrupted trial failed and enqueuing it again left it RUNNING until its heartbeat went
+    stale. A signal after that raises again: a second Ctrl-C to a process that hangs."""
+    now = time.monotonic()
+    again = _requested.is_set() and now - _first[0] < SETTLE_S
+    if not _requested.is_set():
+        _first[0] = now
     _requested.set()
     _received.append(signum)
-    raise KeyboardInterrupt
+    if not again:
+        raise KeyboardInterrupt
 
 
 def exit_status() -> int:
