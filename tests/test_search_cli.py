@@ -412,3 +412,24 @@ def test_a_level_near_chance_is_said_in_find_and_in_the_report(tmp_path):
     summary = (tmp_path / "r" / "summary.md").read_text()
     assert line.split(" lies ")[1].split(",")[0] in summary and "--chance-corrected" in summary
     assert report["studies"][0]["data"]["warning"].endswith(line.split("; ")[-1].split(": ", 1)[-1])
+
+
+def test_find_says_when_a_trial_waits_for_a_dead_workers_heartbeat(capsys):
+    """Issue 62: a resumed study whose trial a dead worker left running sat silent until the
+    trial's heartbeat went stale; find's first look at the study now says so, and how long."""
+    from threshold.cli.find_cmd import _LiveView
+
+    row = {"number": 3, "state": "RUNNING", "d_model": 8, "params_total": 100, "seed": 1,
+           "accuracy": None, "val_accuracy": None, "step": None, "seconds": None,
+           "stop_reason": None}  # fmt: skip
+    snap = {"study": "s", "trials": [row], "estimate": None, "answer": None, "n_trials": 0,
+            "budget": 4}  # fmt: skip
+    view = _LiveView(True, slots=1, heartbeat_s=2)
+    assert view.plain  # stderr is captured: not a terminal
+    view.update(snap)
+    view.update(snap)  # said once, at the first look (later, this search's own trials run)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "trial 3 of study s is marked running by a worker that may have died: retried after 3 "
+        "missed heartbeats (about 6 s at --heartbeat 2); other sizes run meanwhile"
+    ]

@@ -193,7 +193,7 @@ def find(
         storage_log_level(logging.WARNING)  # not Optuna's "A new study created": the lines below
         slots = execution.workers * execution.trials_at_once
         try:
-            with _LiveView(enabled=not as_json, slots=slots) as view:
+            with _LiveView(not as_json, slots, execution.heartbeat_s) as view:
                 outcome = run_search(
                     settings, execution, study, on_update=view.update, on_run=view.run_ended,
                     create_only=workers == 0,
@@ -231,13 +231,15 @@ class _LiveView:
     """A live table of the study's trials and its current estimate on stderr; where stderr is
     not a terminal (a log file, nohup, CI), one plain line per run as it ends instead."""
 
-    def __init__(self, enabled: bool, slots: int = 1) -> None:
+    def __init__(self, enabled: bool, slots: int = 1, heartbeat_s: int = 30) -> None:
         console = Console(stderr=True)
         self.live = Live(console=console, refresh_per_second=2, transient=False)
         self.plain = enabled and not console.is_terminal
         self.enabled = enabled and not self.plain
         self.slots = slots  # trials that train at once: workers x trials at once
+        self.heartbeat_s = heartbeat_s
         self.paced = False  # the time left said once: after the first run, or of stored runs
+        self.first = True  # the first look at the study: trials another process left running
 
     def run_ended(self, row: dict, snap: dict) -> None:
         if self.plain:
@@ -265,6 +267,18 @@ class _LiveView:
         return None
 
     def update(self, snap: dict) -> None:
+        if self.plain and self.first:  # before this search's workers (still loading) ask any
+            held = [r["number"] for r in snap["trials"] if r["state"] == "RUNNING"]
+            if held:
+                typer.echo(
+                    f"trial{'s' if len(held) > 1 else ''} {', '.join(map(str, held))} of study "
+                    f"{snap['study']} {'are' if len(held) > 1 else 'is'} marked running by a "
+                    "worker that may have died: retried after 3 missed heartbeats (about "
+                    f"{3 * self.heartbeat_s} s at --heartbeat {self.heartbeat_s}); other sizes "
+                    "run meanwhile",
+                    err=True,
+                )
+        self.first = False
         if self.plain:
             self._pace(snap)  # a resumed study's stored runs say it before a new one ends
         if self.enabled:
