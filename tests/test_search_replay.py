@@ -63,12 +63,12 @@ def test_bisection_closes_on_the_step_and_then_uses_every_run(tmp_path):
 
 
 def test_scores_against_a_point_and_against_a_bound():
-    point = {"x": 10.0, "kind": "point"}
+    point = {"x": 10.0, "lo": 9.6, "hi": 10.4, "kind": "point"}  # within a precision of 2.5
     read = {"x": 10.5, "lo": 9.5, "hi": 11.0, "kind": "point", "runs": 6}
     assert _score(read, point, 12) == {
         "runs": 6, "share": 0.5, "kind": "point", "covered": True, "error": 0.5
     }  # fmt: skip
-    lower = {"x": 12.0, "kind": "lower bound"}
+    lower = {"x": 12.0, "lo": 11.0, "hi": 14.0, "kind": "lower bound"}
     assert _score(read, lower, 12)["bound_ok"] is False and _score(read, lower, 12)["located"]
     grids = [
         {"reference": point, "methods": {"m": [{"stop": _score(read, point, 12)}]}},
@@ -76,6 +76,8 @@ def test_scores_against_a_point_and_against_a_bound():
     ]
     s = _summary(grids, "m", "stop")
     assert s["coverage"] == 1.0 and s["bound_ok"] == 0.0 and s["bound_read_located"] == 1.0
+    assert s["precise_grids"] == 1 and s["precise_within_60"] == 1.0
+    assert "precise_grids" not in _summary(grids, "m", "stop", precision=2.0)
 
 
 @pytest.mark.slow

@@ -304,7 +304,7 @@ def _print_bench_replay(result: dict) -> None:
     for g in result["grids"]:
         ref = g["reference"]
         words = (
-            f"d {ref['d']:.1f}"
+            f"d {ref['d']:.1f} ({np.exp(ref['hi'] - ref['lo']):.1f}x)"
             if ref["kind"] == "point"
             else f"{ref['kind']} ({ref['bound']:,.0f} params)"
             if ref["bound"]
@@ -325,10 +325,11 @@ def _print_bench_replay(result: dict) -> None:
                       str(g["runs"]), words, *cells)  # fmt: skip
     Console().print(table)
     summary = Table(
-        title="per method, over the grids (coverage / median |ln error| / runs vs grid)"
+        title="per method, over the grids (reference: d of the 80% point, its 90% interval's width)"
     )
     for col in ("method", "column", "located grids", "coverage", "median |ln err|",
-                "runs vs grid (max)", "read located", "bound grids", "bound right side",
+                "runs vs grid (max)", "read located", "within precision: grids, coverage,"
+                " runs vs grid, <= 60%", "bound grids", "bound right side",
                 "bound read located"):  # fmt: skip
         summary.add_column(col, justify="right")
     for m, columns in result["summary"].items():
@@ -341,6 +342,10 @@ def _print_bench_replay(result: dict) -> None:
                 f"{s['median_abs_log_error']:.3f}" if "coverage" in s else "-",
                 f"{s['median_share']:.2f} ({s['max_share']:.2f})" if "coverage" in s else "-",
                 f"{s['read_located']:.2f}" if "coverage" in s else "-",
+                f"{s['precise_grids']}, {s['precise_coverage']:.2f}, "
+                f"{s['precise_median_share']:.2f}, {s['precise_within_60']:.2f}"
+                if "precise_grids" in s
+                else "-",
                 str(s["grids_bound"]),
                 f"{s['bound_ok']:.2f}" if "bound_ok" in s else "-",
                 f"{s['bound_read_located']:.2f}" if "bound_ok" in s else "-",

@@ -384,15 +384,20 @@ def replay_grid(
     return out
 
 
-def _summary(grids: list[dict], method: str, column: str) -> dict | None:
+def _summary(grids: list[dict], method: str, column: str, precision: float = 2.5) -> dict | None:
     """A method's column over the grids: against located references, coverage, median |ln
     error| and median share of the grid's runs; against bounds, the share read on the right
-    side and the share read as located."""
-    point, bound = [], []
+    side and the share read as located. ``precise_*``: the same over the located grids whose
+    full reading is within ``precision`` (where a grid holds too few runs for it, the own stop
+    comes only when they are used up, and reads the reference itself)."""
+    point, bound, precise = [], [], []
     for g in grids:
+        ref = g["reference"]
         for trial in g["methods"].get(method, []):
             if column in trial:
-                (point if g["reference"]["kind"] == POINT else bound).append(trial[column])
+                (point if ref["kind"] == POINT else bound).append(trial[column])
+                if ref["kind"] == POINT and np.exp(ref["hi"] - ref["lo"]) <= precision:
+                    precise.append(trial[column])
     if not point and not bound:
         return None
     out: dict = {"grids_located": len(point), "grids_bound": len(bound)}
@@ -405,6 +410,13 @@ def _summary(grids: list[dict], method: str, column: str) -> dict | None:
             "max_share": float(np.max([s["share"] for s in point])),
             "within_60": float(np.mean([s["share"] <= 0.6 for s in point])),  # issue 61's mark
             "read_located": float(np.mean([s["kind"] == POINT for s in point])),
+        }
+    if precise:
+        out |= {
+            "precise_grids": len(precise),
+            "precise_coverage": float(np.mean([s["covered"] for s in precise])),
+            "precise_median_share": float(np.median([s["share"] for s in precise])),
+            "precise_within_60": float(np.mean([s["share"] <= 0.6 for s in precise])),
         }
     if bound:
         out |= {
@@ -446,7 +458,6 @@ def bench_replay(
         "orders": orders,
         "grids": replays,
         "summary": {
-            m: {c: s for c in columns if (s := _summary(replays, m, c)) is not None}
-            for m in methods
+            m: {c: s for c in columns if (s := _summary(replays, m, c, precision))} for m in methods
         },
     }
