@@ -65,7 +65,7 @@ __all__ = [
 STATE_FILE = "state.tar.gz"  # the state a lend reads and returns (gzip: the weights barely shrink)
 PART_BYTES = 15 * 2**20  # a larger state comes in parts (state.tar.gz.1, ...): 16 MiB a file back
 RECORD_FILE = "lend.json"  # what one lend continued, ran and reached, beside the state
-DATABASE = "lend.db"  # the study database, inside the state; checkpoints under artifacts/
+DATABASE = "lend.db"  # the study database, inside the state (the artifact store beside it)
 HISTORY = "lends.json"  # the record of every lend so far, inside the state
 PRETRAINED = "pretrained"  # the transfer studies' pretrained models, inside the state and cache
 # The artifact store beside the database (search.study.artifact_store: the finished runs'
