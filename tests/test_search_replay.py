@@ -113,3 +113,16 @@ def test_a_science_record_that_keeps_its_runs_at_each_checkpoint_gives_a_grid_ea
     path.write_text(json.dumps({"tiny": False, "science": science}))
     names = sorted(g.name for g in load_grids([path]))
     assert names == ["gpu-run add @end", "gpu-run max+med+add @100", "gpu-run max+med+add @200"]
+
+
+@pytest.mark.slow
+def test_bench_search_replays_a_report_and_prints_its_tables(tmp_path, cli):
+    path = _report(tmp_path, _clean(at=20))
+    out = cli(["bench", "search", "--replay", str(path), "--runs", "4", "--orders", "1", "--json"])
+    assert out.exit_code == 0, (out.stderr[-2000:], out.exception)
+    result = json.loads(out.stdout)
+    assert [g["name"] for g in result["grids"]] == ["listops10-add-add-test"]
+    assert set(result["summary"]) == {"sampler", "psi", "bisection", "random"}
+    assert {"stop", "4"} <= set(result["summary"]["sampler"])
+    out = cli(["bench", "search", "--replay", str(tmp_path / "nothing.json")])
+    assert out.exit_code != 0 and "no such file" in out.stderr

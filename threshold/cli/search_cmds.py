@@ -117,7 +117,10 @@ def bench_search(
 
     def body():
         if replay:
-            counts = tuple(int(v) for v in runs.split(",") if v.strip())
+            try:
+                counts = tuple(int(v) for v in runs.split(",") if v.strip())
+            except ValueError:
+                raise ConfigError(f"--runs {runs!r}: give run counts such as 6,9,12") from None
             if runs == "12,24,48":  # the families' default: a grid holds 4-20 runs
                 counts = (6, 9, 12)
             result = bench_replay(replay, counts=counts, precision=precision, orders=orders)
