@@ -105,7 +105,7 @@ def bench_search(
             " reports' results.json, or folders of them; repeatable): the sampler, the"
             " Ψ-method, a bisection and random order each pick among a grid's sizes and are"
             " answered by its recorded runs, scored against the full grid's reading at their"
-            " own stop and at the --runs counts.",
+            " own stop and at the --runs counts (6,9,12 unless given).",
         ),
     ] = None,
     orders: Annotated[
