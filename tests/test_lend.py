@@ -102,6 +102,7 @@ def lends(tmp_path_factory):
         suite = parse_suite(TINY, root / "tiny.toml")
         suite = replace(suite, execution=suite.execution.but(device="cpu"))
         names = {s.label: s.name for s in suite.studies}
+        (root / "none").mkdir()  # no state yet: the suite starts
         t0 = time.perf_counter()
         whole = run_lend(suite, root / "none", root / "whole", 600, save_every_s=0)
         work = root / "work"  # the first lend's unpacked state, watched for its runs' states
@@ -271,3 +272,12 @@ def test_the_gpu_suite_asks_the_issues_questions_in_its_order():
     assert labels[2:] == [*order, "add-prod45", "add-nadd", "perm3-mul", "perm3-mul-sgn-img"]
     assert suite.study("add-after-max-med").settings.pretrain == ("max", "med")
     assert {suite.study(x).settings.task.n for x in ("add-paper", "add", "add-nadd")} == {10}
+
+
+def test_a_state_folder_that_is_not_there_is_refused(tmp_path):
+    """A mistyped ``--state`` would start the suite anew and its state would replace the real
+    one: refused, one line naming the folder, nothing written."""
+    suite = parse_suite(TINY, tmp_path / "tiny.toml")
+    with pytest.raises(lend.LendError, match="does not exist"):
+        run_lend(suite, tmp_path / "typo", tmp_path / "out", 5)
+    assert not (tmp_path / "out").exists()

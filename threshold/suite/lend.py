@@ -254,6 +254,11 @@ def run_lend(
     machine's own limit, Ctrl-C) is packed too, and raised again after. ``work`` (default: a
     temporary folder) holds the unpacked state while the suite runs.
     """
+    if not state_dir.is_dir():  # a mistyped folder would start the suite anew, unnoticed
+        raise LendError(
+            f"lend state folder {str(state_dir)!r} does not exist: give the folder of the last "
+            "lend's state (an empty folder starts the suite)"
+        )
     emit = on_event or (lambda event: None)
     t0, started = time.perf_counter(), datetime.now(UTC)
     with tempfile.TemporaryDirectory(prefix="lend-") as tmp:
