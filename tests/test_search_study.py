@@ -98,12 +98,14 @@ def test_status_rows(tmp_path):
     study = create_or_load_study(settings(), storage, name="s1")
     study.set_user_attr("estimate", json.dumps({"params_p80": 1000.0}))
     (row,) = study_rows(storage)
+    answer = row.pop("answer")  # no run: the point is not located (threshold.search.bounds)
     assert row == {
         "study": "s1",
         "n_complete": 0,
         "n_running": 0,
         "estimate": {"params_p80": 1000.0},
     }
+    assert (answer["kind"], answer["located"], answer["interval"]) == ("none", False, None)
 
 
 @pytest.mark.parametrize(

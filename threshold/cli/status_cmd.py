@@ -54,9 +54,9 @@ def _cells(row: dict) -> tuple[str, str, str]:
     if ans is None:
         return "-", "-", "-"
     if ans["located"]:
-        lo, hi = ans["interval"]
+        interval = "-" if ans["interval"] is None else "{:,.0f} - {:,.0f}".format(*ans["interval"])
         d = f"{ans['median_d']:.1f}" if ans["median_d"] is not None else "-"
-        return f"{ans['median']:,.0f}", f"{lo:,.0f} - {hi:,.0f}", d
+        return f"{ans['median']:,.0f}", interval, d
     if ans["kind"] in ("lower bound", "upper bound"):
         sign = ">" if ans["kind"] == "lower bound" else "<="
         return f"{sign} {ans['params']:,.0f}", "not located", f"{sign} {ans['d']}"

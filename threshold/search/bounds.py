@@ -173,7 +173,11 @@ def answer(runs: Sequence[tuple[int, float, float]], estimate: dict | None) -> d
         "level": float(estimate.get("level") or 0.8),
         "median": float(estimate["params_p80"]),
         "median_d": None if estimate.get("d_p80") is None else float(estimate["d_p80"]),
-        "interval": [float(v) for v in estimate["interval_params"]],
+        "interval": (
+            None
+            if estimate.get("interval_params") is None
+            else [float(v) for v in estimate["interval_params"]]
+        ),
     }
 
 
@@ -184,10 +188,11 @@ def answer_words(ans: dict | None) -> str:
     as context; ``no estimate yet`` for None."""
     if ans is None:
         return "no estimate yet"
-    lo, hi = ans["interval"]
     point = f"{ans['level']:.0%} point"
     d = "" if ans["median_d"] is None else f" (d {ans['median_d']:.1f})"
-    median = f"{ans['median']:,.0f} params{d}, 90% interval {lo:,.0f} - {hi:,.0f}"
+    median = f"{ans['median']:,.0f} params{d}"
+    if ans["interval"] is not None:  # an estimate stored without it (older, or by hand)
+        median += ", 90% interval {:,.0f} - {:,.0f}".format(*ans["interval"])
     if ans["located"]:
         return f"{point} {median}"
     context = f"; the posterior's median {median}, context only"
