@@ -137,7 +137,7 @@ def bench_gpu(
     steps = 5 if tiny else 30
     record["throughput"] = _part(
         "throughput" in parts,
-        lambda: throughput(data, device, throughput_specs(tiny), steps, note),
+        lambda: throughput(data, device, throughput_specs(tiny), steps, note, deadline),
     )
     left = deadline - time.perf_counter() - (5 if tiny else 30)  # leave time to write
     out_dir.mkdir(parents=True, exist_ok=True)

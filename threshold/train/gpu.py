@@ -150,14 +150,25 @@ class Spec:
 
 
 def throughput(
-    data: TaskData, device: torch.device, specs: list[Spec], steps: int, note: Note = print
+    data: TaskData,
+    device: torch.device,
+    specs: list[Spec],
+    steps: int,
+    note: Note = print,
+    deadline: float | None = None,
 ) -> list[dict]:
     """Model-steps/s, tokens/s, the useful share of the positions computed, the host's and the
     device's ms a step, and peak memory of each row of ``specs``; a row that fails records its
-    error and the next runs."""
+    error and the next runs; rows not begun by ``deadline`` (a ``perf_counter`` time) are
+    recorded as skipped."""
     rows = []
     for spec in specs:
         sizes = ",".join(map(str, spec.sizes))
+        if deadline is not None and time.perf_counter() > deadline:
+            rows.append({"path": spec.path, "members": spec.members, "d_models": list(spec.sizes),
+                         "recipe": spec.recipe, "precision": spec.precision,
+                         "error": "skipped: the part's minutes were spent"})  # fmt: skip
+            continue
         note(f"{spec.path}: {spec.members} members at d {sizes}, {spec.recipe}, {spec.precision}")
         try:
             if spec.path.startswith("peer "):
