@@ -41,13 +41,26 @@ def study(tmp_path_factory):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
-    return url, report["study"], report["transition"]
+    return url, report["study"], report["transition"], report["answer"]
+
+
+def found(estimate: dict, answer: dict) -> tuple[str, str]:
+    """What the note's headline and the figure's title say the study found: its 80% point, or
+    where its runs only bound it the bound (issue 62: every view says a bound as a bound)."""
+    if answer["located"]:
+        p80 = f"{estimate['params_p80']:,.0f} parameters"
+        return f"80% point at {p80}", f"80% point: {p80}"
+    if answer["kind"] == "none":
+        return "80% point not located", "80% point: not located"
+    sign = ">" if answer["kind"] == "lower bound" else "<="
+    bound = f"{sign} {answer['params']:,.0f} parameters, not located"
+    return f"80% point {bound}", f"80% point: {bound}"
 
 
 @pytest.fixture(scope="module")
 def dashboard(study, tmp_path_factory):
     """`threshold dashboard` on the study, on a port the OS picks; its base URL."""
-    url, _, _ = study
+    url = study[0]
     tmp = tmp_path_factory.mktemp("server")
     with open(tmp / "stderr", "w") as err:
         proc = subprocess.Popen(
@@ -87,13 +100,12 @@ def _get(url: str) -> bytes:
 
 
 def test_server_shows_notes_plots_and_checkpoints(study, dashboard):
-    _, name, estimate = study
+    _, name, estimate, answer = study
     (summary,) = json.loads(_get(dashboard + "api/studies"))["study_summaries"]
     assert summary["study_name"] == name
     detail = json.loads(_get(f"{dashboard}api/studies/{summary['study_id']}"))
-    assert detail["note"]["body"].startswith(
-        f"## MAX (listops mod 5): 80% point at {estimate['params_p80']:,.0f} parameters"
-    )
+    headline, _ = found(estimate, answer)
+    assert detail["note"]["body"].startswith(f"## MAX (listops mod 5): {headline}")
     assert [g["id"] for g in detail["plotly_graph_objects"]] == ["transition-curve"]
     trials = detail["trials"]
     assert len(trials) == 5
@@ -111,7 +123,8 @@ def test_pages_in_a_browser(study, dashboard, browser, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    _, name, estimate = study
+    _, name, estimate, answer = study
+    headline, title = found(estimate, answer)
     wait = WebDriverWait(browser, WAIT_S)
 
     def page_shows(*texts):
@@ -145,10 +158,12 @@ def test_pages_in_a_browser(study, dashboard, browser, tmp_path):
     page_shows("logistic fit" if estimate.get("fit") else "runs", "total parameters")
     # What the study found, where its page shows it: the figure's title, the first study
     # attribute, and the value's name (not "Objective 0") in the history and best-trial panels.
-    p80 = f"{estimate['params_p80']:,.0f} parameters"
-    text = page_shows(f"80% point: {p80}", "max test accuracy (greedy)")
+    text = page_shows(title, "max test accuracy (greedy)")
     assert "Objective 0" not in text
-    assert re.search(rf"80%\s+point\s+{re.escape(p80)}, 90%: ", text), text
+    attribute = title.removeprefix("80% point: ").removeprefix("80% point at ")
+    if answer["located"]:
+        attribute += ", 90%: "
+    assert re.search(rf"80%\s+point\s+{re.escape(attribute)}", text), text
     screenshot("curve")
     # The trial list shows every trial, and the selected trial's checkpoint.
     browser.get(study_page + "/trials")
@@ -157,7 +172,6 @@ def test_pages_in_a_browser(study, dashboard, browser, tmp_path):
     screenshot("trials")
     # The note states the estimate.
     browser.get(study_page + "/note")
-    headline = f"80% point at {estimate['params_p80']:,.0f} parameters"
     text = page_shows(headline, "Runs: 5 done", "Settings")
     lo, hi = estimate["interval_params"]
     assert f"{lo:,.0f} - {hi:,.0f}" in text

@@ -295,9 +295,11 @@ def _figure_title(est: dict, runs: Sequence[Run], point: str) -> str:
     d = f", d = {est['d_p80']:.1f}" if est.get("d_p80") else ""
     bound = _bound(study_answer(est, runs))
     if bound is not None:  # the posterior's median after the bound, as context only
+        said = "not located" if bound == "not located" else f"{bound} parameters, not located"
         return (
-            f"<b>{point}: {bound} parameters, not located</b><br>posterior median "
-            f"{_n(est['params_p80'])} (90%: {_n(lo)} - {_n(hi)}), context only; {len(runs)} runs"
+            f"<b>{point}: {said}</b><br>posterior median "
+            f"{_n(est['params_p80'])} (90%: {_n(lo)} - {_n(hi)}), context only; accuracy against "
+            f"size, {len(runs)} runs"
         )
     return (
         f"<b>{point}: {_n(est['params_p80'])} parameters</b><br>90%: {_n(lo)} - {_n(hi)}{d}; "
