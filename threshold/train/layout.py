@@ -149,7 +149,7 @@ class Batch:
     spans: torch.Tensor  # (3, M, B) on the device
     n: int  # flat positions
     t: int  # row width
-    dense: bool  # every row full, the flat layout is the rows
+    dense: bool  # the rows are the flat layout (every row full, or padded to the longest)
     useful: int  # input positions in use, over every member (the rest is rounding)
     tokens: np.ndarray  # (M,) tokens each member trains on (TrainResult.tokens)
     lr: torch.Tensor  # (M,) learning rates, on the device
