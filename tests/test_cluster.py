@@ -16,6 +16,7 @@ from typer import Context
 from typer.main import get_command
 
 from threshold.cli import app
+from threshold.config import GPU_TRIALS_AT_ONCE
 
 PG = "postgresql+psycopg://me@db.example.org:5432/threshold"
 
@@ -52,6 +53,14 @@ def test_the_script_is_a_job_array_of_one_gpu_worker_each(cli):
     # Every option the script passes is one `threshold worker` has (a renamed option fails here).
     group = get_command(app)
     group.get_command(Context(group), "worker").make_context("worker", worker[2:])
+
+
+def test_trials_at_once_left_out_is_each_workers_devices_default(cli):
+    """A GPU worker fills its card by default (GPU_TRIALS_AT_ONCE trials at once), so a script
+    that was not told passes no --trials-at-once and says what the worker will take."""
+    text = script(cli, "--study", "s", "--storage", PG, "--workers", "2")
+    assert "--trials-at-once" not in text.splitlines()[-1]
+    assert f"# {GPU_TRIALS_AT_ONCE} trial(s) at once each" in text
 
 
 def test_a_cpu_array_asks_no_gpu_and_storage_may_come_from_the_environment(cli):

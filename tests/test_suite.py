@@ -19,6 +19,7 @@ from reliability.support import hold_env, wait_for_hold
 from typer.testing import CliRunner
 
 from threshold.cli import app
+from threshold.config import GPU_TRIALS_AT_ONCE
 from threshold.suite import ALL_REPORT, SuiteError, key_lines, load_suite, parse_suite
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -570,7 +571,9 @@ def test_sigterm_stops_workers_and_the_next_run_continues(tmp_path, in_process):
 
 def test_trials_at_once_key_sets_the_trials_a_worker_trains_at_once(tmp_path):
     path = tmp_path / "s.toml"
-    assert parse_suite(GOOD, path).execution.trials_at_once == 1
+    unset = parse_suite(GOOD, path).execution  # by the device: one on the CPU, 8 on a GPU
+    assert unset.trials_at_once is None and unset.trials_on("cpu") == 1
+    assert unset.trials_on("cuda") == GPU_TRIALS_AT_ONCE
     batched = parse_suite(GOOD.replace('name = "s"', 'name = "s"\ntrials_at_once = 8'), path)
     assert batched.execution.trials_at_once == 8
     plain = parse_suite(GOOD, path)

@@ -27,7 +27,7 @@ def find_threshold(
     *,
     study: str | None = None,
     workers: int = 1,
-    trials_at_once: int = 1,
+    trials_at_once: int | None = None,
     device: str = "auto",
     heartbeat_s: int | None = None,
     cache_dir: str | Path | None = None,

@@ -22,7 +22,10 @@ sets, and :func:`make_recipe` splits a user's overrides between the two.
   weight decay 0.01 on all parameters, no warm-up, init N(0, 0.02), a parallel ReLU block
   without q/k/v bias, no early stop but the learned one, accuracy sampled at temperature 1
   (evaluation decodes whole sequences from position 0). It keeps the paper's text's 4
-  recurrence steps (the code uses 5).
+  recurrence steps (the code uses 5). Its data split is the group's too (``split = "triples"``:
+  ordered triples of distinct digits held out of every op at once), and no run stops early.
+  The split is the one task-side value a recipe may set (:data:`TASK_FIELDS`): ``fast`` and
+  ``small`` keep the task's default, this tool's per-op split.
 """
 
 from __future__ import annotations
@@ -37,9 +40,11 @@ from threshold.errors import ConfigError
 from threshold.tasks import TaskConfig
 
 __all__ = [
+    "GPU_TRIALS_AT_ONCE",
     "MAX_D_MODEL",
     "MODEL_FIELDS",
     "RECIPES",
+    "TASK_FIELDS",
     "TRAIN_FIELDS",
     "Execution",
     "ModelConfig",
@@ -70,6 +75,14 @@ def check_finite(settings) -> None:
             raise ConfigError(f"{f.name} {value} is not allowed: give a finite number")
 
 
+# Trials a worker trains at once on a GPU unless told: a pack of 8 steps about as fast as one
+# (a GPU step of tiny models is launch-bound: 400 model-steps/s for one, ~4,000 at 64), and the
+# sampler's cost (bench search --batches, 10 bimodal studies): 36 runs to its stop at K = 8
+# against 18.5 at K = 1, 0.40 of a dense grid's compute against 0.35, in a quarter of the rounds
+# (4.5 against 18.5); K = 16 takes 40 runs and 0.71 of the grid's compute.
+GPU_TRIALS_AT_ONCE = 8
+
+
 @dataclass(frozen=True)
 class Execution:
     """Where and how a study's runs execute: ``find``, ``worker``, ``run`` and
@@ -79,7 +92,9 @@ class Execution:
 
     storage: str | None = None  # None: $THRESHOLD_STORAGE, else sqlite:///studies/threshold.db
     workers: int = 1  # worker processes, one torch thread each: one a core, or one a GPU
-    trials_at_once: int = 1  # trials a worker trains together as one batched run (fills a GPU)
+    # trials a worker trains together as one batched run; None: 1 on the CPU, GPU_TRIALS_AT_ONCE
+    # on a GPU (trials_on)
+    trials_at_once: int | None = None
     device: str = "auto"  # auto: the GPU when there is one, else the CPU
     heartbeat_s: int = 30  # a running trial's beat; one silent for several beats is retried
     cache_dir: Path | None = None  # task data (None: $THRESHOLD_CACHE, else ~/.cache/threshold)
@@ -93,6 +108,8 @@ class Execution:
             ("heartbeat_s", "--heartbeat"),
         ):
             value = getattr(self, name)
+            if value is None and name == "trials_at_once":  # by the device (trials_on)
+                continue
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"{option} {value!r} is not allowed: use a whole number")
             if value < 1:
@@ -101,6 +118,13 @@ class Execution:
             raise ConfigError(f"save_every_s {self.save_every_s!r} is not allowed: use 0 or more")
         if self.cache_dir is not None and not isinstance(self.cache_dir, Path):
             object.__setattr__(self, "cache_dir", Path(self.cache_dir))
+
+    def trials_on(self, device_type: str) -> int:
+        """Trials a worker on a ``device_type`` device trains at once: as set, else one on the
+        CPU (a step costs its arithmetic there) and :data:`GPU_TRIALS_AT_ONCE` on a GPU."""
+        if self.trials_at_once is not None:
+            return self.trials_at_once
+        return GPU_TRIALS_AT_ONCE if device_type == "cuda" else 1
 
     def but(self, **changes) -> Execution:
         """A copy with ``changes`` applied, skipping ``None`` values (an option left unset)."""
@@ -213,7 +237,9 @@ class TrainConfig:
     eval_every: int = 250  # steps between validation checks
     learned_tf: float = 0.99  # teacher-forced val answer accuracy (every op) that asks for a check
     learned_acc: float = 0.99  # greedy val accuracy (every op) that stops the run as learned
-    early_stop: str = "learned_or_stuck"  # "learned": only the learned rule stops a run early
+    # "learned": only the learned rule stops a run early; "never": no rule does (the group's
+    # code), the run trains its whole budget and validation is only recorded
+    early_stop: str = "learned_or_stuck"
     stuck_after: float = 0.5  # share of max_steps before the stuck rule may fire
     stuck_margin: float = 0.05  # "at chance": measured-op accuracy <= majority rate + margin
     stuck_window: float = 0.25  # answer loss must have moved < 2% over this share of max_steps
@@ -262,7 +288,7 @@ class TrainConfig:
         choices = {
             "loss_on": ("completion", "all"),
             "schedule": ("cosine", "exponential", "constant"),
-            "early_stop": ("learned_or_stuck", "learned"),
+            "early_stop": ("learned_or_stuck", "learned", "never"),
             "decoding": ("greedy", "sampled"),
             "batches": ("sequences", "windows"),
             "precision": ("fp32", "tf32", "bf16"),
@@ -394,6 +420,9 @@ def transfer_model_config(
 _BUDGET_FIELDS = ("max_steps", "checkpoints", "decay_steps", "min_lr_ratio")
 
 MODEL_FIELDS = ("init_std", "block", "activation", "n_recur", "qkv_bias")
+# TaskConfig fields a recipe may set: the data split, which the group's code fixes with its
+# training (threshold.tasks.generate); every other task setting is the study's own.
+TASK_FIELDS = ("split",)
 TRAIN_FIELDS = (
     "max_steps",
     "batch_size",
@@ -437,7 +466,8 @@ RECIPES: dict[str, dict] = {
         "loss_on": "all",
         "batches": "windows",
         "window": 128,
-        "early_stop": "learned",
+        "early_stop": "never",  # the group's code trains every run its whole budget
+        "split": "triples",  # the group's: 49 digit triples held out of every op (issue 59)
         "decoding": "sampled",
         "init_std": 0.02,
         "block": "parallel",
@@ -454,6 +484,7 @@ class Recipe:
 
     train: TrainConfig
     model: tuple[tuple[str, object], ...] = ()  # ModelConfig fields it sets, in MODEL_FIELDS order
+    task: tuple[tuple[str, object], ...] = ()  # TaskConfig fields it sets, in TASK_FIELDS order
 
     @property
     def name(self) -> str:
@@ -462,6 +493,11 @@ class Recipe:
     @property
     def model_kwargs(self) -> dict:
         return dict(self.model)
+
+    def on(self, task: TaskConfig) -> TaskConfig:
+        """``task`` with the recipe's task-side values (its split); ``task`` itself when it sets
+        none, so a ``fast`` or ``small`` task is the one given."""
+        return replace(task, **dict(self.task)) if self.task else task
 
 
 def make_recipe(name: str = "fast", **overrides) -> Recipe:
@@ -474,13 +510,14 @@ def make_recipe(name: str = "fast", **overrides) -> Recipe:
         raise ConfigError(f"recipe {name!r} does not exist: choose from {', '.join(RECIPES)}")
     values = dict(RECIPES[name])
     for key, value in overrides.items():
-        if key not in MODEL_FIELDS and key not in TRAIN_FIELDS:
+        if key not in MODEL_FIELDS and key not in TRAIN_FIELDS and key not in TASK_FIELDS:
             raise ConfigError(
                 f"recipe field {key!r} does not exist: choose from "
-                f"{', '.join(TRAIN_FIELDS + MODEL_FIELDS)}"
+                f"{', '.join(TRAIN_FIELDS + MODEL_FIELDS + TASK_FIELDS)}"
             )
         if value is not None:
             cls = ModelConfig if key in MODEL_FIELDS else TrainConfig
+            cls = TaskConfig if key in TASK_FIELDS else cls
             values[key] = checked_field(cls, key, value)
     if overrides.get("window") is not None and values.get("batches", "sequences") != "windows":
         raise ConfigError(
@@ -491,8 +528,10 @@ def make_recipe(name: str = "fast", **overrides) -> Recipe:
     _refuse_idle(name, values, {k for k, v in overrides.items() if v is not None})
     model = tuple((k, values[k]) for k in MODEL_FIELDS if k in values)
     ModelConfig(vocab_size=1, n_ctx=1, d_model=8, **dict(model))  # checks the model side
+    task = tuple((k, values[k]) for k in TASK_FIELDS if k in values)
+    TaskConfig(**dict(task))  # checks the task side's values (a task's grammar is checked later)
     train = TrainConfig(recipe=name, **{k: v for k, v in values.items() if k in TRAIN_FIELDS})
-    return Recipe(train, model)
+    return Recipe(train, model, task)
 
 
 def _refuse_idle(name: str, values: dict, given: set[str]) -> None:
@@ -515,20 +554,24 @@ def _refuse_idle(name: str, values: dict, given: set[str]) -> None:
         )
 
 
-def recipe_fields(train: TrainConfig, model: dict) -> dict:
+def recipe_fields(train: TrainConfig, model: dict, task: TaskConfig | None = None) -> dict:
     """Every recipe field's value in ``train`` and the model-side ``model`` values (defaults
-    filled in): what a report or note lists."""
+    filled in), and with ``task`` its task-side values (the split): what a report or note lists."""
     fields = dataclasses.fields(ModelConfig)
     defaults = {f.name: f.default for f in fields if f.name in MODEL_FIELDS}
     out = {k: getattr(train, k) for k in TRAIN_FIELDS}
-    return out | defaults | dict(model)
+    out = out | defaults | dict(model)
+    return out if task is None else out | {k: getattr(task, k) for k in TASK_FIELDS}
 
 
-def recipe_words(train: TrainConfig, model: dict) -> str:
+def recipe_words(train: TrainConfig, model: dict, task: TaskConfig | None = None) -> str:
     """``paper``, or ``fast + init_std 0.02, weight_decay 0.01``: the recipe's name and how the
-    values depart from it (budget fields left out); "" for the plain ``fast`` recipe."""
+    values depart from it (budget fields left out; with ``task``, its split too: ``paper + split
+    groups``); "" for the plain ``fast`` recipe."""
     base = make_recipe(train.recipe)
-    mine, theirs = recipe_fields(train, model), recipe_fields(base.train, base.model_kwargs)
+    mine = recipe_fields(train, model, task)
+    base_task = None if task is None else base.on(TaskConfig())  # only its TASK_FIELDS are read
+    theirs = recipe_fields(base.train, base.model_kwargs, base_task)
     changed = [
         f"{k} {_word(mine[k])}" for k in mine if k not in _BUDGET_FIELDS and mine[k] != theirs[k]
     ]

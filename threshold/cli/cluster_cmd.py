@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 import typer
 
 from threshold.cli.common import CacheDir, Heartbeat, Storage, TrialsAtOnce, run_guarded
+from threshold.config import Execution
 from threshold.errors import ConfigError
 from threshold.search.study import check_study_name
 
@@ -25,7 +26,7 @@ def slurm_script(
     study: str,
     storage: str | None,
     workers: int,
-    trials_at_once: int,
+    trials_at_once: int | None,
     device: str,
     heartbeat: int | None,
     max_trials: int | None,
@@ -43,7 +44,7 @@ def slurm_script(
     check_study_name(study)
     if workers < 1:
         raise ConfigError(f"--workers {workers} is not allowed: use 1 or more array tasks")
-    if trials_at_once < 1:
+    if trials_at_once is not None and trials_at_once < 1:
         raise ConfigError(
             f"--trials-at-once {trials_at_once} is not allowed: use 1 or more trials at once"
         )
@@ -60,7 +61,8 @@ def slurm_script(
     worker = [
         *shlex.split(command), "worker", "--study", study,
         *(["--storage", storage] if storage else []),
-        "--trials-at-once", str(trials_at_once), "--device", "cuda" if gpu else device,
+        *(["--trials-at-once", str(trials_at_once)] if trials_at_once is not None else []),
+        "--device", "cuda" if gpu else device,
         *(["--heartbeat", str(heartbeat)] if heartbeat is not None else []),
         *(["--max-trials", str(max_trials)] if max_trials is not None else []),
         *(["--cache-dir", str(cache_dir)] if cache_dir is not None else []),
@@ -81,7 +83,8 @@ def slurm_script(
     lines = [
         "#!/bin/bash",
         f"# threshold: {workers} identical workers on study {study!r}, one array task {where},",
-        f"# {trials_at_once} trial(s) at once each. They share the study through its storage",
+        f"# {trials_at_once or Execution().trials_on('cuda' if gpu else 'cpu')} trial(s) at once"
+        " each. They share the study through its storage",
         "# alone; a task that ends or dies loses no finished trial (a running one is retried",
         "# after 3 silent heartbeats). Submit: sbatch THIS_FILE. Follow: threshold status.",
         *(f"#SBATCH {line}" for line in sbatch),
@@ -126,7 +129,7 @@ def slurm(
     workers: Annotated[
         int, typer.Option(help="Array tasks: one worker each, on one GPU of its own.")
     ] = 4,
-    trials_at_once: TrialsAtOnce = 1,
+    trials_at_once: TrialsAtOnce = None,
     device: Annotated[
         str, typer.Option(help="cuda (one GPU per array task, --gres=gpu:1) or cpu.")
     ] = "cuda",

@@ -168,11 +168,12 @@ QkvBias = Annotated[
     ),
 ]
 TrialsAtOnce = Annotated[
-    int,
+    int | None,
     typer.Option(
         "--trials-at-once",
         help="Trials a worker takes at once and trains together as one batched run (the"
-        " sampler's K; --batch-size is sequences a step).",
+        " sampler's K; --batch-size is sequences a step) \\[default: 1 on the CPU, 8 on a GPU].",
+        show_default=False,
     ),
 ]
 # The option's old name, refused: "--batch 32" read as a batch size trained 32 trials at once.

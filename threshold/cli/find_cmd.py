@@ -66,7 +66,7 @@ from threshold.cli.common import (
 from threshold.config import Execution
 from threshold.interrupt import exit_status
 from threshold.search.bounds import answer_words, near_chance_words
-from threshold.search.find import Interrupted, run_search
+from threshold.search.find import Interrupted, run_search, worker_trials
 from threshold.search.fit import strays
 from threshold.search.record import storage_log_level
 from threshold.search.spec import StudySettings
@@ -138,7 +138,7 @@ def find(
             " started elsewhere (threshold worker, threshold cluster slurm)."
         ),
     ] = 1,
-    trials_at_once: TrialsAtOnce = 1,
+    trials_at_once: TrialsAtOnce = None,
     batch: OldBatch = None,
     device: Device = "auto",
     oversubscribe: Annotated[
@@ -191,7 +191,7 @@ def find(
             **recipe_overrides(options),
         )
         storage_log_level(logging.WARNING)  # not Optuna's "A new study created": the lines below
-        slots = execution.workers * execution.trials_at_once
+        slots = execution.workers * worker_trials(execution)
         try:
             with _LiveView(not as_json, slots, execution.heartbeat_s) as view:
                 outcome = run_search(

@@ -31,7 +31,7 @@ def worker(
     heartbeat: Heartbeat = None,
     max_trials: Annotated[int | None, typer.Option(help="Stop after this many trials.")] = None,
     quiet: Annotated[bool, typer.Option(help="Log warnings only.")] = False,
-    trials_at_once: TrialsAtOnce = 1,
+    trials_at_once: TrialsAtOnce = None,
     batch: OldBatch = None,
     device: Device = "auto",
     cache_dir: CacheDir = None,

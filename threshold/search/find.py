@@ -41,6 +41,7 @@ __all__ = [
     "start_workers",
     "stop_workers",
     "worker_devices",
+    "worker_trials",
 ]
 
 PARENT_ENV = "THRESHOLD_WORKER_PARENT"  # set on workers started by find and run: their parent
@@ -171,6 +172,15 @@ def prepare_study(
     storage = open_storage(url, execution.heartbeat_s)
     study = create_or_load_study(settings, storage, name)
     return study.study_name, url
+
+
+def worker_trials(execution: Execution) -> int:
+    """Trials each worker of ``execution`` trains at once (:meth:`Execution.trials_on` of the
+    device it will find), read without starting torch: a GPU where the device is ``cuda`` or
+    ``auto`` and the NVIDIA driver sees one."""
+    device = execution.device
+    gpu = device.startswith("cuda") or (device == "auto" and any(NVIDIA_GPUS.glob("*")))
+    return execution.trials_on("cuda" if gpu else "cpu")
 
 
 def worker_devices(execution: Execution) -> list[str]:

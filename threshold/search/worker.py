@@ -179,7 +179,7 @@ def run_worker(
     """Run trials of ``study_name`` until the policy stops; returns how many this worker ran.
 
     The device is resolved here, on the machine the worker runs on (``auto``: its GPU if any).
-    The worker takes up to ``execution.trials_at_once`` trials at once and trains them with one
+    The worker takes up to ``execution.trials_on(device)`` trials at once and trains them with one
     call of the engine, telling each result as its run ends. ``notes`` words the study's
     dashboard note, rewritten after each finished run (none: no note). ``execution`` None: the
     defaults of :class:`Execution`.
@@ -201,7 +201,7 @@ def run_worker(
             continue
         if step == "stop":
             break
-        room = execution.trials_at_once
+        room = execution.trials_on(device.type)
         if max_trials is not None:
             room = min(room, max_trials - ran)
         n, cancelled = _run_batch(
