@@ -57,7 +57,8 @@ def test_the_benchmark_row_scores_a_study_at_each_checkpoint_and_its_stop():
     def draw(d):
         return d, _step(float(settings.x_of(d)), truth_x)
 
-    own, at = psi_scored(settings, draw, (4, 8), truth_x)
+    own, at, runs = psi_scored(settings, draw, (4, 8), truth_x)
     assert set(at) == {4, 8} and [at[k]["runs"] for k in (4, 8)] == [4, 8]
     assert 3 <= own["runs"] <= 12
     assert at[8]["compute"] > at[4]["compute"] > 0
+    assert runs[4] == runs[8][:4] and len(runs["stop"]) == own["runs"]

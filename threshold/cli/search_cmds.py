@@ -93,7 +93,8 @@ def bench_search(
             " placing per compute as our sampler does, its runs also read by our posterior)"
             " and oracle_fit_pick (our sampler's runs read by a fit that picks the likeliest"
             " family's form; with oracle_fit_adaptive_cost, that fit's runs too), and psi (a"
-            " plain Ψ-method, Kontsevich & Tyler 1999: threshold/search/psi.py)."
+            " plain Ψ-method, Kontsevich & Tyler 1999: threshold/search/psi.py; psi_read: its"
+            " runs read by our posterior)."
             " Each has its own random stream: the same numbers whichever are chosen."
         ),
     ] = "sampler,grid,spread,oracle,oracle_fit",
@@ -255,6 +256,7 @@ def _print_bench_families(result: dict) -> None:
                 "oracle_fit_read": "its runs, read by the posterior",
                 "oracle_fit_wide": "its runs, fitted with any slope",
                 "psi_stop": "Ψ-method, own stop",
+                "psi_read_stop": "Ψ's runs to its stop, read by the posterior",
             }.get(key) or _adaptive_label(key)
             table.add_row(
                 family,
@@ -288,6 +290,7 @@ def _adaptive_label(key: str) -> str:
         ("oracle_fit_adaptive_cost_", "fit placing per compute as it learns"),
         ("oracle_fit_adaptive_", "fit placing as it learns"),
         ("oracle_", "oracle, shape known"),
+        ("psi_read_", "Ψ's runs, read by the posterior"),
         ("psi_", "Ψ-method, stop off"),
     ):
         if key.startswith(prefix):

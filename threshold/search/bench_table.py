@@ -48,7 +48,7 @@ def oracle_column(column: str, runs: float, checkpoints: tuple[int, ...]) -> str
     n = max(checkpoints)
     if column in ("oracle", "oracle_stop") or (column[:7] == "oracle_" and column[7:].isdigit()):
         return None
-    if column in ("stop", "psi_stop"):  # an own stop: against the oracle to the precision
+    if column in ("stop", "psi_stop", "psi_read_stop"):  # own stops: the oracle to the precision
         return "oracle_stop"
     tail = column.rsplit("_", 1)[-1]
     k = int(tail) if tail.isdigit() else n if runs == n else None

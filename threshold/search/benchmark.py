@@ -78,7 +78,8 @@ DEFAULT_METHODS = ("policy", "policy_2w", "grid", "optuna_tpe")
 # ``read_settings``, our sampler's runs at each checkpoint read by a posterior of other settings
 # (``sampler_read_*``): a setting's effect on the reading alone, on the very runs the sampler row
 # reads (a setting in ``settings`` changes where the runs go as well). ``psi``: the plain
-# Ψ-method (``psi.PsiMethod``, Kontsevich & Tyler 1999) at each checkpoint and its own stop.
+# Ψ-method (``psi.PsiMethod``, Kontsevich & Tyler 1999) at each checkpoint and its own stop;
+# ``psi_read``: its runs read by our posterior (its placement without its model).
 # Each has its own random stream, so a row's numbers do not depend on which others are computed.
 ROWS = (
     "sampler",
@@ -92,6 +93,7 @@ ROWS = (
     "oracle_fit_adaptive_cost",
     "oracle_fit_pick",
     "psi",
+    "psi_read",
 )
 DEFAULT_ROWS = ("sampler", "grid", "spread", "oracle", "oracle_fit")
 
@@ -336,9 +338,10 @@ def psi_candidates(settings: SearchSettings, n: int) -> list[int]:
 
 def psi_scored(
     settings: SearchSettings, draw: Callable, checkpoints, truth_x80: float
-) -> tuple[dict, dict]:
+) -> tuple[dict, dict, dict]:
     """The Ψ-method's scores on a simulated study (``psi_trajectory`` over the whole size
-    table, ``psi_candidates``): at its own stop, and at each checkpoint by run count."""
+    table, ``psi_candidates``): at its own stop, and at each checkpoint by run count; and its
+    runs there (by run count, and ``"stop"``)."""
     x_range = settings.x_of(np.array([settings.d_min, settings.d_max]))
     psi = PsiMethod(*x_range, settings.chance, settings.level, settings.chance_corrected)
     sizes = psi_candidates(settings, psi.settings.n_candidates)
@@ -352,7 +355,8 @@ def psi_scored(
             "error": float(s.x80_median - truth_x80),
         }
 
-    return score(*own), {k: score(*v) for k, v in at.items()}
+    runs = {k: v[0] for k, v in at.items()} | {"stop": own[0]}
+    return score(*own), {k: score(*v) for k, v in at.items()}, runs
 
 
 def _spread_runs(settings: SearchSettings, truth, rng, n: int, sizes: int = 9) -> list:
@@ -477,8 +481,9 @@ def bench_families(
         # on the same studies: a stream of its own, so the oracle's intervals stay as they were
         rng = np.random.default_rng([seed, FAMILIES.index(family), 1])
         for k in (*map(str, checkpoints), "stop"):
-            if k in out[family] and f"psi_{k}" in out[family]:
-                out[family][k]["x_psi"] = vs_oracle(mine, k, f"psi_{k}", rng)
+            for them, key in (("psi", "x_psi"), ("psi_read", "x_psi_read")):
+                if k in out[family] and f"{them}_{k}" in out[family]:
+                    out[family][k][key] = vs_oracle(mine, k, f"{them}_{k}", rng)
         out[family]["seconds"] = round(sum(row["seconds"] for row in mine), 1)
         logger.info("family %s: %.0f CPU seconds", family, out[family]["seconds"])
     return {
@@ -578,15 +583,20 @@ def _study(
                 f"oracle_fit_adaptive_cost_pick_{k}": FitOracle.pick(settings, truth, runs)
                 for k, runs in placed.items()
             }
-    if "psi" in rows:
+    if {"psi", "psi_read"} & set(rows):
         rng = rngs[13]
-        own, at = psi_scored(
+        own, at, placed = psi_scored(
             settings,
             lambda d: (d, truth.sample(rng, float(settings.x_of(d)))),
             checkpoints,
             truth.x80,
         )
-        row |= {f"psi_{k}": score for k, score in at.items()} | {"psi_stop": own}
+        if "psi" in rows:
+            row |= {f"psi_{k}": score for k, score in at.items()} | {"psi_stop": own}
+        if "psi_read" in rows:  # its placement without its model
+            row |= {
+                f"psi_read_{k}": _scored(settings, runs, truth.x80) for k, runs in placed.items()
+            }
     seconds = time.process_time() - start
     logger.info(
         "%s study %d: %s runs to the own stop, %.1f CPU s",
