@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 from threshold.config import recipe_words
 from threshold.report.render import render
 from threshold.report.text import near_transition_words
-from threshold.search.bounds import answer, answer_words
+from threshold.search.bounds import answer, answer_words, near_chance_words
 from threshold.search.fit import MIN_POINTS
 from threshold.search.notes import MIN_RUNS, NoteRender, Run, curve_sizes, fit_accuracy
 from threshold.search.spec import StudySettings
@@ -63,6 +63,7 @@ class Note:
     located: bool = True  # the runs locate the point (threshold.search.bounds.answer)
     bound: str | None = None  # where they do not: the answer's bound, "> 4,752", or None
     answer: str = ""  # the answer in one line (threshold.search.bounds.answer_words)
+    chance_warning: str | None = None  # the level lies near chance: what to do (find says it too)
 
 
 def _title(settings: StudySettings) -> str:
@@ -186,6 +187,7 @@ def note_markdown(
         located=ans is None or ans["located"],
         bound=_bound(ans),
         answer=answer_words(ans),
+        chance_warning=near_chance_words(estimate),
     )
     return render("note.md.j2", n=note)
 
