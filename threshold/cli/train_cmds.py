@@ -146,6 +146,7 @@ def train(
         seed_list = _seeds(seed, seeds)
         sizes = {"max_steps": steps, "batch_size": batch_size}  # None: the recipe's
         made = make_recipe(recipe, **sizes, **recipe_overrides(options))
+        task_cfg = made.on(task_cfg)  # the recipe's split (paper: the group's)
         base = made.train.to_dict() | {
             "eval_every": eval_every,
             "threads": threads,

@@ -209,11 +209,13 @@ def science_pair(
     # tiny: depth-1 ListOps (9 tokens against depth 2's up to 60): an untrained model under the
     # small recipe's init writes to the end of its context, and decoding is most of the CPU
     extra = dict(depth=1, n_train=2000, n_test=40, n_val=50) if tiny else {}
-    tasks = {
-        "add": TaskConfig(ops=("add",), n=mod, **extra),
-        "max+med+add": TaskConfig(ops=("max", "med", "add"), n=mod, measure="add", **extra),
-    }
     made = make_recipe(recipe)
+    tasks = {  # with the recipe's split (paper: the group's triples)
+        "add": made.on(TaskConfig(ops=("add",), n=mod, **extra)),
+        "max+med+add": made.on(
+            TaskConfig(ops=("max", "med", "add"), n=mod, measure="add", **extra)
+        ),
+    }
     # tiny: two checkpoints, as decoding the test sets at each is most of a tiny run's CPU
     checkpoints = (0.5, 1.0) if tiny else (0.125, 0.25, 0.5, 1.0)
     cfg = replace(made.train, eval_every=500, checkpoints=checkpoints)

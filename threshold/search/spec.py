@@ -86,9 +86,9 @@ class StudySettings:
         """The settings ``threshold find``'s options (and :func:`threshold.find_threshold`'s
         arguments) mean: ``tasks`` and ``pretrain`` as ``max,med`` or a tuple, ``arity`` as MIN-MAX,
         ``weights`` as ``add=2``; ``recipe`` names a training recipe and ``overrides`` set its
-        fields (``weight_decay=0.01``, ``checkpoints=(0.25, 0.5, 1)``; see threshold.config;
-        ``steps`` is ``max_steps``, and ``None`` keeps the recipe's value). Every value is
-        checked here, before anything is written."""
+        fields (``weight_decay=0.01``, ``checkpoints=(0.25, 0.5, 1)``, the task's ``split``; see
+        threshold.config; ``steps`` is ``max_steps``, and ``None`` keeps the recipe's value).
+        Every value is checked here, before anything is written."""
         task = TaskConfig.from_options(
             tasks,
             testbed,
@@ -104,6 +104,7 @@ class StudySettings:
             match_exposure,
         )
         made = make_recipe(recipe, max_steps=steps, **overrides)
+        task = made.on(task)  # the recipe's split (paper: the group's), or one set by hand
         source = split_ops(pretrain) if pretrain is not None else ()
         if pretrain is not None:
             transfer_model_config(pretrain_task(task, source), task, d_lo, **made.model_kwargs)

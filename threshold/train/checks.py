@@ -1,7 +1,8 @@
 """When a member stops, and its budget checkpoints.
 
 A member stops by absolute rules only (:func:`check`): *learned* (its teacher-forced validation
-answers right, confirmed by greedy decoding), *stuck* (late in the budget, at chance, its answer
+answers right, confirmed by greedy decoding; not with ``early_stop = "never"``, which records
+validation and trains the whole budget), *stuck* (late in the budget, at chance, its answer
 loss flat, and no other op of its mixture improving: :func:`is_stuck`), *diverged* (its
 training loss is not finite), its step budget, or its time limit. At each of its config's
 checkpoint steps the measured op's test accuracy is recorded (:attr:`TrainResult.budget
@@ -48,7 +49,9 @@ def check(pack: Pack) -> None:
             m.history.append(entry)
             if not math.isfinite(smooth[j]):
                 m.stop_reason = "diverged"
-            elif all(a >= m.cfg.learned_tf for a in m.val_acc.values()):
+            elif m.cfg.early_stop != "never" and all(
+                a >= m.cfg.learned_tf for a in m.val_acc.values()
+            ):
                 candidates.append(j)
     for data, group, ens in groups(pack, candidates):
         eos, bs = data.vocab.eos_id, batch_size(pack, group)
@@ -74,7 +77,7 @@ def check(pack: Pack) -> None:
 def is_stuck(history: list[dict], cfg: TrainConfig, chance: float, measure: str) -> bool:
     """Absolute rule: late in the budget, at chance, the answer loss has stopped moving, and no
     other op of the mixture is still improving (its accuracy up by over ``IMPROVING`` within the
-    window); never with ``early_stop = "learned"``."""
+    window); only with ``early_stop = "learned_or_stuck"``."""
     step = history[-1]["step"]
     if cfg.early_stop != "learned_or_stuck" or step < cfg.stuck_after * cfg.max_steps:
         return False
