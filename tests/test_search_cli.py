@@ -115,11 +115,15 @@ def dashboard_get(url: str, path: str) -> tuple[str, bytes]:
     return status[0], body
 
 
-def test_ctrl_c_then_resume_keeps_completed_trials(tmp_path, cli):
+@pytest.mark.parametrize("at", ["training", "writing"])
+def test_ctrl_c_then_resume_keeps_completed_trials(tmp_path, cli, at):
+    """Ctrl-C while the second trial trains, or once it trained and before its result is
+    written: the trial is told failed and enqueued again before the worker exits, and the
+    same command finishes the study."""
     url = f"sqlite:///{tmp_path}/s.db"
     args = ["find", *TINY, "--steps", "150", "--budget", "4", "--storage", url, "--json"]
-    held = tmp_path / "held"  # the worker stops mid-run in its second trial: see hold_env
-    env = dict(os.environ, THRESHOLD_CACHE=str(tmp_path / "cache"), **hold_env(held))
+    held = tmp_path / "held"  # the worker stops in its second trial: see hold_env
+    env = dict(os.environ, THRESHOLD_CACHE=str(tmp_path / "cache"), **hold_env(held, at))
     proc = subprocess.Popen(
         [sys.executable, "-m", "threshold", *args], env=env, cwd=tmp_path,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,

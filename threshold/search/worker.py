@@ -65,6 +65,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 HOLD_ENV = "THRESHOLD_TEST_HOLD"  # tests only: see _hold
+HOLD_AT_ENV = "THRESHOLD_TEST_HOLD_AT"  # where: "training" (default) or "writing" (see _hold)
 
 
 def quiet_storage_log() -> None:
@@ -252,11 +253,14 @@ def _run_batch(study, settings, data, store, sampler, k, execution, device, note
             return
         reporters[i](p)
         reported.add(i)
-        if os.environ.get(HOLD_ENV) and len(reported) == len(live) == len(runs):
+        held = os.environ.get(HOLD_AT_ENV, "training") == "training"
+        if os.environ.get(HOLD_ENV) and held and len(reported) == len(live) == len(runs):
             _hold(study, len(runs), Path(os.environ[HOLD_ENV]))
 
     def done(i: int, result: TrainResult) -> None:
         run = live[i]  # live until told: an interrupt while recording fails it and enqueues it
+        if os.environ.get(HOLD_ENV) and os.environ.get(HOLD_AT_ENV) == "writing":
+            _hold(study, len(runs), Path(os.environ[HOLD_ENV]))  # trained, nothing written yet
         value = _record(run, result, settings, store)
         study.tell(run.trial, value)
         del live[i]
@@ -321,9 +325,11 @@ def _finished(study: optuna.Study) -> set[int]:
 
 def _hold(study: optuna.Study, runs: int, path: Path) -> None:
     """Where the kill and signal tests strike (``THRESHOLD_TEST_HOLD=path``): once each of the
-    batch's ``runs`` has reported progress and none has ended, and the study has a completed
-    trial or the batch trains several runs, write this process's id to ``path`` and wait, the
-    runs unfinished and their trials running (heartbeats beating), until a signal ends it."""
+    batch's ``runs`` has reported progress and none has ended (``THRESHOLD_TEST_HOLD_AT``
+    ``training``, the default), or once a run has trained and before its result is written
+    (``writing``), and the study has a completed trial or the batch trains several runs, write
+    this process's id to ``path`` and wait, the runs unfinished and their trials running
+    (heartbeats beating), until a signal ends it."""
     if runs == 1 and not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         return
     with atomic_write(path, text=True) as f:  # whole when it appears
