@@ -110,6 +110,20 @@ def test_bench_gpu_runs_the_seeds_it_is_asked_for(tmp_path, cli):
     assert "3 seeds" in record_path.with_suffix(".md").read_text()
 
 
+def test_bench_gpu_runs_the_pair_on_the_split_it_is_asked_for(tmp_path, cli):
+    """--split triples: the group's held-out triples (issue 59), so a lend can pair the splits."""
+    bad = cli(["bench", "gpu", "--device", "cpu", "--split", "pairs", "--out", tmp_path])
+    assert bad.exit_code != 0 and "split 'pairs' is not allowed" in bad.stderr
+    args = ["--parts", "science", "--seeds", "1", "--split", "triples"]
+    out = cli(["bench", "gpu", "--device", "cpu", *args, "--out", tmp_path, "--cache-dir",
+               tmp_path / "cache"])  # fmt: skip
+    assert out.exit_code == 0, (out.stderr[-3000:], out.exception)
+    (record_path,) = tmp_path.glob("gpu-*.json")
+    science = json.loads(record_path.read_text())["science"]
+    assert science["split"] == "triples" and science["recipe"] == "small"
+    assert "small recipe, split triples" in record_path.with_suffix(".md").read_text()
+
+
 def test_the_science_pair_notes_its_progress_as_it_trains(tmp_path, monkeypatch):
     """A progress line every NOTE_EVERY_S seconds (here every notice), so a log that a lend's
     time limit cut off still says how far the pair got."""

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from threshold.cli.common import CacheDir, Device, int_list, run_guarded
+from threshold.config import make_recipe
 from threshold.errors import ConfigError
 from threshold.search.gpu import PARTS, SCIENCE_RECIPES, SEEDS, SIZES
 from threshold.search.gpu import bench_gpu as run
@@ -45,6 +46,13 @@ def bench_gpu(
             " (the group's code: 128-token windows, sampled accuracy; docs/recipes.md)."
         ),
     ] = SCIENCE_RECIPES[0],
+    split: Annotated[
+        str | None,
+        typer.Option(
+            help="The science pair's data split: groups (per op) or triples (the group's, held"
+            " out of every op) \\[default: the recipe's; docs/recipes.md]."
+        ),
+    ] = None,
 ) -> None:
     """The engine on a GPU against the CPU, its throughput (eager, CUDA graphs, compiled) and a
     science pair (small init, or the paper's recipe) in the minutes left; with --device cpu, tiny
@@ -70,6 +78,7 @@ def bench_gpu(
                 f"--recipe {recipe!r} is not allowed: the science pair runs {runs} (a schedule"
                 " that does not depend on the budget, so checkpoints read smaller budgets)"
             )
+        make_recipe(recipe, split=split)  # a bad --split refused before anything runs
         dev = resolve_device(device)
         console = Console(stderr=True)
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -83,6 +92,7 @@ def bench_gpu(
             sizes=ds,
             seeds=seeds,
             recipe=recipe,
+            split=split,
         )
         typer.echo(md_path.read_text())
         typer.echo(f"written: {json_path}, {md_path}")

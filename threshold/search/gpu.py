@@ -109,10 +109,12 @@ def bench_gpu(
     sizes: tuple[int, ...] | list[int] = SIZES,
     seeds: int = SEEDS,
     recipe: str = SCIENCE_RECIPES[0],
+    split: str | None = None,
 ) -> tuple[dict, Path, Path]:
     """Run each of ``parts`` within about ``minutes``; write the JSON and the Markdown summary
-    into ``out_dir``; return the record and both paths. ``sizes``, ``seeds`` and ``recipe``: the
-    science pair's d on a GPU, runs a size and recipe. On the CPU every part runs tiny."""
+    into ``out_dir``; return the record and both paths. ``sizes``, ``seeds``, ``recipe`` and
+    ``split``: the science pair's d on a GPU, runs a size, recipe and data split (None: the
+    recipe's). On the CPU every part runs tiny."""
     t0 = time.perf_counter()
     deadline = t0 + 60 * minutes
     tiny = device.type != "cuda"
@@ -145,7 +147,9 @@ def bench_gpu(
     models = out_dir / f"{stem}-models.tar.gz"
     record["science"] = _part(
         "science" in parts,
-        lambda: science_pair(device, left, tiny, cache_dir, note, models, sizes, seeds, recipe),
+        lambda: science_pair(
+            device, left, tiny, cache_dir, note, models, sizes, seeds, recipe, split
+        ),
     )
     record["wall_s"] = round(time.perf_counter() - t0, 1)
     json_path = out_dir / f"{stem}.json"
@@ -198,8 +202,10 @@ def science_pair(
     sizes: tuple[int, ...] | list[int] = SIZES,
     seeds: int = SEEDS,
     recipe: str = SCIENCE_RECIPES[0],
+    split: str | None = None,
 ) -> dict:
-    """ADD alone against ADD in MAX+MED+ADD under ``recipe`` (one of :data:`SCIENCE_RECIPES`),
+    """ADD alone against ADD in MAX+MED+ADD under ``recipe`` (one of :data:`SCIENCE_RECIPES`)
+    and its data split (``split``: groups or triples, None the recipe's),
     ``seeds`` a size, all trained together for as many steps as fit in ``seconds``; each study's
     estimate from the posterior on the recipe's accuracy (``decoding``) and the factor with its
     90% interval at every budget checkpoint. ``models``: a ``.tar.gz`` to keep every trained model
@@ -209,7 +215,7 @@ def science_pair(
     # tiny: depth-1 ListOps (9 tokens against depth 2's up to 60): an untrained model under the
     # small recipe's init writes to the end of its context, and decoding is most of the CPU
     extra = dict(depth=1, n_train=2000, n_test=40, n_val=50) if tiny else {}
-    made = make_recipe(recipe)
+    made = make_recipe(recipe, split=split)
     tasks = {  # with the recipe's split (paper: the group's triples)
         "add": made.on(TaskConfig(ops=("add",), n=mod, **extra)),
         "max+med+add": made.on(
@@ -242,6 +248,7 @@ def science_pair(
     results = train_runs(runs, device, _progress_notes(note, budget, t0))
     out: dict = {
         "recipe": recipe,
+        "split": tasks["add"].split,  # which applications the test side holds (docs/recipes.md)
         "decoding": cfg.decoding,  # the accuracy the estimates read: greedy, or sampled
         "mod": mod,
         "sizes": sizes,
@@ -430,7 +437,8 @@ def summary_markdown(record: dict) -> str:
                 f"{_cell((r.get('peak_memory') or 0) / 2**20 or None, ',.0f')} |"
             )
     sci = record.get("science", {})
-    lines += ["", f"## Science pair ({sci.get('recipe', 'small')} recipe)", ""]
+    split = f", split {sci['split']}" if "split" in sci else ""  # records before it: groups
+    lines += ["", f"## Science pair ({sci.get('recipe', 'small')} recipe{split})", ""]
     if "error" in sci or "skipped" in sci:
         lines.append(f"Not run: `{sci.get('error') or sci.get('skipped')}`")
     else:
