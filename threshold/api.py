@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Callable
 from pathlib import Path
 
-from threshold.config import MODEL_FIELDS, TRAIN_FIELDS, Execution
+from threshold.config import MODEL_FIELDS, TASK_FIELDS, TRAIN_FIELDS, Execution
 from threshold.errors import ConfigError
 from threshold.search.bounds import answer_words
 from threshold.search.find import run_search
@@ -67,7 +67,7 @@ def find_threshold(
         )
     params = inspect.signature(StudySettings.from_options).parameters
     named = [k for k, p in params.items() if p.kind != inspect.Parameter.VAR_KEYWORD]
-    known = [*named, *TRAIN_FIELDS, *MODEL_FIELDS]  # the recipe's fields go to **overrides
+    known = [*named, *TRAIN_FIELDS, *MODEL_FIELDS, *TASK_FIELDS]  # recipe fields: **overrides
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise ConfigError(f"find_threshold() has no option {unknown[0]!r}: use {', '.join(known)}")

@@ -109,7 +109,17 @@ Block = Annotated[
 ]
 EarlyStop = Annotated[
     str | None,
-    typer.Option(help="learned_or_stuck, or learned (no stuck rule) \\[default: the recipe's]."),
+    typer.Option(
+        help="learned_or_stuck, learned (no stuck rule) or never (the whole budget)"
+        " \\[default: the recipe's]."
+    ),
+]
+Split = Annotated[
+    str | None,
+    typer.Option(
+        help="Held-out split: groups (a share of each op's applications) or triples (the"
+        " group's digit triples, held out of every op) \\[default: the recipe's]."
+    ),
 ]
 Decoding = Annotated[
     str | None,
@@ -217,6 +227,7 @@ RECIPE_OPTIONS = (
     "activation",
     "n_recur",
     "qkv_bias",
+    "split",  # the task's, which a recipe may set (threshold.config.TASK_FIELDS)
 )
 
 

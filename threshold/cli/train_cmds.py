@@ -40,6 +40,7 @@ from threshold.cli.common import (
     QkvBias,
     Recipe,
     Schedule,
+    Split,
     SplitSeed,
     Steps,
     Tasks,
@@ -77,6 +78,7 @@ def train(
     n_test: NTest = 2000,
     measure: Measure = None,
     split_seed: SplitSeed = 0,
+    split: Split = None,
     d_model: Annotated[
         str, typer.Option(help="Embedding size d, or a list (16,24,32) trained as one batch.")
     ] = "32",
