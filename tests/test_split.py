@@ -199,3 +199,22 @@ def test_the_paper_recipes_early_stop_never_fires():
 def test_early_stop_values_are_checked():
     with pytest.raises(ConfigError, match="early_stop 'no' is not allowed: use learned_or_stuck"):
         TrainConfig(early_stop="no")
+
+
+def test_a_split_other_than_the_recipes_is_named_in_the_studys_recipe_words():
+    from threshold.report.data import recipe_of
+
+    words = {
+        (recipe, split): recipe_of(
+            StudySettings.from_options("add", mod=5, recipe=recipe, split=split)
+        )
+        for recipe, split in (("paper", None), ("paper", "groups"), ("small", None),
+                              ("small", "triples"), ("fast", "groups"))
+    }  # fmt: skip
+    assert words == {
+        ("paper", None): "paper",
+        ("paper", "groups"): "paper + split groups",
+        ("small", None): "small",
+        ("small", "triples"): "small + split triples",
+        ("fast", "groups"): "fast",
+    }

@@ -142,7 +142,7 @@ def study_title(settings: StudySettings, recipe: str | None = None) -> str:
     where = f"mod {task.n}" if task.testbed == "listops" else f"{task.testbed} S_{task.n}"
     mix = "" if tuple(task.ops) == (task.measured_op,) else f" in {'+'.join(task.ops).upper()}"
     before = f" after {'+'.join(settings.pretrain).upper()}" if settings.pretrain else ""
-    extra = [recipe_words(settings.train, dict(settings.model)) if recipe is None else recipe]
+    extra = [recipe_words(settings.train, dict(settings.model), task) if recipe is None else recipe]
     if task.weights is not None:
         pairs = zip(task.ops, task.weights, strict=True)
         extra.append("weights " + ",".join(f"{o}={w:g}" for o, w in pairs))
@@ -153,8 +153,9 @@ def study_title(settings: StudySettings, recipe: str | None = None) -> str:
 
 
 def recipe_of(settings: StudySettings) -> str:
-    """The recipe in words: ``fast``, or ``fast + init_std 0.02, weight_decay 0.01``."""
-    return recipe_words(settings.train, dict(settings.model)) or "fast"
+    """The recipe in words: ``fast``, or ``fast + init_std 0.02, weight_decay 0.01`` (``paper +
+    split groups``: a split other than the recipe's)."""
+    return recipe_words(settings.train, dict(settings.model), settings.task) or "fast"
 
 
 def recipe_tags(studies: Sequence[StudyData]) -> dict[str, str]:

@@ -69,7 +69,7 @@ class Note:
 def _title(settings: StudySettings) -> str:
     task = settings.task
     where = f"listops mod {task.n}" if task.testbed == "listops" else f"{task.testbed} S_{task.n}"
-    recipe = recipe_words(settings.train, dict(settings.model))
+    recipe = recipe_words(settings.train, dict(settings.model), task)
     where += f", {recipe}" if recipe else ""
     measured = task.measured_op.upper()
     if tuple(task.ops) == (task.measured_op,):
@@ -89,10 +89,11 @@ def _settings_lines(settings: StudySettings, attrs: dict) -> tuple[str, ...]:
         f"- **Task**: {task.testbed} n = {task.n}, ops {', '.join(task.ops)}, measured "
         f"{task.measured_op}; depth {task.depth}, arity {task.arity_min}-{task.arity_max}, "
         f"p_nest {task.p_nest:g}; {n_train:,} training and {task.n_test:,} test sequences "
-        f"(split seed {task.split_seed})"
+        f"({'held-out triples, ' if task.split == 'triples' else ''}split seed {task.split_seed})"
         + (f"; weights {', '.join(f'{w:g}' for w in task.weights)}" if task.weights else "")
         + ("; measured op's nodes matched to its own set" if task.match_exposure else ""),
-        f"- **Training**: recipe {recipe_words(train, dict(settings.model)) or 'fast'}; at most "
+        f"- **Training**: recipe {recipe_words(train, dict(settings.model), task) or 'fast'};"
+        f" at most "
         f"{train.max_steps:,} steps a run, batch {train.batch_size}, lr {train.lr:g} "
         f"({train.schedule}), weight decay {train.weight_decay:g}, loss on {train.loss_on}, "
         f"{train.decoding} accuracy"
