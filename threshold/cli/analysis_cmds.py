@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from threshold.analysis import ANALYSIS_DIR
 from threshold.analysis.studies import analyze_checkpoint, analyze_trial, matched_pair
 from threshold.analysis.studies import survey as survey_study
 from threshold.analysis.transfer import summarize, transfer_experiment
@@ -178,7 +179,7 @@ def analyze(
         torch.set_num_threads(threads)  # one thread: several threads spin on a busy machine
 
         console = Console(stderr=True, quiet=as_json)
-        base = out or Path("studies") / "analysis"
+        base = out or ANALYSIS_DIR
         reports = []
         if checkpoint:
             if studies or compare or trial is not None or at_transition or largest:

@@ -17,6 +17,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from threshold.analysis import ANALYSIS_DIR
 from threshold.cli.common import Storage, run_guarded
 from threshold.errors import ConfigError
 from threshold.report import collect, load_results
@@ -79,7 +80,7 @@ def report(
     storage: Storage = None,
     analysis_dir: Annotated[
         Path, typer.Option(help="Where `threshold analyze` wrote its figures.")
-    ] = Path("studies/analysis"),
+    ] = ANALYSIS_DIR,
     from_results: Annotated[
         Path | None,
         typer.Option(

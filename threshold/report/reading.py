@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy.engine import make_url
 
+from threshold.analysis import ANALYSIS_DIR
 from threshold.analysis.headline import summary as summarize_scores
 from threshold.errors import ConfigError, ThresholdError
 from threshold.meta import git_commit, version
@@ -52,7 +53,7 @@ def collect(
     names: Sequence[str] = (),
     baselines: Sequence[str] = (),
     transfer_files: Sequence[Path] = (),
-    analysis_dir: Path = Path("studies/analysis"),
+    analysis_dir: Path = ANALYSIS_DIR,
     on_progress: Progress | None = None,
 ) -> Collected:
     """Everything the report shows. ``names`` empty: every threshold study in the storage.

@@ -18,7 +18,6 @@ from threshold.search.study import open_storage, storage_url
 from threshold.suite.spec import Suite, SuiteError, SuiteStudy, TransferSpec
 
 __all__ = [
-    "ANALYSIS_DIR",
     "SUITE_JSON",
     "SURVEY_DIR",
     "TRANSFER_DIR",
@@ -32,7 +31,6 @@ __all__ = [
     "transfer_file",
 ]
 
-ANALYSIS_DIR = Path("studies/analysis")  # where `threshold analyze` writes and the report reads
 TRANSFER_DIR = Path("studies/transfer")  # one JSON per transfer experiment (its settings' hash)
 SUITE_JSON = "suite.json"  # the record of a suite's last run, in its reports folder
 SURVEY_DIR = "surveys"  # in the reports folder: one JSON per [[survey]], every scored run

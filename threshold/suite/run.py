@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from threshold.analysis import ANALYSIS_DIR
 from threshold.analysis.studies import (
     SURVEY_FORMAT,
     analyze_trial,
@@ -50,7 +51,6 @@ from threshold.search.record import read_study, study_names
 from threshold.search.results import load_analyses, pick_trial
 from threshold.search.study import create_or_load_study, open_storage
 from threshold.suite.plan import (
-    ANALYSIS_DIR,
     SUITE_JSON,
     SURVEY_DIR,
     check_reports_folder,
