@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit, urlunsplit
@@ -22,32 +23,28 @@ from threshold.errors import ConfigError
 from threshold.search.study import check_study_name
 
 
+@dataclass(frozen=True)
+class Array:
+    """What SLURM gives each array task, and how the task starts the worker."""
+
+    time: str = "24:00:00"  # sbatch --time
+    cpus: int = 4  # sbatch --cpus-per-task
+    mem: str = "16G"  # sbatch --mem
+    partition: str | None = None
+    account: str | None = None
+    setup: tuple[str, ...] = ()  # shell lines run before the worker
+    command: str = "threshold"  # how the task starts threshold, e.g. 'python -m threshold'
+
+
 def slurm_script(
-    study: str,
-    storage: str | None,
-    workers: int,
-    trials_at_once: int | None,
-    device: str,
-    heartbeat: int | None,
-    max_trials: int | None,
-    cache_dir: Path | None,
-    time: str,
-    cpus: int,
-    mem: str,
-    partition: str | None,
-    account: str | None,
-    setup: list[str],
-    command: str,
+    study: str, execution: Execution, array: Array, max_trials: int | None = None
 ) -> str:
-    """The text of an ``sbatch --array`` script: ``workers`` array tasks, each one worker."""
+    """The text of an ``sbatch --array`` script: ``execution.workers`` array tasks, each one
+    worker with the execution's settings (checked once, by :class:`Execution`)."""
 
     check_study_name(study)
-    if workers < 1:
-        raise ConfigError(f"--workers {workers} is not allowed: use 1 or more array tasks")
-    if trials_at_once is not None and trials_at_once < 1:
-        raise ConfigError(
-            f"--trials-at-once {trials_at_once} is not allowed: use 1 or more trials at once"
-        )
+    storage, workers, device = execution.storage, execution.workers, execution.device
+    trials_at_once, cache_dir = execution.trials_at_once, execution.cache_dir
     if storage is not None and storage.startswith("sqlite"):
         raise ConfigError(
             f"--storage {storage}: SQLite cannot be shared by workers on many machines (its "
@@ -57,13 +54,13 @@ def slurm_script(
     if storage is not None:
         _refuse_password(storage)
     gpu = device.startswith("cuda")
+    trials = execution.trials_on("cuda" if gpu else "cpu")
     job = re.sub(r"[^A-Za-z0-9_.+-]", "_", f"threshold-{study}")[:64]
     worker = [
-        *shlex.split(command), "worker", "--study", study,
+        *shlex.split(array.command), "worker", "--study", study,
         *(["--storage", storage] if storage else []),
         *(["--trials-at-once", str(trials_at_once)] if trials_at_once is not None else []),
-        "--device", "cuda" if gpu else device,
-        *(["--heartbeat", str(heartbeat)] if heartbeat is not None else []),
+        "--device", "cuda" if gpu else device, "--heartbeat", str(execution.heartbeat_s),
         *(["--max-trials", str(max_trials)] if max_trials is not None else []),
         *(["--cache-dir", str(cache_dir)] if cache_dir is not None else []),
     ]  # fmt: skip
@@ -71,20 +68,19 @@ def slurm_script(
         f"--job-name={job}",
         f"--array=0-{workers - 1}",
         "--ntasks=1",
-        f"--cpus-per-task={cpus}",
+        f"--cpus-per-task={array.cpus}",
         *(["--gres=gpu:1"] if gpu else []),
-        f"--mem={mem}",
-        f"--time={time}",
-        *([f"--partition={partition}"] if partition else []),
-        *([f"--account={account}"] if account else []),
+        f"--mem={array.mem}",
+        f"--time={array.time}",
+        *([f"--partition={array.partition}"] if array.partition else []),
+        *([f"--account={array.account}"] if array.account else []),
         "--output=%x-%A_%a.out",
     ]
     where = "and one GPU each" if gpu else f"each, on {device}"
     lines = [
         "#!/bin/bash",
         f"# threshold: {workers} identical workers on study {study!r}, one array task {where},",
-        f"# {trials_at_once or Execution().trials_on('cuda' if gpu else 'cpu')} trial(s) at once"
-        " each. They share the study through its storage",
+        f"# {trials} trial(s) at once each. They share the study through its storage",
         "# alone; a task that ends or dies loses no finished trial (a running one is retried",
         "# after 3 silent heartbeats). Submit: sbatch THIS_FILE. Follow: threshold status.",
         *(f"#SBATCH {line}" for line in sbatch),
@@ -94,7 +90,7 @@ def slurm_script(
             if storage
             else ["# --storage left out: the worker reads $THRESHOLD_STORAGE (sbatch passes it on)"]
         ),
-        *setup,
+        *array.setup,
         "exec " + shlex.join(worker),
     ]
     return "\n".join(lines) + "\n"
@@ -159,10 +155,10 @@ def slurm(
     """Write an sbatch --array script that starts one `threshold worker` per array task."""
 
     def body():
-        text = slurm_script(
-            study, storage, workers, trials_at_once, device, heartbeat, max_trials, cache_dir, time,
-            cpus, mem, partition, account, setup or [], command,
-        )  # fmt: skip
+        execution = Execution(storage, workers, trials_at_once, device, cache_dir=cache_dir)
+        execution = execution.but(heartbeat_s=heartbeat)
+        array = Array(time, cpus, mem, partition, account, tuple(setup or ()), command)
+        text = slurm_script(study, execution, array, max_trials)
         if output is None:
             typer.echo(text, nl=False)
             return
