@@ -203,6 +203,12 @@ def find(
             raise typer.Exit(exit_status()) from None
         report = outcome.to_json()
         report["warning"] = near_chance_words(report["transition"])
+        if as_json:
+            typer.echo(json.dumps(report))
+        else:
+            _print_summary(report)
+            if report["warning"]:
+                typer.echo(f"warning: {report['warning']}", err=True)
         if workers == 0:  # the study only: say how its trials get run
             where = "" if storage is None else f" --storage {storage}"
             shared = storage is not None and not storage.startswith("sqlite")  # many machines
@@ -217,12 +223,6 @@ def find(
                 ),
                 err=True,
             )
-        if as_json:
-            typer.echo(json.dumps(report))
-            return
-        _print_summary(report)
-        if report["warning"]:
-            typer.echo(f"warning: {report['warning']}", err=True)
 
     run_guarded(body)
 
