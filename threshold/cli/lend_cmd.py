@@ -12,6 +12,7 @@ import typer
 
 from threshold.cli.common import CacheDir, Device, run_guarded
 from threshold.cli.suite_cmd import _Printer
+from threshold.search.bounds import answer_words
 from threshold.search.find import worker_devices
 from threshold.search.record import storage_log_level
 from threshold.suite import load_suite
@@ -109,5 +110,6 @@ def standing_lines(studies: list[dict]) -> list[str]:
             for u in s["unfinished"]
         ]
         rest = f"; {len(runs)} to continue: " + ", ".join(runs) if runs else ""
-        lines.append(f"{s['label']}: {s['runs']} runs done{rest}")
+        answer = f"; {answer_words(s['answer'])}" if s.get("answer") else ""
+        lines.append(f"{s['label']}: {s['runs']} runs done{answer}{rest}")
     return lines

@@ -213,6 +213,7 @@ def standing(suite: Suite, url: str) -> list[dict]:
                         {"d": run.d_model, "seed": run.seed, "state": run.state} | _saved_step(path)
                     )
             row["estimate"] = view.estimate.to_dict() if view.estimate is not None else None
+            row["answer"] = view.answer  # located or bound, as every view says it
         rows.append(row)
     return rows
 
