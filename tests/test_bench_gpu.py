@@ -43,9 +43,10 @@ def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path, cli):
     engine = [r for r in rows if not r["path"].startswith("peer")]
     kinds = {("fast", "fp32"), ("fast", "bf16"), ("paper", "fp32")}
     assert {(r["recipe"], r["precision"]) for r in engine} == kinds
-    # the flat layout: whole sequences nearly all useful, windows all; the host's ms a step
-    # (a chunk of draws, shared out) well under the step's own
-    assert all(r["useful_share"] > 0.9 for r in engine)
+    # the static step's flat layout: whole sequences nearly all useful, windows all; the eager
+    # step's rows padded to their longest less; the host's ms a step (a chunk of draws, shared
+    # out) well under the step's own
+    assert all(r["useful_share"] > (0.9 if r["path"] == "graphs" else 0.5) for r in engine)
     assert all(r["useful_share"] == 1 for r in engine if r["recipe"] == "paper")
     assert all(0 < r["host_batch_ms"] < r["step_ms"] and r["device_step_ms"] > 0 for r in engine)
     science = record["science"]
@@ -259,4 +260,5 @@ def test_the_prepared_command_for_a_lent_gpu_runs_every_step(tmp_path):
     kept = load_checkpoint(tmp_path / "add-d16-seed0.pt").train_config
     assert kept["batches"] == "windows" and kept["decoding"] == "sampled"
     summary = record_path.with_suffix(".md").read_text()
-    assert "## Science pair (paper recipe)" in summary and "of sampled accuracy" in summary
+    assert "## Science pair (paper recipe, split triples)" in summary  # the recipe's split
+    assert "of sampled accuracy" in summary

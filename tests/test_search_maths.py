@@ -758,21 +758,26 @@ def test_a_bench_study_reads_its_own_stop_and_checkpoints_off_one_trajectory():
     """The own stop's runs are the stop-off trajectory's first ones, whichever ends first: here
     the own budget (5) lies beyond the last checkpoint (4), so the trajectory goes on to it."""
 
-    from threshold.search.benchmark import _scored, _trajectory
+    from threshold.search.benchmark import trajectory
     from threshold.search.families import CHANCE as FAMILY_CHANCE
     from threshold.search.families import draw_family_truth
 
     settings = SearchSettings(TABLE, chance=FAMILY_CHANCE, precision=1.0 + 1e-9, budget=5)
     off = dataclasses.replace(settings, budget=4)
     truth = draw_family_truth(np.random.default_rng(0), "plateau", 0.8, False)
-    own, scores, path = _trajectory(settings, off, truth, np.random.default_rng(1), (3, 4))
-    assert own["runs"] == 5 and [scores[n]["runs"] for n in (3, 4)] == [3, 4]
-    runs, rng = [], np.random.default_rng(1)  # the same draws, by hand
+    rng = np.random.default_rng(1)
+
+    def draw(d: int) -> tuple[int, float]:
+        return d, truth.sample(rng, float(settings.x_of(d)))
+
+    own, at, path = trajectory(settings, off, draw, (3, 4))
+    assert len(own) == 5 and [len(at[n]) for n in (3, 4)] == [3, 4]
+    runs, again = [], np.random.default_rng(1)  # the same draws, by hand
     for _ in range(3):
         d = decide(settings, runs, []).d
-        runs.append((d, truth.sample(rng, float(settings.x_of(d)))))
-    assert scores[3] == _scored(settings, runs, truth.x80)
-    assert path[:3] == runs and len(path) == own["runs"]  # the trajectory's runs come back
+        runs.append((d, truth.sample(again, float(settings.x_of(d)))))
+    assert at[3] == runs and own[:3] == runs  # the own stop's runs are the trajectory's first
+    assert path[:3] == runs and len(path) == len(own)  # the trajectory's runs come back
 
 
 def test_overrides_change_the_named_settings_and_are_checked():
