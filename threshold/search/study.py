@@ -94,10 +94,14 @@ def _check_writable(con: sqlite3.Connection, url: str) -> None:
     try:
         con.execute(f"PRAGMA user_version = {version}")
     except sqlite3.OperationalError as e:
-        raise StorageError(
-            f"storage {url!r} is read-only here ({e}): make the file and its folder writable by "
-            "this user (chmod u+w), or copy it to a folder you can write and give that --storage"
-        ) from None
+        raise _read_only(url, e) from None
+
+
+def _read_only(url: str, e: Exception) -> StorageError:
+    return StorageError(
+        f"storage {url!r} is read-only here ({e}): make the file and its folder writable by "
+        "this user (chmod u+w), or copy it to a folder you can write and give that --storage"
+    )
 
 
 class _Storage(RDBStorage):
@@ -164,6 +168,10 @@ def open_storage(
                 damage = _damage(con)
                 if create if write is None else write:
                     _check_writable(con, url)
+        except sqlite3.OperationalError as e:  # WAL set on a file not yet in it is a write too
+            if "readonly" in str(e) and (create if write is None else write):
+                raise _read_only(url, e) from None
+            raise StorageError(f"storage {url!r} cannot be opened: {e}") from None
         except (OSError, sqlite3.Error) as e:  # not a database, no permission, a file as parent
             raise StorageError(f"storage {url!r} cannot be opened: {e}") from None
         if damage:
