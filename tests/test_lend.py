@@ -10,7 +10,6 @@ import subprocess
 import sys
 import tarfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -88,45 +87,50 @@ def _key(r):
     return (r.d_model, r.seed)
 
 
+# The three lends, in a process of their own: a lend's time ends by interrupting its main thread
+# (as Ctrl-C would), which in a test process is pytest's (under xdist, a worker's) to lose.
+LENDS = """\
+import json, sys
+from dataclasses import replace
+from pathlib import Path
+from threshold.suite import parse_suite
+from threshold.suite.lend import run_lend
+root = Path(sys.argv[1])
+suite = parse_suite((root / "tiny.toml").read_text(), root / "tiny.toml")
+suite = replace(suite, execution=suite.execution.but(device="cpu"))
+work = root / "work"  # the first lend's unpacked state, watched for its runs' states
+whole = run_lend(suite, root / "none", root / "whole", 600, save_every_s=0)
+first = run_lend(
+    suite, root / "none", root / "one", 600, save_every_s=0, work=work,
+    stop_when=lambda: len(list(work.glob("artifacts/training/*/*.state"))) == 3,
+)
+second = run_lend(suite, root / "one", root / "two", 600, save_every_s=0)
+print(json.dumps([whole, first, second]))
+"""
+
+
 @pytest.fixture(scope="module")
 def lends(tmp_path_factory):
     """The suite uninterrupted (one lend that finishes it), and as two lends: the first cut as
     soon as each run of its first batch has saved a training state (saved after every step
     here), the second from the state the first returned."""
     root = tmp_path_factory.mktemp("lend")
-    cwd = Path.cwd()
-    os.chdir(root)  # the suite's data cache is relative
-    old = os.environ.get("THRESHOLD_CACHE")
-    os.environ["THRESHOLD_CACHE"] = str(root / "cache")
-    try:
-        suite = parse_suite(TINY, root / "tiny.toml")
-        suite = replace(suite, execution=suite.execution.but(device="cpu"))
-        names = {s.label: s.name for s in suite.studies}
-        (root / "none").mkdir()  # no state yet: the suite starts
-        t0 = time.perf_counter()
-        whole = run_lend(suite, root / "none", root / "whole", 600, save_every_s=0)
-        work = root / "work"  # the first lend's unpacked state, watched for its runs' states
-        first = run_lend(
-            suite,
-            root / "none",
-            root / "one",
-            600,
-            save_every_s=0,
-            stop_when=lambda: len(list(work.glob("artifacts/training/*/*.state"))) == 3,
-            work=work,
-        )
-        second = run_lend(suite, root / "one", root / "two", 600, save_every_s=0)
-        wall = time.perf_counter() - t0
-        got = {}
-        for which, lends in (("whole", ["whole"]), ("one", ["one"]), ("two", ["one", "two"])):
-            folders = [root / x for x in lends]
-            got[which] = runs_of(root / which, root / f"x-{which}", names, folders)
-    finally:
-        os.chdir(cwd)
-        if old is None:
-            os.environ.pop("THRESHOLD_CACHE", None)
-        else:
-            os.environ["THRESHOLD_CACHE"] = old
+    (root / "tiny.toml").write_text(TINY)
+    names = {s.label: s.name for s in parse_suite(TINY, root / "tiny.toml").studies}
+    (root / "none").mkdir()  # no state yet: the suite starts
+    env = os.environ | {"THRESHOLD_CACHE": str(root / "cache"), "PYTHONPATH": str(ROOT)}
+    t0 = time.perf_counter()
+    done = subprocess.run(  # the suite's data cache is relative: run in root
+        [sys.executable, "-c", LENDS, str(root)], cwd=root, env=env, capture_output=True,
+        text=True, timeout=900,
+    )  # fmt: skip
+    wall = time.perf_counter() - t0
+    assert done.returncode == 0, done.stderr[-3000:]
+    whole, first, second = json.loads(done.stdout.strip().splitlines()[-1])
+    got = {}
+    for which, lends in (("whole", ["whole"]), ("one", ["one"]), ("two", ["one", "two"])):
+        folders = [root / x for x in lends]
+        got[which] = runs_of(root / which, root / f"x-{which}", names, folders)
     return root, (whole, first, second), got, wall
 
 
