@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from threshold.config import TrainConfig, model_config_for
-from threshold.search import gpu
-from threshold.search.gpu import (
+from threshold.search.bench import gpu
+from threshold.search.bench.gpu import (
     _factor,
     _free_stem,
     _point,

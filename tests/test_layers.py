@@ -193,7 +193,7 @@ IMPORT_IN_FUNCTION_ALLOWED = {
 # top of each command's module (threshold/cli/commands.py lists the commands without importing
 # them, so `threshold --help` loads none, tests/test_cli.py); report/write.py draws with
 # matplotlib and plotly at its top, as the report's face no longer re-exports it; reading a
-# checkpoint (torch) moved from search/record.py to search/artifacts.py; search/simulate.py
+# checkpoint (torch) moved from search/record.py to search/artifacts.py; search/bench/simulate.py
 # imports Optuna at its top.
 IMPORT_IN_FUNCTION_PENDING: tuple[str, ...] = ()
 

@@ -9,12 +9,12 @@ import pytest
 from threadpoolctl import threadpool_info
 
 from threshold.config import TrainConfig
-from threshold.search.bench_table import coverage_interval, oracle_column, vs_oracle
-from threshold.search.benchmark import _worker_start
-from threshold.search.families import CHANCE
+from threshold.search.bench.bench_table import coverage_interval, oracle_column, vs_oracle
+from threshold.search.bench.benchmark import _worker_start
+from threshold.search.bench.families import CHANCE
+from threshold.search.bench.simulate import listops_table
 from threshold.search.sampler import policy_settings
 from threshold.search.settings import SearchConfig, SearchSettings
-from threshold.search.simulate import listops_table
 from threshold.search.spec import StudySettings
 from threshold.tasks import TaskConfig
 

@@ -1,13 +1,13 @@
-"""The benchmark's shape-unknown bounds (``threshold.search.fit_oracle``): the fit placed by the
+"""The benchmark's shape-unknown bounds (``search.bench.fit_oracle``): the fit placed by the
 truth, and the fit that places its runs as it learns."""
 
 import numpy as np
 import pytest
 
-from threshold.search.families import CHANCE, FAMILIES, draw_family_truth, fit_bounds
-from threshold.search.fit_oracle import FitOracle
+from threshold.search.bench.families import CHANCE, FAMILIES, draw_family_truth, fit_bounds
+from threshold.search.bench.fit_oracle import FitOracle
+from threshold.search.bench.simulate import listops_table
 from threshold.search.settings import SearchSettings
-from threshold.search.simulate import listops_table
 
 TABLE = listops_table(4, 512)
 

@@ -10,6 +10,7 @@ from scipy.special import betaincinv, expit, ndtr
 
 from threshold.errors import ConfigError
 from threshold.search import posterior as post
+from threshold.search.bench.simulate import listops_table
 from threshold.search.policy import _look_ahead, posterior_of
 from threshold.search.posterior.hypothesis import (
     LINKS,
@@ -19,7 +20,6 @@ from threshold.search.posterior.hypothesis import (
     share_at,
 )
 from threshold.search.settings import SearchSettings
-from threshold.search.simulate import listops_table
 
 CHANCE = 0.15
 SHARES = {

@@ -11,19 +11,19 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
 from threshold.errors import ConfigError
-from threshold.search import families
-from threshold.search.benchmark import bench_search
-from threshold.search.fit import fit_logistic, transition_estimate
-from threshold.search.policy import bracket, decide, posterior_summary, search_range
-from threshold.search.posterior import level_fraction
-from threshold.search.settings import SearchSettings
-from threshold.search.simulate import (
+from threshold.search.bench import families
+from threshold.search.bench.benchmark import bench_search
+from threshold.search.bench.simulate import (
     ResponseModel,
     listops_params,
     listops_table,
     make_truth,
     sample_accuracy,
 )
+from threshold.search.fit import fit_logistic, transition_estimate
+from threshold.search.policy import bracket, decide, posterior_summary, search_range
+from threshold.search.posterior import level_fraction
+from threshold.search.settings import SearchSettings
 
 TABLE = listops_table(4, 512)
 MODEL = ResponseModel()
@@ -96,7 +96,7 @@ def test_runs_on_a_plateau_do_not_set_the_asymptote():
     """Learners near the transition stall at 0.85, the largest reach 0.98 (ADD mod 10): the
     asymptote is the top, and the 80% point where the mean curve reaches 0.8 of it. Read
     without plateaus, the stalled runs are partly learned ones and the interval misses."""
-    from threshold.search.families import draw_family_truth
+    from threshold.search.bench.families import draw_family_truth
     from threshold.search.posterior import PosteriorSettings
 
     s = make_settings()
@@ -421,7 +421,7 @@ def test_graded_runs_are_read_as_graded_and_located():
     """Runs near a smooth curve (no bimodal seeds): the posterior picks a graded seed model and
     puts the 80% point near the curve's, not near its midpoint; a decision on these runs
     carries the same estimate, read on the reading's finer slope grid."""
-    from threshold.search.families import draw_family_truth
+    from threshold.search.bench.families import draw_family_truth
 
     s = make_settings()
     rng = np.random.default_rng(20)
@@ -575,7 +575,7 @@ def test_repeats_pay_for_bimodal_seeds_not_for_graded_runs():
 
 @pytest.mark.parametrize("family", ["bimodal", "graded", "shallow", "partial", "plateau"])
 def test_family_truth_is_where_the_mean_curve_reaches_the_level(family):
-    from threshold.search.families import draw_family_truth
+    from threshold.search.bench.families import draw_family_truth
 
     rng = np.random.default_rng(21)
     truth = draw_family_truth(rng, family)
@@ -590,8 +590,8 @@ def test_family_truth_is_where_the_mean_curve_reaches_the_level(family):
 def test_the_spread_design_runs_the_bracket_then_around_the_true_80_point():
     """The benchmark's place-known design: the bracket first, then its runs taken in turn from
     sizes within 1 / slope of x80 (nearest allowed d), on both sides of it."""
-    from threshold.search.benchmark import _spread_runs
-    from threshold.search.families import draw_family_truth
+    from threshold.search.bench.benchmark import _spread_runs
+    from threshold.search.bench.families import draw_family_truth
     from threshold.search.policy import bracket
 
     s = make_settings()
@@ -609,8 +609,8 @@ def test_the_oracle_runs_where_runs_tell_most_and_needs_runs_as_seeds_spread():
     """Learn-or-not seeds are most telling near the midpoint, not at the 80% point, and need many
     runs to pin x80; graded runs that agree need one or two. Halving the interval's log width
     takes four times the runs, and the oracle's error shrinks as runs grow."""
-    from threshold.search.benchmark import _Oracle
-    from threshold.search.families import draw_family_truth
+    from threshold.search.bench.benchmark import _Oracle
+    from threshold.search.bench.families import draw_family_truth
 
     s = make_settings()
     bimodal = draw_family_truth(np.random.default_rng(4), "bimodal", d80_range=(40.0, 40.0))
@@ -640,7 +640,12 @@ def test_a_family_likelihood_is_its_sampler_s_and_places_the_truth(family):
     density and the clipped mass at 0 and 1 sum to 1) with the sampler's mean and share of runs
     above 0.5, and the mean curve's where censoring does not hide learners; the curve's 80%
     point, as a function of (place, slope, ceiling), is the truth's at the true parameters."""
-    from threshold.search.families import ceiling_of, curve_x80, draw_family_truth, log_likelihood
+    from threshold.search.bench.families import (
+        ceiling_of,
+        curve_x80,
+        draw_family_truth,
+        log_likelihood,
+    )
 
     truth = draw_family_truth(np.random.default_rng(7), family, d80_range=(40.0, 40.0))
     ceiling = ceiling_of(truth)
@@ -666,7 +671,7 @@ def test_a_family_likelihood_is_its_sampler_s_and_places_the_truth(family):
 
 @pytest.mark.slow  # a minute of CPU; the default suite keeps test_bench_search_small
 def test_bench_families_small():
-    from threshold.search.benchmark import bench_families
+    from threshold.search.bench.benchmark import bench_families
 
     result = bench_families(n_studies=2, seed=3, families=("graded", "plateau"), checkpoints=(6, 9))
     for family in ("graded", "plateau"):
@@ -708,7 +713,7 @@ def test_bench_families_small():
 def test_bench_families_rows_are_computed_alone_with_the_same_numbers():
     """``rows`` computes only the rows asked for, each from its own stream: the oracles' rows
     alone are those of a study that also ran the grid, and a row not known is refused."""
-    from threshold.search.benchmark import bench_families
+    from threshold.search.bench.benchmark import bench_families
 
     kw = {"n_studies": 1, "seed": 2, "families": ("graded",), "checkpoints": (6,)}
     alone = bench_families(rows=("oracle", "oracle_fit"), **kw)["families"]["graded"]
@@ -758,9 +763,9 @@ def test_a_bench_study_reads_its_own_stop_and_checkpoints_off_one_trajectory():
     """The own stop's runs are the stop-off trajectory's first ones, whichever ends first: here
     the own budget (5) lies beyond the last checkpoint (4), so the trajectory goes on to it."""
 
-    from threshold.search.benchmark import trajectory
-    from threshold.search.families import CHANCE as FAMILY_CHANCE
-    from threshold.search.families import draw_family_truth
+    from threshold.search.bench.benchmark import trajectory
+    from threshold.search.bench.families import CHANCE as FAMILY_CHANCE
+    from threshold.search.bench.families import draw_family_truth
 
     settings = SearchSettings(TABLE, chance=FAMILY_CHANCE, precision=1.0 + 1e-9, budget=5)
     off = dataclasses.replace(settings, budget=4)
@@ -806,13 +811,13 @@ def test_overrides_change_the_named_settings_and_are_checked():
 def test_a_batched_search_spreads_its_rounds_and_keeps_its_budget():
     """Batch rounds (find --trials-at-once K, simulated): every round holds at most K runs,
     there are fewer rounds than runs, and the budget holds."""
-    from threshold.search.settings import SearchSettings
-    from threshold.search.simulate import (
+    from threshold.search.bench.simulate import (
         ResponseModel,
         draw_truth,
         listops_table,
         run_policy_batched,
     )
+    from threshold.search.settings import SearchSettings
 
     model = ResponseModel()
     settings = SearchSettings(listops_table(), chance=model.unlearned_mean, budget=24)

@@ -1,13 +1,13 @@
-"""The plain Ψ-method (threshold/search/psi.py): its posterior, its pick, its benchmark row."""
+"""The plain Ψ-method (threshold/search/bench/psi.py): its posterior, its pick, its row."""
 
 import numpy as np
 import pytest
 
 from threshold.errors import ConfigError
-from threshold.search.benchmark import psi_scored
-from threshold.search.psi import PsiMethod, PsiSettings
+from threshold.search.bench.benchmark import psi_scored
+from threshold.search.bench.psi import PsiMethod, PsiSettings
+from threshold.search.bench.simulate import listops_table
 from threshold.search.settings import SearchSettings
-from threshold.search.simulate import listops_table
 
 SMALL = PsiSettings(n_x80=40, slopes=(1.0, 3.0, 9.0), asymptotes=(0.8, 0.9, 1.0), bins=8)
 

@@ -6,6 +6,12 @@ import pytest
 from scipy.stats import norm
 
 from threshold.errors import ConfigError
+from threshold.search.bench.simulate import (
+    ResponseModel,
+    listops_table,
+    make_truth,
+    sample_accuracy,
+)
 from threshold.search.fit import (
     reduction_factor,
     transition_estimate,
@@ -18,7 +24,6 @@ from threshold.search.posterior import (
     weighted_quantiles,
 )
 from threshold.search.settings import SearchSettings
-from threshold.search.simulate import ResponseModel, listops_table, make_truth, sample_accuracy
 
 TABLE = listops_table(4, 512)
 MODEL = ResponseModel()

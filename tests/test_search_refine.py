@@ -8,11 +8,11 @@ from scipy.special import expit
 
 from threshold.errors import ConfigError
 from threshold.search import posterior as post
+from threshold.search.bench.simulate import listops_table
 from threshold.search.fit import transition_estimate
 from threshold.search.policy import decide, posterior_of, read_posterior
 from threshold.search.posterior.hypothesis import split_gaps
 from threshold.search.settings import SearchSettings
-from threshold.search.simulate import listops_table
 
 CHANCE = 0.15
 

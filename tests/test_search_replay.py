@@ -1,4 +1,4 @@
-"""Replays of recorded grids (threshold/search/replay.py): loading, the pool of runs, scoring."""
+"""Replays of recorded grids (threshold/search/bench/replay.py): loading, the runs, scoring."""
 
 import json
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from threshold.errors import ConfigError
-from threshold.search.replay import (
+from threshold.search.bench.replay import (
     RecordedGrid,
     _bisection,
     _Pool,

@@ -12,8 +12,8 @@ from rich.console import Console
 from threshold.cli.common import CacheDir, Device, int_list, run_guarded
 from threshold.config import make_recipe
 from threshold.errors import ConfigError
-from threshold.search.gpu import PARTS, SCIENCE_RECIPES, SEEDS, SIZES
-from threshold.search.gpu import bench_gpu as run
+from threshold.search.bench.gpu import PARTS, SCIENCE_RECIPES, SEEDS, SIZES
+from threshold.search.bench.gpu import bench_gpu as run
 from threshold.train.device import resolve_device
 
 

@@ -17,13 +17,13 @@ from rich.table import Table
 from threshold.cli.common import run_guarded
 from threshold.config import TrainConfig
 from threshold.errors import ConfigError
-from threshold.search.benchmark import bench_families
-from threshold.search.benchmark import bench_search as run_bench
-from threshold.search.families import CHANCE
-from threshold.search.replay import bench_replay
+from threshold.search.bench.benchmark import bench_families
+from threshold.search.bench.benchmark import bench_search as run_bench
+from threshold.search.bench.families import CHANCE
+from threshold.search.bench.replay import bench_replay
+from threshold.search.bench.simulate import ResponseModel
 from threshold.search.sampler import policy_settings
 from threshold.search.settings import with_overrides
-from threshold.search.simulate import ResponseModel
 from threshold.search.spec import StudySettings
 from threshold.search.study import SearchConfig
 from threshold.tasks import TaskConfig
@@ -93,7 +93,7 @@ def bench_search(
             " placing per compute as our sampler does, its runs also read by our posterior)"
             " and oracle_fit_pick (our sampler's runs read by a fit that picks the likeliest"
             " family's form; with oracle_fit_adaptive_cost, that fit's runs too), and psi (a"
-            " plain Ψ-method, Kontsevich & Tyler 1999: threshold/search/psi.py; psi_read: its"
+            " plain Ψ-method, Kontsevich & Tyler 1999: threshold/search/bench/psi.py; psi_read: its"
             " runs read by our posterior)."
             " Each has its own random stream: the same numbers whichever are chosen."
         ),

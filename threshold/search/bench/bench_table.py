@@ -1,6 +1,6 @@
 """The families table's numbers: a column's medians and shares over the studies, its coverage
 with an interval, and its error and compute as ratios to the shape-known oracle's with as many
-runs on the same studies (``threshold.search.benchmark.bench_families``)."""
+runs on the same studies (``threshold.search.bench.benchmark.bench_families``)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import minimize
 
-from threshold.search.families import (
+from threshold.search.bench.families import (
     CHANCE,
     FAMILIES,
     FamilyTruth,

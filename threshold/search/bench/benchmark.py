@@ -26,13 +26,11 @@ from threadpoolctl import threadpool_limits
 
 from threshold.allocator import keep_freed_memory
 from threshold.errors import ConfigError
-from threshold.search.bench_table import family_row, oracle_column, vs_oracle
-from threshold.search.families import CHANCE, FAMILIES, draw_family_truth
-from threshold.search.fit_oracle import FitOracle, runs_at
-from threshold.search.policy import bracket, decide, posterior_summary
-from threshold.search.psi import PsiMethod
-from threshold.search.settings import SearchSettings
-from threshold.search.simulate import (
+from threshold.search.bench.bench_table import family_row, oracle_column, vs_oracle
+from threshold.search.bench.families import CHANCE, FAMILIES, draw_family_truth
+from threshold.search.bench.fit_oracle import FitOracle, runs_at
+from threshold.search.bench.psi import PsiMethod
+from threshold.search.bench.simulate import (
     ResponseModel,
     draw_truth,
     listops_table,
@@ -41,6 +39,8 @@ from threshold.search.simulate import (
     run_policy,
     run_policy_batched,
 )
+from threshold.search.policy import bracket, decide, posterior_summary
+from threshold.search.settings import SearchSettings
 
 __all__ = [
     "DEFAULT_ROWS",

@@ -35,8 +35,13 @@ from scipy.optimize import brentq
 from scipy.special import betainc, expit, ndtr
 
 from threshold.errors import ConfigError
+from threshold.search.bench.simulate import (
+    ResponseModel,
+    listops_params,
+    make_truth,
+    sample_accuracy,
+)
 from threshold.search.posterior import level_target
-from threshold.search.simulate import ResponseModel, listops_params, make_truth, sample_accuracy
 
 __all__ = [
     "CEILINGS",

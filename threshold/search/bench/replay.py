@@ -41,11 +41,11 @@ import numpy as np
 
 from threshold.config import make_recipe, model_config_for, param_count
 from threshold.errors import ConfigError
-from threshold.search.benchmark import psi_trajectory, trajectory
+from threshold.search.bench.benchmark import psi_trajectory, trajectory
+from threshold.search.bench.psi import PsiMethod
 from threshold.search.bounds import POINT, locate
 from threshold.search.policy import posterior_of, posterior_summary, summary_of
 from threshold.search.posterior import level_target, normalize
-from threshold.search.psi import PsiMethod
 from threshold.search.settings import SearchSettings
 from threshold.tasks import TaskConfig, load_task_data
 
