@@ -193,7 +193,7 @@ def start_pack(indexed: list[tuple[int, Run]], device: torch.device, static: boo
             resume(ens, opt, smooth, k, m, state)
             log.info("run %d continues from step %d (%s)", m.index, m.step, m.run.state)
     feed = Feed(members, ens.device, static, ens.cfg.n_ctx)
-    pack = Pack(ens, opt, members, smooth, feed, static)
+    pack = Pack(ens, opt, members, smooth, feed)
     charge_cpu(members, cpu)
     return pack
 

@@ -129,8 +129,7 @@ class Pack:
     opt: StackedAdamW
     members: list[Member]
     smooth: torch.Tensor  # (M,) smoothed training loss, on the device
-    feed: Feed  # the members' batches, drawn ahead, on the device
-    static: bool = False  # batches in a few static shapes (and on a GPU, graphed steps)
+    feed: Feed  # the members' batches, drawn ahead, on the device (static shapes: feed.static)
     # False once the pack was halved after an out-of-memory error: each graph keeps its step's
     # activations in a pool of its own, so graphed halves side by side need what the whole did;
     # eager steps free them, and the halves' peak is one half's
@@ -140,7 +139,7 @@ class Pack:
     saved_at: float = field(default_factory=time.perf_counter)  # its states last written
 
     def __post_init__(self) -> None:
-        if self.static and self.graphed and self.ens.device.type == "cuda":
+        if self.feed.static and self.graphed and self.ens.device.type == "cuda":
             self.graphs = StepGraphs(self.ens, self.opt, self.eager_step)
 
     def eager_step(self, spans: torch.Tensor, n: int, t: int, dense: bool) -> torch.Tensor:
@@ -161,7 +160,7 @@ class Pack:
         opt = self.opt.select(ens, positions)
         graphed = self.graphed if graphed is None else graphed
         feed = self.feed.select(members)
-        return Pack(ens, opt, members, self.smooth[index], feed, self.static, graphed)
+        return Pack(ens, opt, members, self.smooth[index], feed, graphed)
 
 
 def resume(
