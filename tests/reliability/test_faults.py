@@ -1,7 +1,8 @@
 """Faults: SIGKILL a worker, the `threshold find` process (alone, or with its workers), and a
-process writing a checkpoint. Each time no completed trial is lost, the killed trial is marked
-failed and retried with its size and seed, the study ends with the runs and the estimate of the
-uninterrupted reference run (``reference`` fixture), and no half-written checkpoint is loadable.
+process writing a checkpoint; Ctrl-C to `threshold find` at three points of a trial. Each time no
+completed trial is lost, the killed trial is marked failed and retried with its size and seed,
+the study ends with the runs and the estimate of the uninterrupted reference run (``reference``
+fixture), and no half-written checkpoint is loadable.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from support import (
     FIND_ARGS,
     GRACE_S,
     SETTINGS,
+    STEPS,
     assert_same_estimate,
     cache_with_data,
     hold_env,
@@ -140,12 +142,13 @@ def kill_group(proc) -> None:
     proc.wait()
 
 
-def find_until_a_trial_trains(tmp_path, shared_cache) -> tuple:
-    """`threshold find` on the tiny study, its worker held in its second trial's run."""
+def find_until_a_trial_trains(tmp_path, shared_cache, at: str = "training") -> tuple:
+    """`threshold find` on the tiny study, its worker held in its second trial's run (``at``:
+    training, evaluating or writing, see :func:`support.hold_env`)."""
     cache_with_data(tmp_path, shared_cache)
     args = ["find", *FIND_ARGS, "--storage", f"sqlite:///{tmp_path}/s.db", "--json"]
     held = tmp_path / "held"
-    proc = popen_threshold(args, tmp_path, tmp_path / "first.log", **hold_env(held))
+    proc = popen_threshold(args, tmp_path, tmp_path / "first.log", **hold_env(held, at))
     try:
         db, name = find_study(tmp_path, proc)
         wait_for_hold(held, proc)
@@ -176,6 +179,48 @@ def test_sigkill_find_and_its_workers_then_resume(tmp_path, shared_cache, refere
     assert report["study"] == name and report["n_trials"] == BUDGET
     assert_same_estimate(report["transition"], reference.estimate)
     check_resumed(db, name, victim, before, reference)
+
+
+# about 25 s each on a busy 2-core machine: the default suite strikes while evaluating (the point
+# no other default test strikes); test_search_cli.py's Ctrl-C test strikes in training and writing
+POINTS = [pytest.param(at, marks=pytest.mark.slow) for at in ("training", "writing")]
+
+
+@pytest.mark.parametrize("at", ["evaluating", *POINTS])
+def test_ctrl_c_at_any_point_of_a_trial_then_resume(tmp_path, shared_cache, reference, in_process,
+                                                    at):  # fmt: skip
+    """Ctrl-C (SIGINT to find's process group) while the second trial trains, as its test
+    evaluation begins, or once it is measured and before its result is written: find exits 130,
+    no trial is left RUNNING (the cut one is told failed and enqueued again with its size and
+    seed), and the same command ends with the uninterrupted study's runs and estimate, the cut
+    trial run again once (issue 62)."""
+    args, proc, db, name, victim = find_until_a_trial_trains(tmp_path, shared_cache, at)
+    steps = sorted(trials(db, name)[victim.number].intermediate_values)
+    try:
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does in a terminal
+        assert proc.wait(timeout=120) == 130, (tmp_path / "first.log").read_text()
+    finally:
+        kill_group(proc)
+    log = (tmp_path / "first.log").read_text()
+    assert "Traceback" not in log and "Exception ignored" not in log, log
+    # where it struck: in training the run has not reported its last step; evaluating or
+    # writing, it has (the hold is after it), and nothing of its result is written
+    assert (STEPS in steps) == (at != "training"), steps
+    ts = trials(db, name)
+    assert not [t.number for t in ts if t.state == TrialState.RUNNING], ts
+    cut = ts[victim.number]
+    assert cut.state == TrialState.FAIL and "checkpoint_artifact" not in cut.user_attrs
+    (waiting,) = [t for t in ts if t.state == TrialState.WAITING]
+    assert waiting.params == cut.params and waiting.user_attrs["seed"] == cut.user_attrs["seed"]
+    before = completed(db, name)
+    again = in_process(args, tmp_path)  # the same command, at once (nothing waits to go stale)
+    assert again.exit_code == 0, (again.stderr, again.exception)
+    report = json.loads(again.stdout)
+    assert report["study"] == name and report["n_trials"] == BUDGET
+    assert_same_estimate(report["transition"], reference.estimate)
+    after = check_finished_as_uninterrupted(db, name, before, reference)
+    retries = [t for t in after if t.system_attrs.get("interrupted_trial") == victim.number]
+    assert [t.state for t in retries] == [TrialState.COMPLETE], retries
 
 
 @pytest.mark.slow  # about 40 s; the default suite's guard that no worker outlives a killed find:

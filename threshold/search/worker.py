@@ -49,7 +49,7 @@ from threshold.search.study import (
     open_storage,
     training_state_path,
 )
-from threshold.tasks import load_task_data
+from threshold.tasks import TaskData, load_task_data
 from threshold.train import Run, TrainResult, chance_rate, train_runs
 from threshold.train.checkpoint import save_checkpoint
 from threshold.train.device import resolve_device
@@ -65,7 +65,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 HOLD_ENV = "THRESHOLD_TEST_HOLD"  # tests only: see _hold
-HOLD_AT_ENV = "THRESHOLD_TEST_HOLD_AT"  # where: "training" (default) or "writing" (see _hold)
+HOLD_AT_ENV = "THRESHOLD_TEST_HOLD_AT"  # where: "training" (default), "evaluating", "writing"
 
 
 def quiet_storage_log() -> None:
@@ -295,10 +295,11 @@ def _run_batch(study, settings, data, store, sampler, k, execution, device, note
                 reporters.append(_reporter(trial, measure))
             _pretrain(runs, settings, execution.cache_dir, device)
             if runs:
+                fed = _held_at_evaluation(data, study, len(runs))
                 members = [
-                    Run(r.model_cfg, data, r.cfg, r.init, _state_path(execution, r)) for r in runs
+                    Run(r.model_cfg, fed, r.cfg, r.init, _state_path(execution, r)) for r in runs
                 ]
-                every = min(r.cfg.eval_every for r in runs)
+                every = _progress_every(runs)
                 train_runs(
                     members, device, progress, done, every, save_every_s=execution.save_every_s
                 )
@@ -323,10 +324,42 @@ def _finished(study: optuna.Study) -> set[int]:
     return {t.number for t in study.get_trials(deepcopy=False, states=done)}
 
 
+def _progress_every(runs: list[_Trial]) -> int:
+    """Steps between progress reports: the runs' validation interval; with the hold at training
+    (tests), also halfway through the shortest run, so that the hold is mid-run where the run
+    validates only at its end (a progress report changes nothing of the run)."""
+    every = min(r.cfg.eval_every for r in runs)
+    if os.environ.get(HOLD_ENV) and os.environ.get(HOLD_AT_ENV, "training") == "training":
+        every = min(every, *(max(1, r.cfg.max_steps // 2) for r in runs))
+    return every
+
+
+def _held_at_evaluation(data: TaskData, study: optuna.Study, runs: int) -> TaskData:
+    """``data``, or with ``THRESHOLD_TEST_HOLD_AT=evaluating`` a copy whose test sets hold the
+    worker (:func:`_hold`) when the engine begins a run's test evaluation (its only reading of
+    ``test.items()``): trained, not yet measured. Tests only; otherwise ``data`` itself."""
+    if not os.environ.get(HOLD_ENV) or os.environ.get(HOLD_AT_ENV) != "evaluating":
+        return data
+    return replace(data, test=_HeldTestSets(data.test, study, runs, Path(os.environ[HOLD_ENV])))
+
+
+class _HeldTestSets(dict):
+    """Test sets whose ``items()`` holds first (:func:`_hold`; see :func:`_held_at_evaluation`)."""
+
+    def __init__(self, sets: dict, study: optuna.Study, runs: int, path: Path) -> None:
+        super().__init__(sets)
+        self.hold = (study, runs, path)
+
+    def items(self):
+        _hold(*self.hold)
+        return super().items()
+
+
 def _hold(study: optuna.Study, runs: int, path: Path) -> None:
     """Where the kill and signal tests strike (``THRESHOLD_TEST_HOLD=path``): once each of the
     batch's ``runs`` has reported progress and none has ended (``THRESHOLD_TEST_HOLD_AT``
-    ``training``, the default), or once a run has trained and before its result is written
+    ``training``, the default), once a run has trained as its test evaluation begins
+    (``evaluating``), or once it is measured and before its result is written
     (``writing``), and the study has a completed trial or the batch trains several runs, write
     this process's id to ``path`` and wait, the runs unfinished and their trials running
     (heartbeats beating), until a signal ends it."""
