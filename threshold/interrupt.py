@@ -5,7 +5,9 @@ finalizer or a weakref callback (a garbage collection during an import, say). An
 there is printed as "Exception ignored in ..." and dropped, so a worker told to stop would train
 on to the end of its study. The handler therefore also sets a flag, and the long loops (the
 search's poll, a worker between trials and at every validation of a run) call
-:func:`raise_if_interrupted` where raising is safe, so a dropped interrupt is raised again there.
+:func:`raise_if_interrupted` where raising is safe, so a dropped interrupt is raised again there;
+and the "Exception ignored" report of a dropped one is not printed (:func:`_unraisable`): it is no
+error, and the flag carries it on (issue 62: one in a SQLAlchemy finalizer printed it).
 A signal that follows the first at once does not raise again (:data:`SETTLE_S`): the cleanup
 the first began (a trial told failed and enqueued again) is not cut.
 """
@@ -13,6 +15,7 @@ the first began (a trial told failed and enqueued again) is not cut.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 
@@ -42,6 +45,18 @@ def _interrupt(signum, frame):
         raise KeyboardInterrupt
 
 
+def _unraisable(unraisable) -> None:
+    """``sys.unraisablehook`` while :func:`install`-ed: a KeyboardInterrupt of ours that struck
+    inside a finalizer is dropped in silence (the flag raises it again at the next check); any
+    other is reported by the hook there was before."""
+    if issubclass(unraisable.exc_type, KeyboardInterrupt) and _requested.is_set():
+        return
+    _before[0](unraisable)
+
+
+_before = [sys.unraisablehook]  # the hook :func:`_unraisable` hands the others to
+
+
 def exit_status() -> int:
     """The exit status of a process stopped by the first signal it got, as a shell reports one
     killed by it: 128 + the signal's number (130 for SIGINT or Ctrl-C, 143 for SIGTERM)."""
@@ -50,9 +65,13 @@ def exit_status() -> int:
 
 def install() -> None:
     """SIGINT and SIGTERM raise KeyboardInterrupt (also in a process started with SIGINT ignored,
-    as background jobs are), and are remembered for :func:`raise_if_interrupted`."""
+    as background jobs are), and are remembered for :func:`raise_if_interrupted`; one dropped in
+    a finalizer is not reported as an ignored exception."""
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
+    if sys.unraisablehook is not _unraisable:
+        _before[0] = sys.unraisablehook
+        sys.unraisablehook = _unraisable
 
 
 def raise_if_interrupted() -> None:
