@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.trial import TrialState
-from reliability.support import hold_env, wait_for_hold
+from reliability.support import FIND_ARGS, SETTINGS, hold_env, wait_for_hold
 
 from threshold.search.sampler import run_seed
 
@@ -405,6 +406,52 @@ def test_a_storage_this_user_cannot_write_is_one_line_before_anything_runs(comma
         import shutil
 
         shutil.rmtree(folder)
+
+
+# A PostgreSQL role that may read the study's tables but not write them: granted SELECT only, or
+# every transaction read-only (as on a standby, or with default_transaction_read_only).
+READ_ONLY_ROLES = {
+    "select_only": "GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}",
+    "read_only_transactions": "GRANT ALL ON ALL TABLES IN SCHEMA public TO {role};"
+    " GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role};"
+    " ALTER ROLE {role} SET default_transaction_read_only = on",
+}
+
+
+@pytest.mark.parametrize("role", list(READ_ONLY_ROLES))
+@pytest.mark.parametrize("command", ["find", "worker"])
+def test_a_postgresql_storage_this_user_cannot_write_is_one_line_before_anything_runs(
+    postgres_url, cli, role, command
+):
+    """Issue 62: as a read-only SQLite file is, a PostgreSQL database the user may only read is
+    refused in one line before anything runs, naming what is missing, and nothing is written."""
+    import sqlalchemy
+
+    from threshold.search.study import create_or_load_study, open_storage
+
+    name = create_or_load_study(SETTINGS, open_storage(postgres_url), "pg-read-only").study_name
+    admin = sqlalchemy.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as con:
+        con.execute(sqlalchemy.text(
+            f"DO $$ BEGIN CREATE ROLE {role} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; "
+            "END $$"
+        ))  # fmt: skip
+        for statement in READ_ONLY_ROLES[role].format(role=role).split(";"):
+            con.execute(sqlalchemy.text(statement))
+    admin.dispose()
+    url = postgres_url.replace("//postgres@", f"//{role}@")
+    before = [(s.study_name, s.n_trials) for s in optuna.get_all_study_summaries(postgres_url)]
+    args = ["find", *FIND_ARGS] if command == "find" else ["worker"]
+    result = cli([*args, "--study", name, "--storage", url])
+    assert result.exit_code == 2, (result.stderr, result.exception)
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: storage {url!r} is read-only for this user ("), line
+    assert ("transaction_read_only" in line) == (role == "read_only_transactions"), line
+    assert bool(re.search(r"no INSERT or UPDATE on \d+ of Optuna's tables: ", line)) == (
+        role == "select_only"
+    ), line
+    after = [(s.study_name, s.n_trials) for s in optuna.get_all_study_summaries(postgres_url)]
+    assert after == before
 
 
 def test_a_level_near_chance_is_said_in_find_and_in_the_report(tmp_path):

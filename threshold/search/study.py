@@ -104,6 +104,49 @@ def _read_only(url: str, e: Exception) -> StorageError:
     )
 
 
+# Optuna's tables that a study's runs write (the schema's version tables are only read).
+_VERSION_TABLES = ("version_info", "alembic_version")
+
+
+def _check_server_writable(storage: RDBStorage, url: str) -> None:
+    """Refuse a database server (PostgreSQL) where this user may not write the study's tables:
+    every transaction read-only (a standby, ``default_transaction_read_only``), or a role without
+    INSERT or UPDATE on one of Optuna's tables (granted SELECT only, say). Asked of the server,
+    nothing written; else the first write fails deep in a study, in Optuna's misleading words."""
+    if storage.engine.dialect.name != "postgresql":
+        return
+    tables = [t.name for t in TrialHeartbeatModel.metadata.sorted_tables]
+    tables = [t for t in tables if t not in _VERSION_TABLES]
+    query = sqlalchemy.text(
+        "SELECT t, p FROM unnest(CAST(:tables AS text[])) AS t, unnest(ARRAY['INSERT', 'UPDATE'])"
+        " AS p WHERE NOT has_table_privilege(t, p)"
+    )
+    try:
+        with storage.engine.connect() as con:
+            read_only = con.execute(sqlalchemy.text("SHOW transaction_read_only")).scalar()
+            missing = sorted({t for t, _ in con.execute(query, {"tables": tables})})
+    except sqlalchemy.exc.SQLAlchemyError as e:
+        first = str(e).strip().splitlines()[0]
+        raise StorageError(f"storage {url!r} cannot be checked for writing: {first}") from None
+    if read_only == "on":
+        why = "its transactions are read-only: transaction_read_only is on"
+        fix = "use the primary server, or ALTER ROLE ... SET default_transaction_read_only = off"
+    elif missing:
+        named = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+        why = f"no INSERT or UPDATE on {len(missing)} of Optuna's tables: {named}"
+        fix = (
+            "GRANT INSERT, UPDATE ON ALL TABLES IN SCHEMA public and USAGE ON ALL SEQUENCES IN "
+            "SCHEMA public to this user"
+        )
+    else:
+        return
+    storage.engine.dispose()
+    raise StorageError(
+        f"storage {url!r} is read-only for this user ({why}): {fix}, or give a --storage this "
+        "user can write"
+    )
+
+
 class _Storage(RDBStorage):
     """Optuna's RDB storage, where a RUNNING trial that never sent a heartbeat also goes stale.
 
@@ -185,7 +228,7 @@ def open_storage(
     try:
         with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.8
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return _Storage(
+            storage = _Storage(
                 url,
                 engine_kwargs=engine_kwargs,
                 heartbeat_interval=heartbeat_s,
@@ -197,6 +240,9 @@ def open_storage(
     except Exception as e:  # sqlalchemy's errors for bad URLs or unreachable servers
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise StorageError(f"storage {url!r} cannot be opened: {first}") from None
+    if path is None and (create if write is None else write):
+        _check_server_writable(storage, url)
+    return storage
 
 
 def copy_storage(url: str, dest: Path) -> None:
