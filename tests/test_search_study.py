@@ -4,14 +4,19 @@ import optuna
 import pytest
 
 from threshold import ConfigError, ThresholdError
+from threshold.config import DEFAULT_STORAGE, Execution, resolve_storage
 from threshold.search.record import study_rows
 from threshold.search.spec import StudySettings
 from threshold.search.study import (
     SearchConfig,
     StorageError,
     create_or_load_study,
+    default_storage_missing,
     load_study,
     open_storage,
+    sqlite_missing,
+    sqlite_path,
+    sqlite_url,
 )
 from threshold.tasks import TaskConfig
 from threshold.train import TrainConfig
@@ -91,6 +96,41 @@ def test_unknown_study_and_bad_urls(tmp_path):
     with pytest.raises(StorageError, match="does not exist"):
         open_storage(f"sqlite:///{tmp_path}/missing.db", create=False)
     assert not (tmp_path / "missing.db").exists()
+
+
+def test_the_storage_is_resolved_once_as_the_execution_is_made(tmp_path, monkeypatch):
+    """A named storage wins, else $THRESHOLD_STORAGE, else the default file; the URL is fixed when
+    the settings are made, kept by a copy, and handed to a worker resolved, whatever the worker's
+    environment says; ``storage`` keeps whether one was named (cluster slurm leaves it out)."""
+    named, env = sqlite_url(tmp_path / "named.db"), sqlite_url(tmp_path / "env.db")
+    monkeypatch.delenv("THRESHOLD_STORAGE", raising=False)
+    assert resolve_storage(None) == DEFAULT_STORAGE == Execution().storage_url
+    monkeypatch.setenv("THRESHOLD_STORAGE", env)
+    made = Execution()
+    assert (made.storage, made.storage_url) == (None, env) == (None, resolve_storage(None))
+    assert Execution(named).storage_url == named == resolve_storage(named)
+    copy = made.but(workers=2)
+    assert (copy.storage, copy.storage_url, copy.workers) == (None, env, 2)
+    assert made.but(storage=named).storage_url == named
+    monkeypatch.delenv("THRESHOLD_STORAGE")
+    assert made.storage_url == env  # read once, when made
+    job = json.loads(json.dumps(made.to_json()))  # as find hands it to a worker process
+    assert Execution(**job).storage_url == env
+
+
+def test_sqlite_urls_are_read_in_one_place(tmp_path):
+    url = sqlite_url(tmp_path / "s.db")
+    assert sqlite_path(url) == tmp_path / "s.db" and sqlite_missing(url)
+    assert sqlite_path("postgresql+psycopg://me@host/db") is None
+    assert not sqlite_missing("postgresql+psycopg://me@host/db")  # not a file: not known missing
+    open_storage(url)
+    assert not sqlite_missing(url)
+    # only the default, not named, is "no studies yet" when missing; a named file is an error
+    assert default_storage_missing(DEFAULT_STORAGE, named=False) == (
+        not sqlite_path(DEFAULT_STORAGE).exists()
+    )
+    assert not default_storage_missing(DEFAULT_STORAGE, named=True)
+    assert not default_storage_missing(sqlite_url(tmp_path / "missing.db"), named=False)
 
 
 def test_status_rows(tmp_path):

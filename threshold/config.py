@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import asdict, dataclass, fields, replace
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -40,6 +41,7 @@ from threshold.errors import ConfigError
 from threshold.tasks import TaskConfig
 
 __all__ = [
+    "DEFAULT_STORAGE",
     "GPU_TRIALS_AT_ONCE",
     "MAX_D_MODEL",
     "MODEL_FIELDS",
@@ -58,6 +60,7 @@ __all__ = [
     "pretrain_task",
     "recipe_fields",
     "recipe_words",
+    "resolve_storage",
     "transfer_model_config",
 ]
 
@@ -82,6 +85,17 @@ def check_finite(settings) -> None:
 # (4.5 against 18.5); K = 16 takes 40 runs and 0.71 of the grid's compute.
 GPU_TRIALS_AT_ONCE = 8
 
+# The studies' database when none is named: one SQLite file in the working folder (git-ignored).
+DEFAULT_STORAGE = "sqlite:///studies/threshold.db"
+
+
+def resolve_storage(named: str | None) -> str:
+    """The storage URL a command uses: ``named`` (``--storage``, a suite's key), else
+    ``$THRESHOLD_STORAGE``, else :data:`DEFAULT_STORAGE`. The one place the default is chosen:
+    :class:`Execution` calls it when it is made, and the commands that read a storage without
+    running anything (status, dashboard, report, refit) call it on their ``--storage``."""
+    return named or os.environ.get("THRESHOLD_STORAGE") or DEFAULT_STORAGE
+
 
 @dataclass(frozen=True)
 class Execution:
@@ -90,7 +104,10 @@ class Execution:
     result (a run trains the same alone or beside others, in one worker or many), so none of it
     is stored on the study."""
 
-    storage: str | None = None  # None: $THRESHOLD_STORAGE, else sqlite:///studies/threshold.db
+    storage: str | None = None  # the database as named (--storage); None: not named
+    # the database the runs use: storage, else $THRESHOLD_STORAGE, else DEFAULT_STORAGE, resolved
+    # once, when the settings are made (resolve_storage); storage None says it was not named
+    storage_url: str = field(init=False)
     workers: int = 1  # worker processes, one torch thread each: one a core, or one a GPU
     # trials a worker trains together as one batched run; None: 1 on the CPU, GPU_TRIALS_AT_ONCE
     # on a GPU (trials_on)
@@ -118,6 +135,7 @@ class Execution:
             raise ConfigError(f"save_every_s {self.save_every_s!r} is not allowed: use 0 or more")
         if self.cache_dir is not None and not isinstance(self.cache_dir, Path):
             object.__setattr__(self, "cache_dir", Path(self.cache_dir))
+        object.__setattr__(self, "storage_url", resolve_storage(self.storage))
 
     def trials_on(self, device_type: str) -> int:
         """Trials a worker on a ``device_type`` device trains at once: as set, else one on the
@@ -131,8 +149,11 @@ class Execution:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def to_json(self) -> dict:
-        """The settings as JSON values: how a worker process receives them."""
-        return asdict(self) | {"cache_dir": None if self.cache_dir is None else str(self.cache_dir)}
+        """The settings as JSON values: how a worker process receives them, with the storage
+        resolved here (a worker started with another environment still joins this storage)."""
+        given = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        cache_dir = None if self.cache_dir is None else str(self.cache_dir)
+        return given | {"storage": self.storage_url, "cache_dir": cache_dir}
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,11 @@ import typer
 from optuna_dashboard import wsgi
 
 from threshold.cli.common import Storage, run_guarded
+from threshold.config import resolve_storage
 from threshold.errors import ConfigError
 from threshold.report.notes import NOTE_RENDER
 from threshold.search.notes import write_all_notes
-from threshold.search.study import artifact_store, open_storage, storage_url
+from threshold.search.study import artifact_store, open_storage
 
 
 def dashboard(
@@ -33,7 +34,7 @@ def dashboard(
             raise ConfigError(f"--port {port} is not allowed: use 1 to 65535 (0: any free port)")
         server = _listen(host, port)  # first: a taken port fails before anything is written
         try:
-            url = storage_url(storage)
+            url = resolve_storage(storage)
             db = open_storage(url, create=False)  # a missing storage fails before any note
             studies = write_all_notes(db, NOTE_RENDER)
             server.set_app(wsgi(db, artifact_store=artifact_store(url)))

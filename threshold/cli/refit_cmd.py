@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from threshold.cli.common import Storage, run_guarded, wide_console
+from threshold.config import resolve_storage
 from threshold.report.results import read_results
 from threshold.search.refit import refit_results, refit_storage
 
@@ -38,7 +39,7 @@ def refit(
             read = [(path, read_results(path)) for path in results]  # each checked, one line
             rows = [row for path, r in read for row in refit_results(path, chance_corrected, r)]
         else:
-            rows = refit_storage(storage, chance_corrected)
+            rows = refit_storage(resolve_storage(storage), chance_corrected)
         if as_json:
             typer.echo(json.dumps(rows))
             return

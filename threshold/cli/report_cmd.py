@@ -19,6 +19,7 @@ from rich.table import Table
 
 from threshold.analysis import ANALYSIS_DIR
 from threshold.cli.common import Storage, run_guarded
+from threshold.config import resolve_storage
 from threshold.errors import ConfigError
 from threshold.report import collect, load_results
 from threshold.report.text import terminal_cells
@@ -108,8 +109,9 @@ def report(
                 collected = load_results(from_results, baseline or ())
                 source = str(from_results)
             else:
+                url = resolve_storage(storage)
                 collected = collect(
-                    storage, studies or (), baseline or (), transfer or (), analysis_dir, steps
+                    url, studies or (), baseline or (), transfer or (), analysis_dir, steps
                 )
                 source = "storage"
             results = write_report(collected, out, force, steps, rendered_from=source)

@@ -9,8 +9,9 @@ import typer
 from rich.table import Table
 
 from threshold.cli.common import Storage, run_guarded, wide_console
+from threshold.config import resolve_storage
 from threshold.search.record import study_rows
-from threshold.search.study import default_storage_missing, open_storage, storage_url
+from threshold.search.study import default_storage_missing, open_storage
 
 
 def status(
@@ -20,15 +21,16 @@ def status(
     """List the studies in a storage with their current transition estimates."""
 
     def body():
-        if default_storage_missing(storage):
+        url = resolve_storage(storage)
+        if default_storage_missing(url, named=storage is not None):
             rows = []
         else:
-            rows = study_rows(open_storage(storage_url(storage), create=False))
+            rows = study_rows(open_storage(url, create=False))
         if as_json:
             typer.echo(json.dumps(rows))
             return
         if not rows:
-            typer.echo(f"no studies yet in {storage_url(storage)}: start one with `threshold find`")
+            typer.echo(f"no studies yet in {url}: start one with `threshold find`")
             return
         table = Table(title="studies")
         table.add_column("study", no_wrap=True)

@@ -21,6 +21,7 @@ from threshold.cli.common import (
     run_guarded,
     run_words,
 )
+from threshold.config import DEFAULT_STORAGE
 from threshold.interrupt import exit_status
 from threshold.report.text import duration, terminal_cells
 from threshold.search.bounds import answer_words
@@ -42,7 +43,7 @@ def run_suite_cmd(
         str | None,
         typer.Option(
             help="Database URL (default: the suite's storage, else $THRESHOLD_STORAGE, else "
-            "sqlite:///studies/threshold.db)."
+            f"{DEFAULT_STORAGE})."
         ),
     ] = None,
     only: Annotated[

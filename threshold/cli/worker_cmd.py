@@ -47,7 +47,8 @@ def worker(
         execution = Execution(storage, 1, trials_at_once, device, cache_dir=cache_dir)
         execution = execution.but(heartbeat_s=heartbeat)
         run_worker(study, execution, max_trials, notes=NOTE_RENDER)
-        view = read_study(storage, study)  # where the study stands now, as find ends with it
+        # where the study stands now, as find ends with it
+        view = read_study(execution.storage_url, study)
         done = len(view.completed)
         typer.echo(f"study {study}: {done} runs, {view.stop.text}; {answer_words(view.answer)}")
 

@@ -41,7 +41,7 @@ from threshold.search.record import (
 )
 from threshold.search.sampler import policy_settings
 from threshold.search.settings import SearchSettings
-from threshold.search.study import open_storage, storage_url
+from threshold.search.study import open_storage
 
 __all__ = ["collect", "read_transfer"]
 
@@ -49,14 +49,16 @@ log = logging.getLogger(__name__)
 
 
 def collect(
-    url: str | None = None,
+    url: str,
     names: Sequence[str] = (),
     baselines: Sequence[str] = (),
     transfer_files: Sequence[Path] = (),
     analysis_dir: Path = ANALYSIS_DIR,
     on_progress: Progress | None = None,
 ) -> Collected:
-    """Everything the report shows. ``names`` empty: every threshold study in the storage.
+    """Everything the report shows, read from the storage at ``url`` (resolved: the command
+    passes :func:`threshold.config.resolve_storage`'s URL). ``names`` empty: every threshold study
+    in it.
 
     The baselines are added to the studies when not named; every other study with a fit gets its
     reduction factor against the baseline of its testbed and modulus (:func:`compare`). Unknown
@@ -80,7 +82,7 @@ def collect(
         wanted = [view.name for view in read_studies(storage)]
         if not wanted:
             raise ThresholdError(
-                f"storage {_public_url(storage_url(url))!r} has no threshold study: "
+                f"storage {_public_url(url)!r} has no threshold study: "
                 "run `threshold find` first, or give --storage"
             )
     # The baselines first, each the first row of its group.
@@ -96,7 +98,7 @@ def collect(
     compare(studies, baselines)
     label(studies)
     return Collected(
-        storage=_public_url(storage_url(url)),
+        storage=_public_url(url),
         studies=studies,
         baselines=baselines,
         transfer=transfer,

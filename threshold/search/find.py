@@ -28,7 +28,7 @@ from threshold.errors import ConfigError, ThresholdError
 from threshold.interrupt import raise_if_interrupted
 from threshold.search.record import read_study
 from threshold.search.spec import StudySettings
-from threshold.search.study import check_study_name, create_or_load_study, open_storage, storage_url
+from threshold.search.study import check_study_name, create_or_load_study, open_storage
 
 __all__ = [
     "Interrupted",
@@ -111,7 +111,7 @@ def run_search(
         )
     procs: list[subprocess.Popen] = []
     try:
-        procs = start_workers(name, replace(execution, storage=url))
+        procs = start_workers(name, execution)
         db = open_storage(url, create=False)  # one connection pool for the whole run
         follow = _Follower(db, name, on_update, on_run)
         while any(p.poll() is None for p in procs):
@@ -168,7 +168,7 @@ def prepare_study(
     """Create (or check and reuse) the study; returns its name and the storage URL."""
     if name is not None:
         check_study_name(name)  # before the storage is created
-    url = storage_url(execution.storage)
+    url = execution.storage_url
     storage = open_storage(url, execution.heartbeat_s)
     study = create_or_load_study(settings, storage, name)
     return study.study_name, url

@@ -144,7 +144,7 @@ def _refit_entries(results: dict, chance_corrected: bool | None) -> list[dict]:
     return rows
 
 
-def refit_storage(url: str | None = None, chance_corrected: bool | None = None) -> list[dict]:
+def refit_storage(url: str, chance_corrected: bool | None = None) -> list[dict]:
     """Rows for every threshold study in a storage that has completed runs and an estimate."""
     rows = []
     for view in read_studies(open_storage(url, create=False)):

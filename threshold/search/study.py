@@ -32,7 +32,7 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.storages._rdb.models import TrialHeartbeatModel  # its table; no public reader
 from optuna.trial import TrialState
 
-from threshold.config import Execution
+from threshold.config import DEFAULT_STORAGE, Execution, resolve_storage
 from threshold.errors import ConfigError, ThresholdError
 from threshold.files import atomic_write
 from threshold.meta import git_commit, version
@@ -40,7 +40,6 @@ from threshold.search.settings import STOP_RULES, SearchConfig
 from threshold.search.spec import StudySettings
 
 __all__ = [
-    "DEFAULT_STORAGE",
     "RESULT_ATTR",
     "SearchConfig",
     "StorageError",
@@ -53,13 +52,14 @@ __all__ = [
     "metric_name",
     "name_metric",
     "open_storage",
-    "storage_url",
+    "sqlite_missing",
+    "sqlite_path",
+    "sqlite_url",
     "training_state_path",
 ]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_STORAGE = "sqlite:///studies/threshold.db"
 # The study's finding in one line (its note's headline, threshold.search.notes), its first user
 # attribute: optuna-dashboard lists a study's attributes 5 to a page, in the order they were set.
 RESULT_ATTR = "80% point"
@@ -69,22 +69,29 @@ class StorageError(ThresholdError):
     """The storage URL is malformed, or the database cannot be reached."""
 
 
-def storage_url(url: str | None) -> str:
-    """``url``, else ``$THRESHOLD_STORAGE``, else the default SQLite file."""
-    return url or os.environ.get("THRESHOLD_STORAGE") or DEFAULT_STORAGE
+def default_storage_missing(url: str, named: bool) -> bool:
+    """True when ``url`` is the default storage, not named (nor set by ``$THRESHOLD_STORAGE``),
+    and its file does not exist yet: a fresh checkout with no studies, not an error."""
+    return not named and url == DEFAULT_STORAGE and sqlite_missing(url)
 
 
-def default_storage_missing(url: str | None) -> bool:
-    """True when no storage was named (nor ``$THRESHOLD_STORAGE``) and the default file does not
-    exist yet: a fresh checkout with no studies, not an error."""
-    path = _sqlite_path(DEFAULT_STORAGE)
-    return storage_url(url) == DEFAULT_STORAGE and url is None and not path.exists()
+_SQLITE = "sqlite:///"  # a SQLite file's URL: this, then the file's path
 
 
-def _sqlite_path(url: str) -> Path | None:
-    if not url.startswith("sqlite:///"):
-        return None
-    return Path(url[len("sqlite:///") :])
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite storage URL (``sqlite:///PATH``); None for any other storage."""
+    return Path(url.removeprefix(_SQLITE)) if url.startswith(_SQLITE) else None
+
+
+def sqlite_url(path: Path) -> str:
+    """The storage URL of the SQLite file ``path``."""
+    return f"{_SQLITE}{path}"
+
+
+def sqlite_missing(url: str) -> bool:
+    """True when ``url`` names a SQLite file that does not exist (yet): a storage with no study."""
+    path = sqlite_path(url)
+    return path is not None and not path.exists()
 
 
 def _check_writable(con: sqlite3.Connection, url: str) -> None:
@@ -179,15 +186,16 @@ def open_storage(
 
     ``write`` (default: ``create``): the caller writes, so a SQLite file this process may only
     read (its mode, its owner, a read-only mount) is refused here, in one line, before anything
-    runs; SQLite would only say so at the first write, deep in a study.
+    runs; SQLite would only say so at the first write, deep in a study. ``url`` None: the one
+    :func:`threshold.config.resolve_storage` chooses.
     """
-    url = storage_url(url)
+    url = resolve_storage(url)
     if "://" not in url:
         raise StorageError(
             f"storage {url!r} is not a database URL: use sqlite:///PATH or "
             "postgresql+psycopg://USER@HOST/DB"
         )
-    path = _sqlite_path(url)
+    path = sqlite_path(url)
     if (url.startswith("sqlite://") and path is None) or str(path) in (".", ":memory:"):
         raise StorageError(
             f"storage {url!r} is not a file (in memory), so worker processes cannot share it: "
@@ -248,7 +256,7 @@ def open_storage(
 def copy_storage(url: str, dest: Path) -> None:
     """The SQLite database at ``url`` copied whole into the one file ``dest`` (its write-ahead
     log folded in, consistent while workers write to it): a copy to move, as a lend's state."""
-    path = _sqlite_path(storage_url(url))
+    path = sqlite_path(url)
     if path is None or not path.is_file():
         raise StorageError(f"storage {url!r} is not a SQLite file: only one can be copied")
     dest.unlink(missing_ok=True)
@@ -284,8 +292,7 @@ class _AtomicArtifactStore(FileSystemArtifactStore):
 
 def _artifact_base(url: str | None) -> Path:
     """Checkpoints beside a SQLite file (``<dir>/artifacts``), else ``$THRESHOLD_ARTIFACTS``."""
-    url = storage_url(url)
-    path = _sqlite_path(url)
+    path = sqlite_path(resolve_storage(url))
     base = os.environ.get("THRESHOLD_ARTIFACTS")
     if base is None:
         base = str(path.parent / "artifacts") if path is not None else "studies/artifacts"

@@ -187,13 +187,13 @@ def run_worker(
     """
     execution = execution or Execution()
     device = resolve_device(execution.device)
-    storage = open_storage(execution.storage, execution.heartbeat_s, create=False, write=True)
+    storage = open_storage(execution.storage_url, execution.heartbeat_s, create=False, write=True)
     study, settings = load_study(study_name, storage)
     data = load_task_data(settings.task, execution.cache_dir)
     measured = data.test[data.config.measured_op]
     sampler = TransitionSampler(settings, chance_rate(measured, settings.train.decoding))
     study.sampler = sampler
-    store = artifact_store(execution.storage)
+    store = artifact_store(execution.storage_url)
     ran = 0
     while max_trials is None or ran < max_trials:
         step = _next_step(study, sampler)
@@ -374,7 +374,7 @@ def _hold(study: optuna.Study, runs: int, path: Path) -> None:
 
 def _state_path(execution: Execution, run: _Trial) -> Path:
     study = run.trial.study.study_name
-    return training_state_path(execution.storage, study, run.model_cfg.d_model, run.cfg.seed)
+    return training_state_path(execution.storage_url, study, run.model_cfg.d_model, run.cfg.seed)
 
 
 def _enqueue_again(study: optuna.Study, trial: optuna.Trial) -> None:

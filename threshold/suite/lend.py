@@ -42,7 +42,13 @@ import torch
 from threshold.errors import ThresholdError
 from threshold.files import atomic_write
 from threshold.search.record import read_study, study_names
-from threshold.search.study import copy_storage, open_storage, training_state_path
+from threshold.search.study import (
+    copy_storage,
+    open_storage,
+    sqlite_missing,
+    sqlite_url,
+    training_state_path,
+)
 from threshold.suite.run import Event, git_state, run_suite
 from threshold.suite.spec import Suite
 from threshold.tasks import default_cache_dir
@@ -138,7 +144,7 @@ def pack_state(work: Path, folder: Path, history: list[dict]) -> int:
     with tempfile.TemporaryDirectory(prefix="lend-db-") as tmp:
         db = Path(tmp) / DATABASE
         if (work / DATABASE).exists():  # one consistent file, its write-ahead log folded in
-            copy_storage(f"sqlite:///{(work / DATABASE).resolve()}", db)
+            copy_storage(sqlite_url((work / DATABASE).resolve()), db)
         kept = [
             (db, DATABASE),
             (work / ARTIFACTS / TRAINING, f"{ARTIFACTS}/{TRAINING}"),
@@ -198,7 +204,7 @@ def standing(suite: Suite, url: str) -> list[dict]:
     """Where each study of ``suite`` stands in the storage at ``url``: its runs finished, and
     each unfinished run (waiting for a worker, or left running by a killed one) with the step
     its saved training state has reached (0: none saved, it starts at step 0)."""
-    db = open_storage(url, create=False) if _exists(url) else None
+    db = None if sqlite_missing(url) else open_storage(url, create=False)
     known = set(study_names(db)) if db is not None else set()
     rows = []
     for study in suite.studies:
@@ -216,10 +222,6 @@ def standing(suite: Suite, url: str) -> list[dict]:
             row["answer"] = view.answer  # located or bound, as every view says it
         rows.append(row)
     return rows
-
-
-def _exists(url: str) -> bool:
-    return not url.startswith("sqlite:///") or Path(url.removeprefix("sqlite:///")).exists()
 
 
 def _saved_step(path: Path) -> dict:
@@ -266,7 +268,7 @@ def run_lend(
         work = Path(work or tmp)
         history = unpack_state(state_dir, work)
         pretrained = _carry_pretrained(work, suite.execution.cache_dir)
-        url = f"sqlite:///{(work / DATABASE).resolve()}"
+        url = sqlite_url((work / DATABASE).resolve())
         execution = replace(suite.execution, storage=url, save_every_s=save_every_s)
         # no reports: the state is the record, and `threshold report` reads it on the CPU
         suite = replace(suite, execution=execution, reports_dir=work / "reports", reports=())

@@ -14,7 +14,7 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 
 from threshold.search.record import read_study, stop_status, study_names
-from threshold.search.study import open_storage, storage_url
+from threshold.search.study import open_storage, sqlite_missing
 from threshold.suite.spec import Suite, SuiteError, SuiteStudy, TransferSpec
 
 __all__ = [
@@ -25,7 +25,6 @@ __all__ = [
     "check_reports_folder",
     "plan",
     "public_url",
-    "storage_of",
     "study_state",
     "study_states",
     "transfer_file",
@@ -71,16 +70,6 @@ class StudyState:
             "estimate": self.estimate,
             "answer": self.answer,
         }
-
-
-def storage_of(suite: Suite) -> str:
-    """The suite's storage (--storage, else its ``storage`` key), else $THRESHOLD_STORAGE, else
-    the default."""
-    return storage_url(suite.execution.storage)
-
-
-def _sqlite_missing(url: str) -> bool:
-    return url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists()
 
 
 def transfer_file(suite: Suite, spec: TransferSpec) -> Path:
@@ -131,8 +120,8 @@ def study_state(db, study: SuiteStudy, known: set[str]) -> StudyState:
 
 def study_states(suite: Suite) -> list[StudyState]:
     """Every study of the suite with its state; a storage that does not exist is not created."""
-    url = storage_of(suite)
-    if _sqlite_missing(url):
+    url = suite.execution.storage_url  # --storage, else its key, else resolve_storage's choice
+    if sqlite_missing(url):
         return [StudyState(s.label, s.name, exists=False) for s in suite.studies]
     db = open_storage(url, create=False)
     known = set(study_names(db))
@@ -142,13 +131,13 @@ def study_states(suite: Suite) -> list[StudyState]:
 def plan(suite: Suite, only: list[str] | None = None) -> dict:
     """What ``run_suite`` would do, read without writing anything: the dry run."""
     selected = suite.select(only)
-    url = storage_of(suite)
+    url = suite.execution.storage_url
     check_reports_folder(suite)
     return {
         "suite": str(suite.path),
         "name": suite.name,
         "storage": public_url(url),
-        "storage_exists": not _sqlite_missing(url),
+        "storage_exists": not sqlite_missing(url),
         "studies": [s.to_json() for s in study_states(selected)],
         "transfers": [
             {

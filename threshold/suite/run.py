@@ -25,7 +25,7 @@ import json
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -55,7 +55,6 @@ from threshold.suite.plan import (
     SURVEY_DIR,
     check_reports_folder,
     public_url,
-    storage_of,
     study_state,
     transfer_file,
 )
@@ -104,8 +103,7 @@ def run_suite(
     selected = suite.select(only)
     execution = suite.execution
     check_reports_folder(suite)  # before hours of training, not after
-    url = storage_of(suite)
-    execution = replace(execution, storage=url)
+    url = execution.storage_url
     emit = on_event or (lambda event: None)
     started, t0 = datetime.now(UTC), time.perf_counter()
     db = open_storage(url, execution.heartbeat_s)
