@@ -220,9 +220,9 @@ def test_a_level_near_chance_is_said_in_the_note():
     """Issue 62: at --mod 3 MAX's majority answer is right 77.5% of the time against a level of
     0.8; the note says the transition measures little and what to do, as find and the report."""
     from threshold.report.notes import note_markdown
-    from threshold.search.notes import Run
+    from threshold.search.notes import NoteRun
 
-    runs = [Run(i, d, 100 * d, 0.7, i, "max_steps") for i, d in enumerate((4, 8, 16))]
+    runs = [NoteRun(i, d, 100 * d, 0.7, i, "max_steps") for i, d in enumerate((4, 8, 16))]
     estimate = {"params_p80": 900.0, "d_p80": 9.0, "interval_params": [400.0, 2000.0],
                 "asymptote": 0.9, "chance": 0.775, "level": 0.8,
                 "chance_corrected": False}  # fmt: skip

@@ -23,7 +23,7 @@ from threshold.analysis.layers import layer_usage, number_embeddings
 from threshold.errors import ConfigError, ThresholdError
 from threshold.model import param_count
 from threshold.search.artifacts import load_checkpoint
-from threshold.search.record import Run, StudyView
+from threshold.search.record import RunRecord, StudyView
 from threshold.search.results import pick_trial, runs, save_analysis
 from threshold.tasks import load_task_data
 from threshold.train.checkpoint import Checkpoint
@@ -169,7 +169,7 @@ def survey(
     }
 
 
-def survey_trials(study: StudyView, min_accuracy: float) -> list[Run]:
+def survey_trials(study: StudyView, min_accuracy: float) -> list[RunRecord]:
     """The runs a survey scores: completed, measured accuracy at least ``min_accuracy``."""
     if not 0.0 <= min_accuracy <= 1.0:
         raise ConfigError(f"--min-accuracy {min_accuracy} is not allowed: use 0 to 1")

@@ -21,7 +21,7 @@ from threshold.report.render import render
 from threshold.report.text import near_transition_words
 from threshold.search.bounds import answer, answer_words, near_chance_words
 from threshold.search.fit import MIN_POINTS
-from threshold.search.notes import MIN_RUNS, NoteRender, Run, curve_sizes, fit_accuracy
+from threshold.search.notes import MIN_RUNS, NoteRender, NoteRun, curve_sizes, fit_accuracy
 from threshold.search.spec import StudySettings
 
 __all__ = [
@@ -116,7 +116,7 @@ def _shares(values) -> str:
     return ", ".join(f"{v:g}" for v in values)
 
 
-def study_answer(estimate: dict | None, runs: Sequence[Run]) -> dict | None:
+def study_answer(estimate: dict | None, runs: Sequence[NoteRun]) -> dict | None:
     """The study's answer, located or bound, from the note's runs
     (:func:`threshold.search.bounds.answer`): what every other view of the study shows too."""
     return answer([(r.d, r.params, r.accuracy) for r in runs], estimate)
@@ -140,7 +140,7 @@ def _pair(value) -> tuple[float, float] | None:
 def note_markdown(
     settings: StudySettings,
     estimate: dict | None,
-    runs: Sequence[Run],
+    runs: Sequence[NoteRun],
     *,
     n_running: int = 0,
     status: str = "",
@@ -201,7 +201,7 @@ def _round(values) -> list[float]:
     return [float(f"{v:.4g}") for v in values]
 
 
-def transition_figure(estimate: dict | None, runs: Sequence[Run], level: float = 0.8):
+def transition_figure(estimate: dict | None, runs: Sequence[NoteRun], level: float = 0.8):
     """Accuracy against total parameters (log x): the runs, the fitted logistic and the
     80% point (the fit's on its curve; the posterior's as a line in its shaded 90% interval)."""
     point = f"{level:.0%} point"
@@ -287,7 +287,7 @@ def transition_figure(estimate: dict | None, runs: Sequence[Run], level: float =
     return fig
 
 
-def _figure_title(est: dict, runs: Sequence[Run], point: str) -> str:
+def _figure_title(est: dict, runs: Sequence[NoteRun], point: str) -> str:
     """What the study found, on top of its figure (the dashboard's study page shows the figure,
     not the note): the 80% point and its interval, or why there is none yet."""
     if not runs:
@@ -310,7 +310,7 @@ def _figure_title(est: dict, runs: Sequence[Run], point: str) -> str:
     )
 
 
-def result_words(estimate: dict | None, runs: Sequence[Run]) -> str:
+def result_words(estimate: dict | None, runs: Sequence[NoteRun]) -> str:
     """The 80% point in a few words: ``2,371 parameters, 90%: 1,506 - 4,975``, or where the runs
     do not locate it the bound they give, ``> 4,752 parameters, not located``."""
     est = estimate or {}

@@ -45,7 +45,7 @@ from threshold.search.study import RESULT_ATTR, name_metric
 __all__ = [
     "FIGURE_ID",
     "NoteRender",
-    "Run",
+    "NoteRun",
     "completed_runs",
     "curve_sizes",
     "fit_accuracy",
@@ -61,7 +61,7 @@ CURVE_POINTS = 120  # points of the plotted logistic: smooth on a log axis, smal
 
 
 @dataclass(frozen=True)
-class Run:
+class NoteRun:
     """One completed trial, as the note and the figure show it."""
 
     number: int
@@ -72,7 +72,7 @@ class Run:
     stop_reason: str | None
 
 
-def completed_runs(view: StudyView, policy: SearchSettings | None) -> list[Run]:
+def completed_runs(view: StudyView, policy: SearchSettings | None) -> list[NoteRun]:
     """The completed runs of a study, in trial order.
 
     Parameters come from the run (``params_total``), else from the policy's size table.
@@ -83,7 +83,7 @@ def completed_runs(view: StudyView, policy: SearchSettings | None) -> list[Run]:
         params = r.params_total if r.params_total is not None else table.get(r.d_model)
         if params is None:
             continue
-        runs.append(Run(r.number, r.d_model, int(params), r.value, r.seed, r.stop_reason))
+        runs.append(NoteRun(r.number, r.d_model, int(params), r.value, r.seed, r.stop_reason))
     return runs
 
 

@@ -33,7 +33,7 @@ from threshold.search.study import check_study_name, open_storage
 __all__ = [
     "ANALYSIS_PREFIX",
     "Estimate",
-    "Run",
+    "RunRecord",
     "StopStatus",
     "StudyView",
     "read_run",
@@ -97,7 +97,7 @@ def _int(raw: Any) -> int | None:
 
 
 @dataclass(frozen=True)
-class Run:
+class RunRecord:
     """One trial of a study: its size, seed, counts and results (None where not recorded)."""
 
     number: int
@@ -137,7 +137,7 @@ class Run:
         return self.state in _PENDING
 
 
-def read_run(t: FrozenTrial) -> Run:
+def read_run(t: FrozenTrial) -> RunRecord:
     """The run of an Optuna trial."""
     a = t.user_attrs
     d = t.params.get(D_MODEL, a.get(D_MODEL))
@@ -145,7 +145,7 @@ def read_run(t: FrozenTrial) -> Run:
     if t.datetime_start is not None and t.datetime_complete is not None:
         seconds = (t.datetime_complete - t.datetime_start).total_seconds()
     last = max(t.intermediate_values, default=None)
-    return Run(
+    return RunRecord(
         number=t.number,
         state=t.state.name,
         d_model=_int(d),
@@ -176,7 +176,7 @@ def read_run(t: FrozenTrial) -> Run:
 
 
 def split_runs(
-    runs: Iterable[Run], exclude: int | None = None
+    runs: Iterable[RunRecord], exclude: int | None = None
 ) -> tuple[list[tuple[int, float]], list[int]]:
     """Completed (d, accuracy) pairs and the sizes of pending runs, leaving out ``exclude``:
     what the policy and the posterior take."""
@@ -251,7 +251,7 @@ class StudyView:
 
     name: str
     settings: StudySettings
-    runs: tuple[Run, ...]
+    runs: tuple[RunRecord, ...]
     estimate: Estimate | None
     chance: float | None  # the measured op's majority rate, which the policy was built with
     attrs: dict  # the other study attributes (version, git_commit, settings as stored, ...)
@@ -260,11 +260,11 @@ class StudyView:
     storage: Any = field(default=None, compare=False, repr=False)  # where it was read from
 
     @property
-    def completed(self) -> list[Run]:
+    def completed(self) -> list[RunRecord]:
         return [r for r in self.runs if r.complete]
 
     @property
-    def with_checkpoint(self) -> list[Run]:
+    def with_checkpoint(self) -> list[RunRecord]:
         """Completed runs that kept a checkpoint: those an analysis can load."""
         return [r for r in self.completed if r.checkpoint is not None]
 
@@ -305,7 +305,7 @@ class StudyView:
             out.append((step, tokens, pairs))
         return out
 
-    def run(self, number: int) -> Run:
+    def run(self, number: int) -> RunRecord:
         for r in self.runs:
             if r.number == number:
                 return r
@@ -313,13 +313,13 @@ class StudyView:
         raise ThresholdError(f"trial {number} is not in study {self.name!r} (trials 0..{last})")
 
 
-def _answer(runs: Iterable[Run], estimate: dict | None) -> dict | None:
+def _answer(runs: Iterable[RunRecord], estimate: dict | None) -> dict | None:
     rows = [(r.d_model, r.params_total, r.value) for r in runs if r.complete and r.params_total]
     return answer(rows, estimate)
 
 
 def stop_status(
-    settings: StudySettings, estimate: Estimate | None, runs: Sequence[Run]
+    settings: StudySettings, estimate: Estimate | None, runs: Sequence[RunRecord]
 ) -> StopStatus:
     """Whether the search has stopped, from the stored estimate and the run counts alone.
 

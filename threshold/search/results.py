@@ -12,14 +12,14 @@ import math
 import optuna
 
 from threshold.errors import ThresholdError
-from threshold.search.record import Run, StudyView, read_study, write_analysis
+from threshold.search.record import RunRecord, StudyView, read_study, write_analysis
 
 __all__ = ["PICKS", "load_analyses", "pick_trial", "runs", "save_analysis"]
 
 PICKS = ("at-transition", "largest")
 
 
-def runs(study: StudyView) -> list[Run]:
+def runs(study: StudyView) -> list[RunRecord]:
     """Completed runs that kept a checkpoint, in trial order."""
     return study.with_checkpoint
 
