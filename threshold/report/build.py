@@ -22,7 +22,7 @@ from threshold.report.view import (
     Report,
     Row,
     RunRow,
-    StudyView,
+    StudySection,
     TransferView,
     Warning,
 )
@@ -127,7 +127,7 @@ def _runs(s: StudyData, others: tuple[str, ...]) -> tuple[RunRow, ...]:
 
 def _study(
     s: StudyData, row: Row, rows: dict[str, Row], figure: str | None, data: dict
-) -> StudyView:
+) -> StudySection:
     labels = {name: r.label for name, r in rows.items()}
     base = rows.get(s.baseline) if s.baseline not in (None, s.name) else None
     ratio_text = None
@@ -146,7 +146,7 @@ def _study(
     spread = est.get("seed_spread") or {}
     near = near_transition_words(est) if est else None
     chance = Estimate.from_dict(s.estimate or {}).chance  # also of a study with too few runs
-    return StudyView(
+    return StudySection(
         row=row,
         title=study_title(s.settings),
         search_status=s.search_status,

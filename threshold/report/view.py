@@ -4,7 +4,7 @@ One :class:`Report` holds every number and sentence of a report; the templates (
 render it into ``index.html`` and ``summary.md`` and :meth:`Report.to_json` writes it as
 ``results.json``, so the three always agree. Numbers stay numbers here: how they are written
 (digits, separators) is the templates' business, through the filters of
-:mod:`threshold.report.text`. Each study also keeps its data as collected (``StudyView.data``:
+:mod:`threshold.report.text`. Each study also keeps its data as collected (``StudySection.data``:
 settings, runs, the estimate with every key the search stored), which is what a report rendered
 again from its ``results.json`` reads (:mod:`threshold.report.results`).
 
@@ -28,7 +28,7 @@ __all__ = [
     "Report",
     "Row",
     "RunRow",
-    "StudyView",
+    "StudySection",
     "TransferView",
     "Warning",
 ]
@@ -122,14 +122,14 @@ class RunRow:
     seed: int | None
     accuracy: float
     strict: float | None
-    others: tuple[float | None, ...]  # the mixture's other ops, in StudyView.other_ops order
+    others: tuple[float | None, ...]  # the mixture's other ops, in StudySection.other_ops order
     steps: int | None
     stop: str
     train_s: float | None
 
 
 @dataclass(frozen=True)
-class StudyView:
+class StudySection:
     """A study's section: its estimate in full, figure, settings and runs."""
 
     row: Row
@@ -272,7 +272,7 @@ class Report:
     warnings: tuple[Warning, ...]
     figures: dict[str, str]  # "comparison", "curves": files beside the page
     plotly_src: str | None  # where plotly's script is, relative to the page; None: no figure
-    studies: tuple[StudyView, ...]
+    studies: tuple[StudySection, ...]
     analyses: tuple[AnalysisView, ...]
     transfer: tuple[TransferView, ...]
     efficiency: tuple[EfficiencyRow, ...]
