@@ -7,7 +7,7 @@ bound ``oracle_fit`` of ``bench search``), or at the parameters fitted so far, b
 the sampler's bracket (``adaptive``: ``oracle_fit_adaptive``): one design that knows the form but
 none of the truth's parameters (a greedy sequential one; a better one may exist). ``pick`` reads
 any runs (our sampler's: ``oracle_fit_pick``) without being told the form: it fits each family
-of ``PICKS`` and reads the likeliest, a reader that knows the forms there are but not which.
+of ``FIT_FAMILIES`` and reads the likeliest, a reader that knows the forms there are but not which.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from threshold.search.bench.families import (
 from threshold.search.policy import bracket
 from threshold.search.settings import SearchSettings
 
-__all__ = ["PICKS", "FitOracle", "runs_at"]
+__all__ = ["FIT_FAMILIES", "FitOracle", "runs_at"]
 
 
 # The forms ``FitOracle.pick`` chooses from: every family but censored, whose runs look like a
 # bimodal family's moved right (no reader that trusts its runs can tell them apart).
-PICKS = ("bimodal", "graded", "shallow", "partial", "plateau")
+FIT_FAMILIES = ("bimodal", "graded", "shallow", "partial", "plateau")
 
 
 def runs_at(settings: SearchSettings, truth, rng: np.random.Generator, ds) -> list:
@@ -223,14 +223,14 @@ class FitOracle:
 
     @classmethod
     def pick(cls, settings: SearchSettings, truth, runs) -> dict:
-        """The runs read by the likeliest of ``PICKS``' fits (each of three parameters, so the
-        likeliest is also the best by AIC), each fitted from the middle of its family's ranges
+        """The runs read by the likeliest of ``FIT_FAMILIES``' fits (each of three parameters, so
+        the likeliest is also the best by AIC), each fitted from the middle of its family's ranges
         at the runs' 30th and 60th size percentiles (``fit``): the score (``scored``'s) and
         ``picked_true`` (whether it picked the truth's family)."""
         x = settings.x_of(np.array([d for d, _ in runs]))
         y = np.array([v for _, v in runs])
         best = None
-        for family in PICKS:
+        for family in FIT_FAMILIES:
             for mid in np.percentile(x, [30, 60]):
                 theta = cls.fit(settings, family, runs, *cls.first_guess(family, float(mid)))
                 ll = float(
