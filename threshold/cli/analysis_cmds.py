@@ -163,7 +163,8 @@ def analyze(
         str, typer.Option(help="With --compare: size (same d) or accuracy (closest accuracy).")
     ] = "size",
     out: Annotated[
-        Path | None, typer.Option(help="Figure folder \\[default: studies/analysis/STUDY-trialN].")
+        Path | None,
+        typer.Option(help=f"Figure folder \\[default: {ANALYSIS_DIR.as_posix()}/STUDY-trialN]."),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the permutation nulls.")] = 0,
     threads: Annotated[int, typer.Option(help="Torch threads.")] = 1,
