@@ -4,9 +4,11 @@ One study per (mixture, measured op, every setting). Its settings are stored as 
 attributes (task, train, search: one JSON each, under RDB's 2 KB value limit), with the package
 version and git commit; reusing a study name with other settings is refused, but for its stopping
 rules (the run budget and the precision), which a study found again takes from the caller, so a
-study that stopped can be given more runs under its name. The default storage is
-``sqlite:///studies/threshold.db`` in WAL mode, so several worker processes on one machine can
-share it (readers never block the writer; writers wait up to a busy timeout instead of failing).
+study that stopped can be given more runs under its name. The URL comes resolved from
+:func:`threshold.config.resolve_storage` (an :class:`~threshold.config.Execution`'s
+``storage_url``). A SQLite file (the default) is in WAL mode, so several worker processes on one
+machine can share it (readers never block the writer; writers wait up to a busy timeout instead
+of failing).
 PostgreSQL URLs work unchanged (psycopg). Heartbeats mark trials of a killed worker as failed, and
 a failed trial is put back as a waiting trial with the same size and seed. Checkpoints go to an
 Optuna file-system artifact store beside the database.
