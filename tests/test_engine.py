@@ -19,7 +19,7 @@ from threshold.config import TrainConfig, make_recipe, model_config_for
 from threshold.errors import ConfigError
 from threshold.model import RecurrentTransformer
 from threshold.tasks import TaskConfig, load_task_data
-from threshold.train import Run, continue_training, init_model, lr_factor, train, train_runs
+from threshold.train import Run, init_model, lr_factor, train, train_runs
 from threshold.train import engine as engine_module
 from threshold.train import pack as pack_module
 from threshold.train.batches import IGNORE, batch_arrays, train_batches
@@ -342,7 +342,7 @@ def test_a_repacked_pack_goes_on_with_each_members_own_batches(flat_max5, flat_m
 def test_a_transfer_run_is_the_same_alone_and_beside_scratch_runs(flat_max5):
     cfg = TrainConfig(max_steps=60, eval_every=30, lr=3e-3, seed=5)
     start = train(model_config_for(flat_max5.config, 12), flat_max5, replace(cfg, seed=9)).model
-    alone = continue_training(start, flat_max5, cfg)
+    alone = train(start.cfg, flat_max5, cfg, init=start)
     runs = [Run(start.cfg, flat_max5, cfg, start), Run(start.cfg, flat_max5, replace(cfg, seed=6))]
     beside = train_runs(runs)[0]
     assert _same_weights(alone.model, beside.model)

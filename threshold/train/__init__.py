@@ -19,7 +19,7 @@ Knows no Optuna and no task by name.
 from threshold.config import TrainConfig, model_config_for
 from threshold.train.batches import make_batches, train_batches
 from threshold.train.checks import is_stuck
-from threshold.train.engine import continue_training, init_model, train, train_runs
+from threshold.train.engine import init_model, train, train_runs
 from threshold.train.evaluate import (
     chance_rate,
     evaluate_decode,
@@ -37,7 +37,6 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "chance_rate",
-    "continue_training",
     "evaluate_decode",
     "evaluate_greedy",
     "evaluate_teacher_forced",

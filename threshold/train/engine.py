@@ -47,7 +47,6 @@ from threshold.train.run import Progress, Run, TrainResult
 from threshold.train.state import load_state
 
 __all__ = [
-    "continue_training",
     "init_model",
     "start_pack",
     "step_pack",
@@ -75,25 +74,12 @@ def train(
     on_progress: Callable[[Progress], None] | None = None,
     progress_every: int = 25,
     device: str | torch.device = "cpu",
+    init: RecurrentTransformer | None = None,
 ) -> TrainResult:
-    """Train a fresh model: :func:`train_runs` of one run."""
-    return _one(Run(model_cfg, data, cfg), on_progress, progress_every, device)
-
-
-def continue_training(
-    model: RecurrentTransformer,
-    data: TaskData,
-    cfg: TrainConfig,
-    on_progress: Callable[[Progress], None] | None = None,
-    progress_every: int = 25,
-    device: str | torch.device = "cpu",
-) -> TrainResult:
-    """Train ``model`` further with a fresh optimizer (the transfer step): a run of one."""
-    return _one(Run(model.cfg, data, cfg, model), on_progress, progress_every, device)
-
-
-def _one(run: Run, on_progress, progress_every: int, device) -> TrainResult:
+    """Train a fresh model, or ``init`` further with a fresh optimizer (the transfer step):
+    :func:`train_runs` of one run."""
     report = None if on_progress is None else (lambda _, p: on_progress(p))
+    run = Run(model_cfg, data, cfg, init)
     return train_runs([run], device, report, progress_every=progress_every)[0]
 
 
