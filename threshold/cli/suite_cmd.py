@@ -138,30 +138,29 @@ class _Printer:
                 f" after {info['n_runs']} runs in {duration(info['wall_s'])}: "
                 f"{answer_words(info['answer'])}"
             )
-        elif kind == "transfer_skip":
-            self.say(f"transfer {label}: done ({info['file']})")
-        elif kind == "transfer_start":
-            self.say(f"transfer {label}: d = {info['d']}, seeds {info['seeds']}")
-        elif kind == "transfer_phase":
-            self.say(f"  transfer {label}: seed {info['seed']} {info['phase']}")
         elif kind == "transfer_end":
             self.say(
                 f"  transfer {label}: pretrained {info['transfer_mean']:.3f} vs from scratch "
                 f"{info['scratch_mean']:.3f} ({info['file']})"
             )
-        elif kind == "analysis_start":
-            self.say(f"analysis {label} trial {info['trial']} ({info['how']})")
-        elif kind == "analysis_skip":
-            self.say(f"analysis {label} trial {info['trial']}: done")
-        elif kind == "analysis_failed":
-            self.say(f"analysis {label} ({info['how']}): not done: {info['error']}")
         elif kind == "survey":
             done = "scored" if info["ran"] else "scored before"
             self.say(f"survey {label}: {info['runs']} runs {done} ({info['file']})")
-        elif kind == "survey_failed":
-            self.say(f"survey {label}: not done: {info['error']}")
-        elif kind == "report":
-            self.say(f"report {label}: {info['folder']}/index.html")
+        elif kind in _EVENT_WORDS:
+            self.say(_EVENT_WORDS[kind].format(label=label, **info))
+
+
+# The line of each event that is its fields written out (the others are written above).
+_EVENT_WORDS = {
+    "transfer_skip": "transfer {label}: done ({file})",
+    "transfer_start": "transfer {label}: d = {d}, seeds {seeds}",
+    "transfer_phase": "  transfer {label}: seed {seed} {phase}",
+    "analysis_start": "analysis {label} trial {trial} ({how})",
+    "analysis_skip": "analysis {label} trial {trial}: done",
+    "analysis_failed": "analysis {label} ({how}): not done: {error}",
+    "survey_failed": "survey {label}: not done: {error}",
+    "report": "report {label}: {folder}/index.html",
+}
 
 
 def _print_plan(planned: dict, suite) -> None:
