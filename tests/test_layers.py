@@ -25,6 +25,7 @@ ORDER = (
     ),
     ("threshold.tasks",),
     ("threshold.config",),
+    ("threshold.options",),  # the settings a user names, built on the config's fields
     ("threshold.model",),
     ("threshold.train",),
     ("threshold.search",),

@@ -149,9 +149,9 @@ def test_every_non_default_value_in_the_real_suites_says_why(path):
 def test_cpu_suite_names_match_the_find_commands():
     """`threshold find --tasks max` (defaults) and `find --tasks add --budget 16 --precision 3
     --d-hi 64` (cpu.toml's [defaults]) derive cpu.toml's study names: each continues the other."""
-    from threshold.cli.common import task_config
     from threshold.search.spec import StudySettings
     from threshold.search.study import SearchConfig
+    from threshold.tasks import TaskConfig
     from threshold.train import TrainConfig
 
     suite = load_suite(REAL[0])
@@ -161,7 +161,7 @@ def test_cpu_suite_names_match_the_find_commands():
         ("max", "max", None, {}),
         ("max-med-add", "max,med,add", "add", small),
     ):
-        task = task_config(tasks, "listops", 10, 2, "2-3", 0.25, None, 2000, measure, 0)
+        task = TaskConfig.from_options(tasks=tasks, measure=measure)  # find's task options
         find = StudySettings(task, TrainConfig(max_steps=20_000), SearchConfig(**search))
         assert suite.study(label).name == find.default_name(), label
 

@@ -1,18 +1,27 @@
-"""A suite's study keys are ``StudySettings.from_options``' keywords: a keyword added there is a
-suite key with no change to the parser, its TOML value arrives in the type the option takes, and a
-value it refuses is still one line naming the file, line and key."""
+"""A suite's study keys are the settings of ``threshold.options`` (``find``'s options): a setting
+added there is a suite key with no change to the parser, its TOML value arrives in the type the
+setting takes, and a value it refuses is still one line naming the file, line and key."""
 
 from __future__ import annotations
 
-import inspect
 import json
 
 import pytest
 
 from threshold.errors import ConfigError
+from threshold.options import SETTINGS, Option
 from threshold.search.spec import StudySettings
 from threshold.suite import SuiteError, parse_suite
-from threshold.suite.spec import INT, STR, STRS, TABLE, option_kinds, option_values
+from threshold.suite.spec import (
+    FLOAT,
+    INT,
+    INTS,
+    PAIRS,
+    STR,
+    STRS,
+    option_values,
+    setting_kinds,
+)
 
 SUITE = """\
 name = "s"
@@ -28,36 +37,45 @@ tasks = ["max", "min"]
 """
 
 
-def test_every_option_of_from_options_is_a_suite_key_with_finds_default():
-    """Each keyword of ``from_options`` (those with a default TOML can write), set in [defaults]
-    to its default, is accepted and changes nothing: the study is the one ``find`` makes."""
+def test_every_setting_is_a_suite_key_with_finds_default():
+    """Each setting (those with a default TOML can write), set in [defaults] to its default, is
+    accepted and changes nothing: the study is the one ``find`` makes."""
     written = []
-    for name, param in inspect.signature(StudySettings.from_options).parameters.items():
-        value = param.default
+    for name, value in StudySettings.defaults().items():
         if name == "tasks":
             value = [value]
-        if value is None or value is param.empty:
+        if value is None:
             continue
-        value = list(value) if isinstance(value, tuple) else value
         written.append(f"{name} = {json.dumps(value)}")
     assert len(written) >= 15
     text = 'name = "s"\n\n[defaults]\n' + "\n".join(written) + '\n\n[[study]]\nlabel = "a"\n'
     assert parse_suite(text).study("a").name == StudySettings.from_options().default_name()
 
 
-def test_option_kinds_read_the_annotations():
-    def options(
-        tasks: str | tuple[str, ...] = "max",
-        n: int | None = None,
-        name: str = "x",
-        table: dict | None = None,
-        shares: tuple[float, ...] = (),
-    ): ...
+def test_setting_kinds_read_the_table():
+    options = (
+        Option("tasks", str, "", listed=True),
+        Option("n", int, ""),
+        Option("name", str, ""),
+        Option("table", dict, ""),
+        Option("shares", float, "", listed=True),
+        Option("seeds", int, "", listed=True),
+        Option("level", float, ""),
+    )
+    assert setting_kinds(options) == {
+        "tasks": STRS,
+        "n": INT,
+        "name": STR,
+        "table": PAIRS,  # a table, or its text as on the command line
+        "shares": None,  # a list of numbers: the setting checks it
+        "seeds": INTS,
+        "level": FLOAT,
+    }
 
-    kinds = option_kinds(options)
-    assert kinds == {"tasks": STRS, "n": INT, "name": STR, "table": TABLE, "shares": None}
+    def options_of(tasks: str | tuple[str, ...] = "max", name: str = "x", shares=()): ...
+
     values = {"tasks": ["max", "med"], "name": ["a", "b"], "shares": [0.5, 1], "other": 1}
-    assert option_values(values, options) == {
+    assert option_values(values, options_of) == {
         "tasks": ("max", "med"),
         "name": "a,b",  # an option that takes only a string gets the comma list
         "shares": (0.5, 1),
@@ -66,34 +84,28 @@ def test_option_kinds_read_the_annotations():
 
 @pytest.fixture
 def more_options(monkeypatch):
-    """``from_options`` with three more keywords, as a later version may add: what the suite
-    passes for each is recorded."""
+    """Three more settings, as a later version may add (rows of ``threshold.options``, read by
+    ``from_options``): what the suite passes for each is recorded."""
     original = StudySettings.from_options.__func__
     seen = {}
 
-    def from_options(cls, *args, style="plain", table=None, shares=(), **kwargs):
+    def from_options(cls, style="plain", table=None, shares=(), **kwargs):
         if style not in ("plain", "fancy"):
             raise ConfigError(f"style {style!r} is unknown: use plain or fancy")
         seen.update(style=style, table=table, shares=shares)
-        return original(cls, *args, **kwargs)
+        return original(cls, **kwargs)
 
-    params = list(inspect.signature(original).parameters.values())
-    rest = [p for p in params if p.kind is p.VAR_KEYWORD]  # **kwargs, if it takes them: last
-    added = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=a)
-        for name, d, a in (
-            ("style", "plain", "str"),
-            ("table", None, "dict | None"),
-            ("shares", (), "tuple[float, ...]"),
-        )
-    ]
-    params = [p for p in params if p not in rest] + added + rest
-    from_options.__signature__ = inspect.Signature(params)
+    for option in (
+        Option("style", str, ""),
+        Option("table", dict, ""),
+        Option("shares", float, "", listed=True),
+    ):
+        monkeypatch.setitem(SETTINGS, option.name, option)
     monkeypatch.setattr(StudySettings, "from_options", classmethod(from_options))
     return seen
 
 
-def test_a_new_keyword_of_from_options_is_a_suite_key(more_options):
+def test_a_new_setting_is_a_suite_key(more_options):
     text = SUITE.format(
         defaults='style = "fancy"',
         study="shares = [0.25, 0.5]\ntable = { lr = 0.001, betas = [0.9, 0.99] }",
@@ -116,7 +128,7 @@ def test_a_new_keyword_of_from_options_is_a_suite_key(more_options):
         ("", "table = 3", 10, ["key 'table'", "is not a table"]),
     ],
 )
-def test_a_new_keyword_refused_names_its_line(more_options, defaults, study, line, words):
+def test_a_new_setting_refused_names_its_line(more_options, defaults, study, line, words):
     with pytest.raises(SuiteError) as caught:
         parse_suite(SUITE.format(defaults=defaults, study=study), "s.toml")
     message = str(caught.value)

@@ -7,12 +7,12 @@ use so that ``import threshold.tasks`` loads none of it.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from pathlib import Path
 
-from threshold.config import MODEL_FIELDS, TASK_FIELDS, TRAIN_FIELDS, Execution
+from threshold.config import Execution
 from threshold.errors import ConfigError
+from threshold.options import SETTINGS, Option
 from threshold.search.bounds import answer_words
 from threshold.search.find import run_search
 from threshold.search.spec import StudySettings
@@ -37,14 +37,12 @@ def find_threshold(
     """Locate the learning transition of ``tasks`` (measured on ``measure``, default the hardest
     op), as ``threshold find`` does, and return its estimate.
 
-    The study lives in ``storage`` (default ``$THRESHOLD_STORAGE`` or
-    ``sqlite:///studies/threshold.db``); calling again with the same settings resumes it.
-    ``options`` are the other settings of ``threshold find`` by their long names: ``mod``,
-    ``testbed``, ``depth``, ``arity`` ("2-3"), ``p_nest``, ``n_train``, ``n_test``,
-    ``split_seed``, ``steps``, ``d_lo``, ``d_hi``, ``precision``, ``budget``, ``level``,
-    ``chance_corrected``, ``seed``, ``pretrain`` ("max,med"), ``weights`` ("add=2"),
-    ``match_exposure``, ``recipe`` ("fast" or "paper") and any recipe field (``weight_decay``,
-    ``init_std``, ``checkpoints``, ...: threshold.config). ``workers`` processes train
+    The study lives in ``storage`` (default: :func:`threshold.config.resolve_storage`'s,
+    ``$THRESHOLD_STORAGE`` or one SQLite file); calling again with the same settings resumes it.
+    ``options`` are the other settings of ``threshold find`` by their long names (the task's,
+    the search's and the recipe's: :data:`threshold.options.SETTINGS`), e.g. ``mod``, ``d_hi``,
+    ``recipe`` ("fast", "small" or "paper"), ``weight_decay``, ``checkpoints`` ((0.25, 0.5, 1) or
+    "0.25,0.5,1"), ``weights`` ("add=2"). ``workers`` processes train
     (``trials_at_once`` trials each at once, on ``device``): :class:`threshold.config.Execution`.
     ``on_run(run, study)`` is called as each run ends: ``run`` a dict (``number``, ``state``,
     ``d_model``, ``params_total``, ``seed``, ``accuracy``, ``stop_reason``, ``seconds``),
@@ -65,15 +63,14 @@ def find_threshold(
         raise ConfigError(
             f"on_run {on_run!r} is not callable: give a function of (run, study), or None"
         )
-    params = inspect.signature(StudySettings.from_options).parameters
-    named = [k for k, p in params.items() if p.kind != inspect.Parameter.VAR_KEYWORD]
-    known = [*named, *TRAIN_FIELDS, *MODEL_FIELDS, *TASK_FIELDS]  # recipe fields: **overrides
-    unknown = sorted(set(options) - set(known))
+    unknown = sorted(set(options) - set(SETTINGS))
     if unknown:
-        raise ConfigError(f"find_threshold() has no option {unknown[0]!r}: use {', '.join(known)}")
-    for key, value in options.items():  # the command line's types, checked as it checks them
-        if key in params and params[key].default is not None:
-            _check_kind(key, value, params[key].default)
+        raise ConfigError(
+            f"find_threshold() has no option {unknown[0]!r}: use {', '.join(SETTINGS)}"
+        )
+    for key, value in options.items():  # the command line's kinds, checked as it checks them
+        if value is not None:
+            _check_kind(SETTINGS[key], value)
     settings = StudySettings.from_options(tasks=tasks, measure=measure, **options)
     execution = Execution().but(
         storage=storage,
@@ -95,15 +92,22 @@ def find_threshold(
 _KIND_WORDS = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
 
 
-def _check_kind(key: str, value, default) -> None:
-    """Refuse ``value`` for option ``key`` unless it has the kind of its default (an int where
-    a float goes is fine; a bool is not a number)."""
-    kinds = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}
-    allowed = kinds.get(type(default))
-    if allowed is None:
+def _check_kind(option: Option, value) -> None:
+    """Refuse ``value`` unless it has the option's kind (an int where a float goes is fine; a
+    bool is not a number); a list, or pairs, as text or as a sequence (a dict)."""
+    if option.text:
+        plain = (str, dict) if option.kind is dict else (str, tuple, list)
+        if not isinstance(value, plain):
+            raise ConfigError(
+                f"{option.name} {value!r} is not allowed: give a string like "
+                f"{_EXAMPLES.get(option.name, 'max,med')!r}, or a {plain[1].__name__}"
+            )
         return
-    fits = isinstance(value, allowed) and (type(default) is bool or not isinstance(value, bool))
-    if not fits:
+    allowed = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}[option.kind]
+    if not isinstance(value, allowed) or (option.kind is not bool and isinstance(value, bool)):
         raise ConfigError(
-            f"{key} {value!r} is not allowed: give {_KIND_WORDS[type(default)]}, like {default!r}"
+            f"{option.name} {value!r} is not allowed: give {_KIND_WORDS[option.kind]}"
         )
+
+
+_EXAMPLES = {"weights": "add=2", "checkpoints": "0.25,0.5,1", "betas": "0.9,0.98"}

@@ -46,6 +46,7 @@ __all__ = [
     "MAX_D_MODEL",
     "MODEL_FIELDS",
     "RECIPES",
+    "RECIPE_HELP",
     "TASK_FIELDS",
     "TRAIN_FIELDS",
     "Execution",
@@ -75,7 +76,7 @@ def check_finite(settings) -> None:
         value = getattr(settings, f.name)
         values = value if isinstance(value, tuple) else (value,)
         if any(isinstance(v, float) and not math.isfinite(v) for v in values):
-            raise ConfigError(f"{f.name} {value} is not allowed: give a finite number")
+            raise ConfigError(f"{f.name} {value} is not allowed: give a finite number", f.name)
 
 
 # Trials a worker trains at once on a GPU unless told: a pack of 8 steps about as fast as one
@@ -177,7 +178,8 @@ class ModelConfig:
         if not 1 <= self.d_model <= MAX_D_MODEL:
             raise ConfigError(
                 f"d_model {self.d_model} is not allowed: use 1 to {MAX_D_MODEL} (this tool looks"
-                " for small models; d = 4096 is already about 200M parameters)"
+                " for small models; d = 4096 is already about 200M parameters)",
+                "d_model",
             )
         if self.d_model % self.n_head:
             raise ConfigError(
@@ -186,7 +188,9 @@ class ModelConfig:
             )
         for name in ("vocab_size", "n_ctx", "n_recur", "n_head", "mlp_ratio"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"{name} {getattr(self, name)} is not allowed: use 1 or more")
+                raise ConfigError(
+                    f"{name} {getattr(self, name)} is not allowed: use 1 or more", name
+                )
         if self.block not in ("sequential", "parallel"):
             raise ConfigError(f"block {self.block!r} is not allowed: use sequential or parallel")
         if self.activation not in ("gelu", "relu"):
@@ -284,7 +288,7 @@ class TrainConfig:
         for name in (*names, "length_bins", "bucket_chunk", "window"):
             value = getattr(self, name)
             if value < 1:
-                raise ConfigError(f"{name} {value} is not allowed: use 1 or more")
+                raise ConfigError(f"{name} {value} is not allowed: use 1 or more", name)
         if self.warmup_steps < 0:
             raise ConfigError(f"warmup_steps {self.warmup_steps} is not allowed: use 0 or more")
         if self.batch_order not in ("binned", "bucketed", "random"):
@@ -463,6 +467,40 @@ TRAIN_FIELDS = (
     "decoding",
     "checkpoints",
 )
+
+# What each recipe field does, in a line: the help of its option in `find` and `train`
+# (threshold.options builds the option from it and the field's type). A new recipe field is its
+# dataclass field, its name in one of the lists above and its line here; a test holds them equal.
+RECIPE_HELP = {
+    "max_steps": "Most training steps per run",
+    "batch_size": "Sequences (or stream windows) per step",
+    "lr": "Peak learning rate",
+    "weight_decay": "AdamW weight decay",
+    "decay_all": "Weight decay on every parameter, or on matrices and embeddings only",
+    "betas": "AdamW betas, e.g. 0.9,0.98",
+    "warmup_steps": "Steps of linear warm-up",
+    "schedule": "Learning-rate schedule: cosine, exponential or constant",
+    "min_lr_ratio": "Fraction of --lr the decay ends at",
+    "decay_steps": "Steps the decay spans (fixed: needed for --checkpoints) [default: budget].",
+    "grad_clip": "Largest gradient norm",
+    "loss_on": "Loss on the completion or on all tokens",
+    "batches": "Batches of whole sequences, or windows of the concatenated stream (--loss-on all)",
+    "window": "Tokens a stream window (--batches windows)",
+    "early_stop": "learned_or_stuck, learned (no stuck rule) or never (the whole budget)",
+    "decoding": "Accuracy the transition uses: greedy or sampled (T = 1)",
+    "checkpoints": (
+        "Shares of the budget where accuracy is kept, e.g. 0.125,0.25,0.5,1 [default: none]."
+    ),
+    "init_std": "Init every weight N(0, std) instead of fan-in scaled",
+    "block": "Block: sequential or parallel",
+    "activation": "MLP activation: gelu or relu",
+    "n_recur": "Times the one block is applied",
+    "qkv_bias": "Biases on queries, keys and values",
+    "split": (
+        "Held-out split: groups (a share of each op's applications) or triples (the group's"
+        " digit triples, held out of every op)"
+    ),
+}
 
 RECIPES: dict[str, dict] = {
     "fast": {},

@@ -10,7 +10,12 @@ class ThresholdError(Exception):
 
 
 class ConfigError(ThresholdError, ValueError):
-    """A setting has a value that is not allowed."""
+    """A setting has a value that is not allowed; ``fields`` names the dataclass fields it is
+    about, where one check knows them (a suite file puts the error on their key's line)."""
+
+    def __init__(self, message: str = "", *fields: str) -> None:
+        super().__init__(message)
+        self.fields = fields
 
 
 class CheckpointError(ThresholdError):

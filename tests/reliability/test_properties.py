@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 from test_tasks import digest, small_configs
 
 from threshold import ConfigError, ThresholdError
-from threshold.cli.common import task_config
 from threshold.search.spec import StudySettings
 from threshold.search.study import SearchConfig, StorageError, check_study_name, open_storage
 from threshold.tasks import TaskConfig, build_task_data, load_task_data
@@ -107,7 +106,9 @@ def task_options(draw) -> tuple[bool, str, str, int]:
 def test_cli_task_parser_gives_valid_settings_or_a_config_error(options):
     valid, tasks, arity, mod = options
     try:
-        cfg = task_config(tasks, "listops", mod, 2, arity, 0.25, 100, 10, None, 0)
+        cfg = TaskConfig.from_options(  # what the command line's task options are given to
+            tasks=tasks, testbed="listops", mod=mod, depth=2, arity=arity, n_train=100, n_test=10
+        )
     except ConfigError as e:
         assert not valid, f"valid settings refused: {e}"
         assert "\n" not in str(e)

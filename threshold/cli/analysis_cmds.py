@@ -17,31 +17,23 @@ from threshold.analysis.studies import analyze_checkpoint, analyze_trial, matche
 from threshold.analysis.studies import survey as survey_study
 from threshold.analysis.transfer import summarize, transfer_experiment
 from threshold.cli.common import (
-    Arity,
     CacheDir,
-    Depth,
     Device,
-    Measure,
-    Mod,
-    NTest,
-    NTrain,
-    PNest,
-    SplitSeed,
     Storage,
-    Tasks,
-    Testbed,
     TrainingBars,
     run_guarded,
-    task_config,
+    takes,
     val_accuracy_words,
 )
-from threshold.config import pretrain_task, transfer_model_config
+from threshold.config import pretrain_task, resolve_storage, transfer_model_config
 from threshold.errors import ConfigError
 from threshold.model import param_count
+from threshold.options import TASK
 from threshold.report.text import cyclic_words, spread_words
 from threshold.search.record import read_study
 from threshold.search.results import pick_trial
 from threshold.search.study import open_storage
+from threshold.tasks import TaskConfig
 from threshold.train import TrainConfig
 from threshold.train.checkpoint import load_checkpoint
 from threshold.train.device import resolve_device
@@ -49,18 +41,10 @@ from threshold.train.device import resolve_device
 Pretrain = Annotated[str, typer.Option(help="Comma-separated ops to pretrain on, e.g. max,med.")]
 
 
+@takes(TaskConfig(ops=("add",)).options(), task=TASK)  # the target: add unless told
 def transfer(
+    task: dict,
     pretrain: Pretrain = "max,med",
-    tasks: Tasks = "add",
-    testbed: Testbed = "listops",
-    mod: Mod = 10,
-    depth: Depth = 2,
-    arity: Arity = "2-3",
-    p_nest: PNest = 0.25,
-    n_train: NTrain = None,
-    n_test: NTest = 2000,
-    measure: Measure = None,
-    split_seed: SplitSeed = 0,
     d_model: Annotated[int, typer.Option(help="Embedding size d of every model.")] = 48,
     n_seeds: Annotated[
         int, typer.Option("--n-seeds", help="How many seeds to run: --seed, --seed + 1, ...")
@@ -86,9 +70,7 @@ def transfer(
         if seed < 0:
             raise ConfigError(f"--seed {seed} is not allowed: use 0 or more")
         dev = resolve_device(device)
-        target = task_config(
-            tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
-        )
+        target = TaskConfig.from_options(**task)
         source_ops = tuple(op.strip() for op in pretrain.split(",") if op.strip())
         source = pretrain_task(target, source_ops)  # validates the ops
         model_cfg = transfer_model_config(source, target, d_model)  # checks the vocabularies
@@ -203,7 +185,8 @@ def analyze(
                 raise ConfigError("choose one of --trial, --at-transition, --largest, --d-model")
             if compare and (trial is not None or at_transition or largest):
                 raise ConfigError("--compare picks its trials by --match (and --d-model)")
-            storage_obj = open_storage(storage, create=False)
+            url = resolve_storage(storage)
+            storage_obj = open_storage(url, create=False)
             loaded = [read_study(storage_obj, name) for name in studies_]
             if compare:
                 numbers = matched_pair(loaded[0], loaded[1], match, d_model)
@@ -217,7 +200,7 @@ def analyze(
                 if out is not None and not compare:
                     folder = out
                 with console.status(f"analysing {study.name} trial {number}"):
-                    reports.append(analyze_trial(study, number, storage, folder, seed, cache_dir))
+                    reports.append(analyze_trial(study, number, url, folder, seed, cache_dir))
         if as_json:
             typer.echo(json.dumps(reports if len(reports) > 1 else reports[0]))
         else:
@@ -267,7 +250,8 @@ def survey(
         if threads < 1:
             raise ConfigError(f"--threads {threads} is not allowed: use 1 or more")
         torch.set_num_threads(threads)
-        storage_obj = open_storage(storage, create=False)
+        url = resolve_storage(storage)
+        storage_obj = open_storage(url, create=False)
         loaded = [read_study(storage_obj, name) for name in studies]  # all checked first
         results = []
         with Progress(disable=as_json, transient=True) as progress:
@@ -278,7 +262,7 @@ def survey(
                     progress.update(bar, completed=done, total=total)
 
                 results.append(
-                    survey_study(study, storage, min_accuracy, seed, cache_dir, on_run=advance)
+                    survey_study(study, url, min_accuracy, seed, cache_dir, on_run=advance)
                 )
         if as_json:
             typer.echo(json.dumps(results))

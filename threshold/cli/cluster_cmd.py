@@ -17,9 +17,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import typer
 
-from threshold.cli.common import CacheDir, Heartbeat, Storage, TrialsAtOnce, run_guarded
+from threshold.cli.common import run_guarded, takes
 from threshold.config import Execution
 from threshold.errors import ConfigError
+from threshold.options import EXECUTION, execution_of, only
 from threshold.search.study import check_study_name
 
 
@@ -119,21 +120,19 @@ def _refuse_password(storage: str) -> None:
     )
 
 
+@takes(execution=only(EXECUTION, "storage", "trials_at_once", "heartbeat", "cache_dir"))
 def slurm(
+    execution: dict,
     study: Annotated[str, typer.Option(help="Name of the study the workers join.")],
-    storage: Storage = None,
     workers: Annotated[
         int, typer.Option(help="Array tasks: one worker each, on one GPU of its own.")
     ] = 4,
-    trials_at_once: TrialsAtOnce = None,
     device: Annotated[
         str, typer.Option(help="cuda (one GPU per array task, --gres=gpu:1) or cpu.")
     ] = "cuda",
-    heartbeat: Heartbeat = None,
     max_trials: Annotated[
         int | None, typer.Option(help="Each worker stops after this many trials.")
     ] = None,
-    cache_dir: CacheDir = None,
     time: Annotated[str, typer.Option(help="Time limit of each array task (sbatch --time).")] = (
         "24:00:00"
     ),
@@ -155,10 +154,9 @@ def slurm(
     """Write an sbatch --array script that starts one `threshold worker` per array task."""
 
     def body():
-        execution = Execution(storage, workers, trials_at_once, device, cache_dir=cache_dir)
-        execution = execution.but(heartbeat_s=heartbeat)
+        runs = execution_of(execution | {"workers": workers, "device": device})
         array = Array(time, cpus, mem, partition, account, tuple(setup or ()), command)
-        text = slurm_script(study, execution, array, max_trials)
+        text = slurm_script(study, runs, array, max_trials)
         if output is None:
             typer.echo(text, nl=False)
             return

@@ -5,10 +5,11 @@ never torch, Optuna or SciPy; ``threshold --help`` does not import it (:mod:`.co
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import time
 from datetime import timedelta
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -19,173 +20,30 @@ from threshold.allocator import keep_freed_memory
 from threshold.cli.commands import STATE
 from threshold.errors import ConfigError, ThresholdError
 from threshold.interrupt import exit_status, install, interrupted
+from threshold.options import EXECUTION, Option, execution_defaults
 from threshold.tasks import TaskConfig
 
 EXIT_USAGE = 2
 LINE_EVERY_S = 60.0  # training progress written to a file or pipe: a line a run this often
 
 
-# Task options shared by every command that makes data.
-Tasks = Annotated[str, typer.Option("--tasks", help="Comma-separated ops, e.g. max,med,add.")]
-Testbed = Annotated[str, typer.Option(help="listops (digits mod n) or perm (S_k).")]
-Mod = Annotated[int, typer.Option("--mod", help="Modulus n (listops) or degree k (perm).")]
-Depth = Annotated[int, typer.Option(help="Expression depth; 2 is one nesting level.")]
-Arity = Annotated[str, typer.Option(help="Operands per op, as MIN-MAX.")]
-PNest = Annotated[float, typer.Option(help="Chance an operand is a nested op.")]
-NTrain = Annotated[int | None, typer.Option(help="Training sequences \\[default: 5000 x mod].")]
-NTest = Annotated[int, typer.Option(help="Test sequences per op.")]
-Measure = Annotated[str | None, typer.Option(help="Op whose accuracy is the run's number.")]
-SplitSeed = Annotated[int, typer.Option(help="Seed of the held-out split and test sets.")]
-Storage = Annotated[
-    str | None,
-    typer.Option(
-        help="Database URL \\[default: $THRESHOLD_STORAGE or sqlite:///studies/threshold.db]."
-    ),
-]
-Heartbeat = Annotated[
-    int | None,
-    typer.Option(
-        help="Seconds between heartbeats; a trial silent for 3 of them is retried "
-        "\\[default: 30, threshold.config.Execution].",
-        show_default=False,
-    ),
-]
-Device = Annotated[
-    str,
-    typer.Option(help="Where models train: auto (a CUDA GPU if there is one), cpu, cuda, cuda:N."),
-]
-CacheDir = Annotated[
-    Path | None,
-    typer.Option(help="Data cache \\[default: $THRESHOLD_CACHE or ~/.cache/threshold]."),
-]
+def option_type(o: Option, default=None, panel: str | None = None):
+    """The annotation of a command parameter for option ``o`` (:mod:`threshold.options`): its
+    type (text where the command line parses it), its flags, its help, its help panel."""
+    kind = str if o.text else o.kind
+    kind = kind if default is not None else kind | None
+    decls = (o.flag,) if o.flag else ()
+    words = o.help.replace("[", "\\[")  # rich markup: "[default: ...]" is text
+    info = typer.Option(*decls, help=words, rich_help_panel=panel, show_default=not o.flag)
+    return Annotated[kind, info]
 
 
-# Recipe options (threshold.config): None keeps the recipe's value.
-Recipe = Annotated[
-    str, typer.Option(help="Training recipe: fast (this tool's) or paper (the group's code).")
-]
-Steps = Annotated[
-    int | None, typer.Option(help="Most training steps per run \\[default: the recipe's].")
-]
-Lr = Annotated[float | None, typer.Option(help="Peak learning rate \\[default: the recipe's].")]
-WeightDecay = Annotated[
-    float | None, typer.Option(help="AdamW weight decay \\[default: the recipe's].")
-]
-InitStd = Annotated[
-    float | None,
-    typer.Option(
-        help="Init every weight N(0, std) instead of fan-in scaled \\[default: the recipe's]."
-    ),
-]
-Schedule = Annotated[
-    str | None,
-    typer.Option(
-        help="Learning-rate schedule: cosine, exponential or constant \\[default: the recipe's]."
-    ),
-]
-DecaySteps = Annotated[
-    int | None,
-    typer.Option(
-        help="Steps the decay spans (fixed: needed for --checkpoints) \\[default: budget]."
-    ),
-]
-LossOn = Annotated[
-    str | None,
-    typer.Option(help="Loss on the completion or on all tokens \\[default: the recipe's]."),
-]
-Batches = Annotated[
-    str | None,
-    typer.Option(
-        help="Batches of whole sequences, or windows of the concatenated stream (--loss-on all)"
-        " \\[default: the recipe's]."
-    ),
-]
-Window = Annotated[
-    int | None,
-    typer.Option(help="Tokens a stream window (--batches windows) \\[default: the recipe's]."),
-]
-Block = Annotated[
-    str | None, typer.Option(help="Block: sequential or parallel \\[default: the recipe's].")
-]
-EarlyStop = Annotated[
-    str | None,
-    typer.Option(
-        help="learned_or_stuck, learned (no stuck rule) or never (the whole budget)"
-        " \\[default: the recipe's]."
-    ),
-]
-Split = Annotated[
-    str | None,
-    typer.Option(
-        help="Held-out split: groups (a share of each op's applications) or triples (the"
-        " group's digit triples, held out of every op) \\[default: the recipe's]."
-    ),
-]
-Decoding = Annotated[
-    str | None,
-    typer.Option(
-        help="Accuracy the transition uses: greedy or sampled (T = 1) \\[default: the recipe's]."
-    ),
-]
-Checkpoints = Annotated[
-    str | None,
-    typer.Option(
-        help="Shares of the budget where accuracy is kept, e.g. 0.125,0.25,0.5,1 \\[default: none]."
-    ),
-]
-Weights = Annotated[
-    str | None, typer.Option(help="Mixture weights per op, e.g. add=2 (others weigh 1).")
-]
-BatchSize = Annotated[
-    int | None,
-    typer.Option(help="Sequences (or stream windows) per step \\[default: the recipe's]."),
-]
-WarmupSteps = Annotated[
-    int | None, typer.Option(help="Steps of linear warm-up \\[default: the recipe's].")
-]
-MinLrRatio = Annotated[
-    float | None,
-    typer.Option(help="Fraction of --lr the decay ends at \\[default: the recipe's]."),
-]
-GradClip = Annotated[
-    float | None, typer.Option(help="Largest gradient norm \\[default: the recipe's].")
-]
-Betas = Annotated[
-    str | None, typer.Option(help="AdamW betas, e.g. 0.9,0.98 \\[default: the recipe's].")
-]
-DecayAll = Annotated[
-    bool | None,
-    typer.Option(
-        "--decay-all/--decay-matrices",
-        help="Weight decay on every parameter, or on matrices and embeddings only"
-        " \\[default: the recipe's].",
-        show_default=False,
-    ),
-]
-Activation = Annotated[
-    str | None, typer.Option(help="MLP activation: gelu or relu \\[default: the recipe's].")
-]
-NRecur = Annotated[
-    int | None,
-    typer.Option(help="Times the one block is applied \\[default: the recipe's]."),
-]
-QkvBias = Annotated[
-    bool | None,
-    typer.Option(
-        "--qkv-bias/--no-qkv-bias",
-        help="Biases on queries, keys and values \\[default: the recipe's].",
-        show_default=False,
-    ),
-]
-TrialsAtOnce = Annotated[
-    int | None,
-    typer.Option(
-        "--trials-at-once",
-        help="Trials a worker takes at once and trains together as one batched run (the"
-        " sampler's K; --batch-size is sequences a step) \\[default: 1 on the CPU, 8 on a GPU].",
-        show_default=False,
-    ),
-]
+# Options of where and how runs execute, for the commands that take one or two of them; the
+# settings of a task, a search, a recipe and a whole execution are added by `takes`.
+_EXECUTION = {o.name: o for o in EXECUTION}
+Storage = option_type(_EXECUTION["storage"])
+Device = option_type(_EXECUTION["device"], "auto")
+CacheDir = option_type(_EXECUTION["cache_dir"])
 # The option's old name, refused: "--batch 32" read as a batch size trained 32 trials at once.
 OldBatch = Annotated[int | None, typer.Option("--batch", hidden=True)]
 
@@ -199,55 +57,36 @@ def refuse_old_batch(value: int | None) -> None:
         )
 
 
-MatchExposure = Annotated[
-    bool,
-    typer.Option(help="Grow the training set until the measured op has its single-op node count."),
-]
+def takes(defaults: dict | None = None, **groups: tuple[Option, ...]):
+    """Add the options of ``groups`` (``task=TASK``, ...: :mod:`threshold.options`) to a
+    command: each group's options follow the command's own, in a help panel of their own, and
+    the command's parameter of the group's name receives their values as a dict (None: not
+    given). Defaults are the dataclasses' (a task's, an execution's), or ``defaults``' where it
+    names them; any other defaults to None."""
+    shown = TaskConfig().options() | execution_defaults() | (defaults or {})
 
+    def option(o: Option, panel: str) -> inspect.Parameter:
+        default = shown.get(o.name)
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        return inspect.Parameter(
+            o.name, keyword, default=default, annotation=option_type(o, default, panel)
+        )
 
-# The recipe options a command takes beside --recipe, named as the recipe fields they set.
-RECIPE_OPTIONS = (
-    "lr",
-    "weight_decay",
-    "init_std",
-    "schedule",
-    "decay_steps",
-    "loss_on",
-    "batches",
-    "window",
-    "block",
-    "early_stop",
-    "decoding",
-    "checkpoints",
-    "warmup_steps",
-    "min_lr_ratio",
-    "grad_clip",
-    "betas",
-    "decay_all",
-    "activation",
-    "n_recur",
-    "qkv_bias",
-    "split",  # the task's, which a recipe may set (threshold.config.TASK_FIELDS)
-)
+    def wrap(command):
+        own = inspect.signature(command, eval_str=True)
+        added = [option(o, f"{name.title()} options") for name, os in groups.items() for o in os]
+        kept = [p for p in own.parameters.values() if p.name not in groups]
 
+        @functools.wraps(command)
+        def run(**values):
+            for name, os in groups.items():
+                values[name] = {o.name: values.pop(o.name) for o in os}
+            return command(**values)
 
-def recipe_overrides(options: dict) -> dict:
-    """The recipe fields that a command's options set: ``options`` is the command's ``locals()``
-    (``None``: not set); ``checkpoints`` as text ``0.25,0.5,1`` becomes shares."""
-    out = {k: options[k] for k in RECIPE_OPTIONS if options.get(k) is not None}
-    if "checkpoints" in out:
-        try:
-            out["checkpoints"] = tuple(float(x) for x in out["checkpoints"].split(","))
-        except ValueError:
-            raise ConfigError(
-                f"--checkpoints {options['checkpoints']!r} is not a list like 0.25,0.5,1"
-            ) from None
-    if "betas" in out:
-        try:
-            out["betas"] = tuple(float(x) for x in out["betas"].split(","))
-        except ValueError:
-            raise ConfigError(f"--betas {options['betas']!r} is not a pair like 0.9,0.98") from None
-    return out
+        run.__signature__ = own.replace(parameters=[*kept, *added])
+        return run
+
+    return wrap
 
 
 class TrainingBars:
@@ -359,12 +198,6 @@ def _span(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.0f} s"
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
-
-
-def task_config(tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed):
-    return TaskConfig.from_options(
-        tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
-    )
 
 
 def int_list(text: str, option: str, example: str = "16,24,32") -> list[int]:

@@ -10,20 +10,21 @@ from rich.console import Console
 from rich.table import Table
 
 from threshold.analysis.complexity import complexity as measure
-from threshold.cli.common import Mod, Tasks, Testbed, run_guarded
+from threshold.cli.common import run_guarded, takes
+from threshold.options import TASK, only
+from threshold.tasks import TaskConfig
 
 
+@takes(task=only(TASK, "tasks", "testbed", "mod"))
 def complexity(
-    tasks: Tasks = "max",
-    testbed: Testbed = "listops",
-    mod: Mod = 10,
+    task: dict,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Kolmogorov-complexity proxy of one mixture: compressed bytes of its program, per op too."""
 
     def body():
-        ops = [op.strip() for op in tasks.split(",") if op.strip()]
-        report = measure(testbed, ops, mod)
+        cfg = TaskConfig.from_options(**task)  # checked: ops of the testbed, a size it takes
+        report = measure(cfg.testbed, list(cfg.ops), cfg.n)
         if as_json:
             typer.echo(json.dumps(report))
         else:

@@ -7,36 +7,15 @@ from typing import Annotated
 
 import typer
 
-from threshold.cli.common import (
-    Arity,
-    CacheDir,
-    Depth,
-    Measure,
-    Mod,
-    NTest,
-    NTrain,
-    PNest,
-    SplitSeed,
-    Tasks,
-    Testbed,
-    run_guarded,
-    task_config,
-)
+from threshold.cli.common import CacheDir, run_guarded, takes
 from threshold.errors import ConfigError
-from threshold.tasks import load_task_data
+from threshold.options import TASK
+from threshold.tasks import TaskConfig, load_task_data
 
 
+@takes(task=TASK)
 def data(
-    tasks: Tasks = "max",
-    testbed: Testbed = "listops",
-    mod: Mod = 10,
-    depth: Depth = 2,
-    arity: Arity = "2-3",
-    p_nest: PNest = 0.25,
-    n_train: NTrain = None,
-    n_test: NTest = 2000,
-    measure: Measure = None,
-    split_seed: SplitSeed = 0,
+    task: dict,
     n: Annotated[int, typer.Option("--n", help="Sequences to show (per op for val/test).")] = 20,
     split: Annotated[str, typer.Option(help="train, val or test.")] = "train",
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
@@ -49,9 +28,7 @@ def data(
             raise ConfigError(f"split {split!r} is not allowed: use train, val or test")
         if n < 0:
             raise ConfigError(f"--n {n} is not allowed: use 0 or more")
-        task_cfg = task_config(
-            tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed
-        )
+        task_cfg = TaskConfig.from_options(**task)
         data = load_task_data(task_cfg, cache_dir)
         vocab = task_cfg.vocab
         op_names = list(task_cfg.testbed_obj.ops)

@@ -16,215 +16,81 @@ from rich.live import Live
 from rich.table import Table
 
 from threshold.cli.common import (
-    Activation,
-    Arity,
-    Batches,
-    BatchSize,
-    Betas,
-    Block,
-    CacheDir,
-    Checkpoints,
-    DecayAll,
-    DecaySteps,
-    Decoding,
-    Depth,
-    Device,
-    EarlyStop,
-    GradClip,
-    Heartbeat,
-    InitStd,
-    LossOn,
-    Lr,
-    MatchExposure,
-    Measure,
-    MinLrRatio,
-    Mod,
-    NRecur,
-    NTest,
-    NTrain,
     OldBatch,
-    PNest,
-    QkvBias,
-    Recipe,
-    Schedule,
-    SplitSeed,
-    Steps,
-    Storage,
-    Tasks,
-    Testbed,
-    TrialsAtOnce,
-    WarmupSteps,
-    WeightDecay,
-    Weights,
-    Window,
     pace_words,
-    recipe_overrides,
     refuse_old_batch,
     run_guarded,
     run_words,
+    takes,
 )
 from threshold.config import Execution
 from threshold.interrupt import exit_status
+from threshold.options import EXECUTION, RECIPE, SEARCH, TASK, execution_of
 from threshold.search.bounds import answer_words, near_chance_words
 from threshold.search.find import Interrupted, run_search, worker_trials
 from threshold.search.fit import strays
 from threshold.search.record import storage_log_level
 from threshold.search.spec import StudySettings
+from threshold.search.study import sqlite_path
 
 
+@takes(StudySettings.defaults(), task=TASK, search=SEARCH, recipe=RECIPE, execution=EXECUTION)
 def find(
-    tasks: Tasks = "max",
-    testbed: Testbed = "listops",
-    mod: Mod = 10,
-    depth: Depth = 2,
-    arity: Arity = "2-3",
-    p_nest: PNest = 0.25,
-    n_train: NTrain = None,
-    n_test: NTest = 2000,
-    measure: Measure = None,
-    split_seed: SplitSeed = 0,
-    budget: Annotated[int, typer.Option(help="Most training runs.")] = 40,
-    precision: Annotated[
-        float,
-        typer.Option(help="Stop when the 90% interval of the 80% point is this narrow."),
-    ] = 2.5,
-    d_lo: Annotated[int, typer.Option(help="Smallest d of the initial bracket.")] = 8,
-    d_hi: Annotated[int, typer.Option(help="Largest d of the initial bracket.")] = 128,
-    level: Annotated[
-        float, typer.Option(help="Transition: the curve reaches level x A (the paper's wording).")
-    ] = 0.8,
-    chance_corrected: Annotated[
-        bool,
-        typer.Option(
-            "--chance-corrected/--paper-level",
-            help="Read the level as chance + level x (A - chance), 80% of the way up from chance,"
-            " instead of level x A. Stored on the study.",
-        ),
-    ] = False,
-    recipe: Recipe = "fast",
-    steps: Steps = None,
-    batch_size: BatchSize = None,
-    lr: Lr = None,
-    weight_decay: WeightDecay = None,
-    init_std: InitStd = None,
-    schedule: Schedule = None,
-    decay_steps: DecaySteps = None,
-    loss_on: LossOn = None,
-    batches: Batches = None,
-    window: Window = None,
-    block: Block = None,
-    early_stop: EarlyStop = None,
-    decoding: Decoding = None,
-    checkpoints: Checkpoints = None,
-    warmup_steps: WarmupSteps = None,
-    min_lr_ratio: MinLrRatio = None,
-    grad_clip: GradClip = None,
-    betas: Betas = None,
-    decay_all: DecayAll = None,
-    activation: Activation = None,
-    n_recur: NRecur = None,
-    qkv_bias: QkvBias = None,
-    weights: Weights = None,
-    match_exposure: MatchExposure = False,
-    seed: Annotated[int, typer.Option(help="Base seed; run seeds derive from it.")] = 0,
-    pretrain: Annotated[
-        str | None,
-        typer.Option(help="Pretrain every run on these ops first, e.g. max,med (transfer)."),
-    ] = None,
-    workers: Annotated[
-        int,
-        typer.Option(
-            help="Worker processes (one torch thread each); 0 creates the study only, for workers"
-            " started elsewhere (threshold worker, threshold cluster slurm)."
-        ),
-    ] = 1,
-    trials_at_once: TrialsAtOnce = None,
-    batch: OldBatch = None,
-    device: Device = "auto",
-    oversubscribe: Annotated[
-        bool, typer.Option(help="Start more workers than cores (CPU) or GPUs (CUDA).")
-    ] = False,
-    storage: Storage = None,
+    task: dict,
+    search: dict,
+    recipe: dict,
+    execution: dict,
     study: Annotated[str | None, typer.Option(help="Study name \\[default: derived].")] = None,
-    heartbeat: Heartbeat = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    cache_dir: CacheDir = None,
+    batch: OldBatch = None,
 ) -> None:
     """Locate the learning transition of a mixture with an Optuna study."""
-    options = dict(locals())  # the recipe options among them: recipe_overrides
 
     def body():
         refuse_old_batch(batch)
-        execution = Execution(  # checked before the study's settings are built
-            storage,
-            1 if workers == 0 else workers,  # 0: the study only (run_search's create_only)
-            trials_at_once,
-            device,
-            cache_dir=cache_dir,
-            oversubscribe=oversubscribe,
-        ).but(heartbeat_s=heartbeat)
-
-        settings = StudySettings.from_options(
-            tasks,
-            testbed,
-            mod,
-            depth,
-            arity,
-            p_nest,
-            n_train,
-            n_test,
-            measure,
-            split_seed,
-            steps,
-            d_lo,
-            d_hi,
-            precision,
-            budget,
-            level,
-            chance_corrected,
-            seed,
-            pretrain,
-            weights,
-            match_exposure,
-            recipe,
-            batch_size=batch_size,
-            **recipe_overrides(options),
-        )
+        workers = execution["workers"]  # 0: the study only (run_search's create_only)
+        runs = execution_of(execution | {"workers": workers or 1})  # checked before the study
+        settings = StudySettings.from_options(**task, **search, **recipe)
         storage_log_level(logging.WARNING)  # not Optuna's "A new study created": the lines below
-        slots = execution.workers * worker_trials(execution)
+        slots = runs.workers * worker_trials(runs)
         try:
-            with _LiveView(not as_json, slots, execution.heartbeat_s) as view:
+            with _LiveView(not as_json, slots, runs.heartbeat_s) as view:
                 outcome = run_search(
-                    settings, execution, study, on_update=view.update, on_run=view.run_ended,
+                    settings, runs, study, on_update=view.update, on_run=view.run_ended,
                     create_only=workers == 0,
                 )  # fmt: skip
         except Interrupted as e:
             typer.echo(f"interrupted: run the same command to resume study {e.study!r}", err=True)
             raise typer.Exit(exit_status()) from None
-        report = outcome.to_json()
-        report["warning"] = near_chance_words(report["transition"])
-        if as_json:
-            typer.echo(json.dumps(report))
-        else:
-            _print_summary(report)
-            if report["warning"]:
-                typer.echo(f"warning: {report['warning']}", err=True)
+        _say_outcome(outcome.to_json(), as_json)
         if workers == 0:  # the study only: say how its trials get run
-            where = "" if storage is None else f" --storage {storage}"
-            shared = storage is not None and not storage.startswith("sqlite")  # many machines
-            typer.echo(
-                f"no worker started (--workers 0): run `threshold worker --study {outcome.study}"
-                f"{where}` to run its trials"
-                + (
-                    f", on other machines too, or `threshold cluster slurm --study {outcome.study}"
-                    f"{where}` for a SLURM job array"
-                    if shared
-                    else ""
-                ),
-                err=True,
-            )
+            typer.echo(_no_worker_words(outcome.study, runs), err=True)
 
     run_guarded(body)
+
+
+def _say_outcome(report: dict, as_json: bool) -> None:
+    """The study's answer: one JSON object, or its summary and a warning near chance."""
+    report["warning"] = near_chance_words(report["transition"])
+    if as_json:
+        typer.echo(json.dumps(report))
+        return
+    _print_summary(report)
+    if report["warning"]:
+        typer.echo(f"warning: {report['warning']}", err=True)
+
+
+def _no_worker_words(study: str, execution: Execution) -> str:
+    """How the trials of a study made with ``--workers 0`` get run: by a worker on this machine,
+    or, where the storage is a server, on others too."""
+    where = "" if execution.storage is None else f" --storage {execution.storage}"
+    words = f"no worker started (--workers 0): run `threshold worker --study {study}{where}`"
+    if sqlite_path(execution.storage_url) is None:  # a database server: many machines
+        return (
+            f"{words} to run its trials, on other machines too, or `threshold cluster slurm"
+            f" --study {study}{where}` for a SLURM job array"
+        )
+    return f"{words} to run its trials"
 
 
 class _LiveView:

@@ -11,54 +11,18 @@ from rich.console import Console
 from rich.table import Table
 
 from threshold.cli.common import (
-    Activation,
-    Arity,
-    Batches,
-    BatchSize,
-    Betas,
-    Block,
     CacheDir,
-    Checkpoints,
-    DecayAll,
-    DecaySteps,
-    Decoding,
-    Depth,
     Device,
-    EarlyStop,
-    GradClip,
-    InitStd,
-    LossOn,
-    Lr,
-    MatchExposure,
-    Measure,
-    MinLrRatio,
-    Mod,
-    NRecur,
-    NTest,
-    NTrain,
-    PNest,
-    QkvBias,
-    Recipe,
-    Schedule,
-    Split,
-    SplitSeed,
-    Steps,
-    Tasks,
-    Testbed,
     TrainingBars,
-    WarmupSteps,
-    WeightDecay,
-    Weights,
-    Window,
     int_list,
-    recipe_overrides,
     run_guarded,
-    task_config,
+    takes,
     val_accuracy_words,
 )
-from threshold.config import TrainConfig, make_recipe, model_config_for, param_count
+from threshold.config import TrainConfig, model_config_for, param_count
 from threshold.errors import ConfigError
 from threshold.interrupt import exit_status, interrupted
+from threshold.options import RECIPE, TASK, only, recipe_of
 from threshold.tasks import TaskConfig, load_task_data
 from threshold.train import Run, train_runs
 from threshold.train.bench import run_all, run_batched
@@ -66,166 +30,161 @@ from threshold.train.checkpoint import check_writable, save_checkpoint
 from threshold.train.device import resolve_device
 from threshold.train.memory import plan_packs
 
+# train's own options: the models it trains, and where their checkpoints go.
+DModels = Annotated[
+    str, typer.Option(help="Embedding size d, or a list (16,24,32) trained as one batch.")
+]
+Seed = Annotated[
+    str | None,
+    typer.Option(
+        help="Seed of initialisation and batch order, or a list (0,1,2) \\[default: 0].",
+        show_default=False,
+    ),
+]
+Seeds = Annotated[
+    str | None, typer.Option(help="The same as --seed, for a list (0,1,2): give one of them.")
+]
+EvalEvery = Annotated[int, typer.Option(help="Steps between validation checks.")]
+Threads = Annotated[int, typer.Option(help="Torch threads.")]
+TimeLimit = Annotated[float | None, typer.Option(help="Stop after this many seconds.")]
+MemoryGb = Annotated[
+    float | None,
+    typer.Option(help="Memory a batch may use \\[default: 90% of free GPU, 80% of host]."),
+]
+Out = Annotated[
+    Path | None,
+    typer.Option(help="Save the checkpoint here (a folder when several models train)."),
+]
+Force = Annotated[
+    bool, typer.Option("--force", help="Write over an existing --out file or folder.")
+]
+JsonLines = Annotated[
+    bool, typer.Option("--json", help="Print one JSON object (one line per model).")
+]
 
+
+@takes(task=TASK, recipe=RECIPE)
 def train(
-    tasks: Tasks = "max",
-    testbed: Testbed = "listops",
-    mod: Mod = 10,
-    depth: Depth = 2,
-    arity: Arity = "2-3",
-    p_nest: PNest = 0.25,
-    n_train: NTrain = None,
-    n_test: NTest = 2000,
-    measure: Measure = None,
-    split_seed: SplitSeed = 0,
-    split: Split = None,
-    d_model: Annotated[
-        str, typer.Option(help="Embedding size d, or a list (16,24,32) trained as one batch.")
-    ] = "32",
-    seed: Annotated[
-        str | None,
-        typer.Option(
-            help="Seed of initialisation and batch order, or a list (0,1,2) \\[default: 0].",
-            show_default=False,
-        ),
-    ] = None,
-    seeds: Annotated[
-        str | None, typer.Option(help="The same as --seed, for a list (0,1,2): give one of them.")
-    ] = None,
-    recipe: Recipe = "fast",
-    steps: Steps = None,
-    batch_size: BatchSize = None,
-    lr: Lr = None,
-    weight_decay: WeightDecay = None,
-    init_std: InitStd = None,
-    schedule: Schedule = None,
-    decay_steps: DecaySteps = None,
-    loss_on: LossOn = None,
-    batches: Batches = None,
-    window: Window = None,
-    block: Block = None,
-    early_stop: EarlyStop = None,
-    decoding: Decoding = None,
-    checkpoints: Checkpoints = None,
-    warmup_steps: WarmupSteps = None,
-    min_lr_ratio: MinLrRatio = None,
-    grad_clip: GradClip = None,
-    betas: Betas = None,
-    decay_all: DecayAll = None,
-    activation: Activation = None,
-    n_recur: NRecur = None,
-    qkv_bias: QkvBias = None,
-    weights: Weights = None,
-    match_exposure: MatchExposure = False,
-    eval_every: Annotated[int, typer.Option(help="Steps between validation checks.")] = 250,
-    threads: Annotated[int, typer.Option(help="Torch threads.")] = 1,
-    time_limit: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+    task: dict,
+    recipe: dict,
+    d_model: DModels = "32",
+    seed: Seed = None,
+    seeds: Seeds = None,
+    eval_every: EvalEvery = 250,
+    threads: Threads = 1,
+    time_limit: TimeLimit = None,
     device: Device = "auto",
-    memory_gb: Annotated[
-        float | None,
-        typer.Option(help="Memory a batch may use \\[default: 90% of free GPU, 80% of host]."),
-    ] = None,
-    out: Annotated[
-        Path | None,
-        typer.Option(help="Save the checkpoint here (a folder when several models train)."),
-    ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Write over an existing --out file or folder.")
-    ] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object (one line per model).")
-    ] = False,
+    memory_gb: MemoryGb = None,
+    out: Out = None,
+    force: Force = False,
+    as_json: JsonLines = False,
     cache_dir: CacheDir = None,
 ) -> None:
     """Train one model, or every size x seed of the lists as one batch; report per-op accuracy."""
-    options = dict(locals())  # the recipe options among them: recipe_overrides
 
     def body():
-        task_cfg = TaskConfig.from_options(
-            tasks, testbed, mod, depth, arity, p_nest, n_train, n_test, measure, split_seed,
-            weights, match_exposure,
-        )  # fmt: skip
-        seed_list = _seeds(seed, seeds)
-        sizes = {"max_steps": steps, "batch_size": batch_size}  # None: the recipe's
-        made = make_recipe(recipe, **sizes, **recipe_overrides(options))
-        task_cfg = made.on(task_cfg)  # the recipe's split (paper: the group's)
-        base = made.train.to_dict() | {
-            "eval_every": eval_every,
-            "threads": threads,
-            "time_limit_s": time_limit,
-        }
-        runs = [
-            (
-                model_config_for(task_cfg, d, made.train, **made.model_kwargs),
-                TrainConfig(**base | {"seed": s}),
-            )
-            for d in int_list(d_model, "--d-model")
-            for s in seed_list
-        ]
-        dev = resolve_device(device)
-        if memory_gb is not None and not memory_gb > 0:
-            raise ConfigError(f"--memory-gb {memory_gb} is not allowed: use a positive number")
-        memory = None if memory_gb is None else int(memory_gb * 2**30)
+        task_cfg, runs = _planned(task, recipe, d_model, _seeds(seed, seeds), eval_every,
+                                  threads, time_limit)  # fmt: skip
+        dev, memory = resolve_device(device), _memory_bytes(memory_gb)
         plan_packs(runs, dev, memory)  # a model too large for memory is refused here
         paths = _checkpoint_paths(out, runs, force)  # before training
         data = load_task_data(task_cfg, cache_dir)
-
-        def show(i: int, p) -> None:
-            if p.resumed:
-                bars.say(
-                    f"d={runs[i][0].d_model} seed {runs[i][1].seed} continues from step "
-                    f"{p.step:,}, its training state in {members[i].state}"
-                )
-            info = (
-                f"loss {p.loss:.3f}  val acc (tf) {val_accuracy_words(p)}  "
-                f"{p.tokens_per_s / 1000:.0f}k tok/s"
-            )
-            model_cfg, cfg = runs[i]
-            bars.update(i, f"d={model_cfg.d_model} seed {cfg.seed}", p, info)
-
-        first = (
-            "{task.description}"
-            if len(runs) > 1
-            else "step {task.completed:>6.0f}/{task.total:.0f}"
-        )
         members = [
             Run(model_cfg, data, cfg, state=None if path is None else _state_path(path))
             for (model_cfg, cfg), path in zip(runs, paths, strict=True)
         ]
-        try:
-            with TrainingBars(first_column=first) as bars:
-                results = train_runs(members, dev, show, memory_bytes=memory)
-        except (KeyboardInterrupt, Exception) as e:
-            if out is None or not interrupted(e):
-                raise
-            saved = [m.state for m in members if m.state is not None and m.state.exists()]
-            if saved:
-                typer.echo(
-                    f"interrupted: run the same command to continue from the training states "
-                    f"saved beside {out} ({len(saved)} of {len(members)}; each is saved each "
-                    "minute)",
-                    err=True,
-                )
-            else:  # stopped before its first save: nothing to continue from
-                typer.echo(
-                    "interrupted before any training state was saved (the first is saved after a"
-                    " minute): the same command starts again from step 0",
-                    err=True,
-                )
-            raise typer.Exit(exit_status()) from None
-        reports = [
-            _train_report(task_cfg, run, result, path, dev)
-            for run, result, path in zip(runs, results, paths, strict=True)
-        ]
-        if as_json:
-            for report in reports:
-                typer.echo(json.dumps(report))
-        elif len(reports) == 1:
-            _print_train_report(reports[0])
-        else:
-            _print_batch_report(reports)
+        results = _train_shown(members, dev, memory, out)
+        _say_reports(
+            [
+                _train_report(task_cfg, run, result, path, dev)
+                for run, result, path in zip(runs, results, paths, strict=True)
+            ],
+            as_json,
+        )
 
     run_guarded(body)
+
+
+def _memory_bytes(memory_gb: float | None) -> int | None:
+    """``--memory-gb`` in bytes; None: the engine's share of what is free."""
+    if memory_gb is not None and not memory_gb > 0:
+        raise ConfigError(f"--memory-gb {memory_gb} is not allowed: use a positive number")
+    return None if memory_gb is None else int(memory_gb * 2**30)
+
+
+def _say_reports(reports: list[dict], as_json: bool) -> None:
+    """One JSON line a model, or a table: of one model's ops, or of the models."""
+    if as_json:
+        for report in reports:
+            typer.echo(json.dumps(report))
+    elif len(reports) == 1:
+        _print_train_report(reports[0])
+    else:
+        _print_batch_report(reports)
+
+
+def _planned(task: dict, recipe: dict, d_model: str, seeds: list[int], eval_every: int,
+             threads: int, time_limit: float | None):  # fmt: skip
+    """The task, and a (model, training) config for every size x seed, as the options say."""
+    made = recipe_of(recipe)
+    task_cfg = made.on(TaskConfig.from_options(**task))  # the recipe's split (paper: the group's)
+    base = made.train.to_dict() | {
+        "eval_every": eval_every,
+        "threads": threads,
+        "time_limit_s": time_limit,
+    }
+    runs = [
+        (
+            model_config_for(task_cfg, d, made.train, **made.model_kwargs),
+            TrainConfig(**base | {"seed": s}),
+        )
+        for d in int_list(d_model, "--d-model")
+        for s in seeds
+    ]
+    return task_cfg, runs
+
+
+def _train_shown(members: list[Run], device, memory: int | None, out: Path | None) -> list:
+    """Train ``members`` with their progress shown; on an interrupt, say whether the same
+    command continues from saved training states (``out`` given), and exit as interrupted."""
+
+    def show(i: int, p) -> None:
+        model_cfg, cfg = members[i].model_cfg, members[i].cfg
+        if p.resumed:
+            bars.say(
+                f"d={model_cfg.d_model} seed {cfg.seed} continues from step "
+                f"{p.step:,}, its training state in {members[i].state}"
+            )
+        info = (
+            f"loss {p.loss:.3f}  val acc (tf) {val_accuracy_words(p)}  "
+            f"{p.tokens_per_s / 1000:.0f}k tok/s"
+        )
+        bars.update(i, f"d={model_cfg.d_model} seed {cfg.seed}", p, info)
+
+    first = (
+        "{task.description}" if len(members) > 1 else "step {task.completed:>6.0f}/{task.total:.0f}"
+    )
+    try:
+        with TrainingBars(first_column=first) as bars:
+            return train_runs(members, device, show, memory_bytes=memory)
+    except (KeyboardInterrupt, Exception) as e:
+        if out is None or not interrupted(e):
+            raise
+        saved = [m.state for m in members if m.state is not None and m.state.exists()]
+        if saved:
+            typer.echo(
+                f"interrupted: run the same command to continue from the training states "
+                f"saved beside {out} ({len(saved)} of {len(members)}; each is saved each "
+                "minute)",
+                err=True,
+            )
+        else:  # stopped before its first save: nothing to continue from
+            typer.echo(
+                "interrupted before any training state was saved (the first is saved after a"
+                " minute): the same command starts again from step 0",
+                err=True,
+            )
+        raise typer.Exit(exit_status()) from None
 
 
 def _state_path(checkpoint: Path) -> Path:
@@ -365,10 +324,13 @@ def _print_train_report(report: dict) -> None:
         console.print(f"checkpoint: {report['checkpoint']}")
 
 
+# The benchmark's task: a three-op mixture, 512 test sequences an op (it times, and scores none).
+_BENCH_TASK = TaskConfig(ops=("max", "med", "add"), n_test=512)
+
+
+@takes(_BENCH_TASK.options(), task=only(TASK, "tasks", "mod", "depth"))
 def bench_train(
-    tasks: Tasks = "max,med,add",
-    mod: Mod = 10,
-    depth: Depth = 2,
+    task: dict,
     d_models: Annotated[str, typer.Option("--d-models", help="Comma-separated sizes.")] = (
         "16,32,64,128"
     ),
@@ -392,7 +354,7 @@ def bench_train(
         if min(sizes) < 1 or steps < 1 or min(counts) < 1:
             raise ConfigError("--d-models, --members and --steps must be 1 or more")
         dev = resolve_device(device)
-        task_cfg = task_config(tasks, "listops", mod, depth, "2-3", 0.25, None, 512, None, 0)
+        task_cfg = TaskConfig.from_options(**_BENCH_TASK.options() | task)
         data = load_task_data(task_cfg, cache_dir)
         console = Console(stderr=True)
         with console.status("benchmarking") as status:
@@ -400,7 +362,11 @@ def bench_train(
                 results = run_batched(data, sizes, counts, steps, dev, lambda s: status.update(s))
             else:
                 results = run_all(data, sizes, steps, on_item=lambda s: status.update(s))
-        results["settings"] = {"tasks": list(task_cfg.ops), "mod": mod, "depth": depth}
+        results["settings"] = {
+            "tasks": list(task_cfg.ops),
+            "mod": task_cfg.n,
+            "depth": task_cfg.depth,
+        }
         results["mean_length"] = float(data.train.lengths.mean())
         if as_json:
             typer.echo(json.dumps(results))

@@ -7,17 +7,8 @@ from typing import Annotated
 
 import typer
 
-from threshold.cli.common import (
-    CacheDir,
-    Device,
-    Heartbeat,
-    OldBatch,
-    Storage,
-    TrialsAtOnce,
-    refuse_old_batch,
-    run_guarded,
-)
-from threshold.config import Execution
+from threshold.cli.common import OldBatch, refuse_old_batch, run_guarded, takes
+from threshold.options import EXECUTION, execution_of, only
 from threshold.report.notes import NOTE_RENDER
 from threshold.search.bounds import answer_words
 from threshold.search.find import die_with_parent
@@ -25,16 +16,13 @@ from threshold.search.record import read_study, storage_log_level
 from threshold.search.worker import run_worker
 
 
+@takes(execution=only(EXECUTION, "storage", "heartbeat", "trials_at_once", "device", "cache_dir"))
 def worker(
+    execution: dict,
     study: Annotated[str, typer.Option(help="Name of the study to join.")],
-    storage: Storage = None,
-    heartbeat: Heartbeat = None,
     max_trials: Annotated[int | None, typer.Option(help="Stop after this many trials.")] = None,
     quiet: Annotated[bool, typer.Option(help="Log warnings only.")] = False,
-    trials_at_once: TrialsAtOnce = None,
     batch: OldBatch = None,
-    device: Device = "auto",
-    cache_dir: CacheDir = None,
 ) -> None:
     """Join a study (from this or another machine) and run its trials until it is done."""
 
@@ -44,11 +32,10 @@ def worker(
         level = logging.WARNING if quiet else logging.INFO
         logging.basicConfig(level=level, format="%(asctime)s worker %(process)d %(message)s")
         storage_log_level(level)
-        execution = Execution(storage, 1, trials_at_once, device, cache_dir=cache_dir)
-        execution = execution.but(heartbeat_s=heartbeat)
-        run_worker(study, execution, max_trials, notes=NOTE_RENDER)
+        runs = execution_of(execution)
+        run_worker(study, runs, max_trials, notes=NOTE_RENDER)
         # where the study stands now, as find ends with it
-        view = read_study(execution.storage_url, study)
+        view = read_study(runs.storage_url, study)
         done = len(view.completed)
         typer.echo(f"study {study}: {done} runs, {view.stop.text}; {answer_words(view.answer)}")
 

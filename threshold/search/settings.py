@@ -50,15 +50,20 @@ class SearchConfig:
         if not 1 <= self.d_min <= self.d_lo < self.d_hi <= self.d_max:
             raise ConfigError(
                 f"d range {self.d_lo}..{self.d_hi} is not allowed: use d_lo (--d-lo) below d_hi "
-                f"(--d-hi), both within the limits {self.d_min}..{self.d_max}"
+                f"(--d-hi), both within the limits {self.d_min}..{self.d_max}",
+                "d_lo",
+                "d_hi",
             )
         if not self.precision > 1:
-            raise ConfigError(f"precision {self.precision} is not allowed: use a factor above 1")
+            raise ConfigError(
+                f"precision {self.precision} is not allowed: use a factor above 1", "precision"
+            )
         if not 0 < self.level < 1:
-            raise ConfigError(f"level {self.level} is not allowed: use a value in (0, 1)")
+            raise ConfigError(f"level {self.level} is not allowed: use a value in (0, 1)", "level")
         if self.budget < 3:
             raise ConfigError(
-                f"budget {self.budget} is below the initial bracket of 3 runs: use 3 or more"
+                f"budget {self.budget} is below the initial bracket of 3 runs: use 3 or more",
+                "budget",
             )
 
 

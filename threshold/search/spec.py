@@ -16,17 +16,20 @@ from dataclasses import dataclass
 
 from threshold.config import (
     ModelConfig,
+    Recipe,
     TrainConfig,
-    make_recipe,
     pretrain_task,
     transfer_model_config,
 )
-from threshold.errors import ThresholdError
+from threshold.errors import ConfigError, ThresholdError
+from threshold.options import RECIPE, SEARCH, SETTINGS, TASK, recipe_of
 from threshold.search.settings import SearchConfig
 from threshold.tasks import TaskConfig
 from threshold.tasks.generate import split_ops
 
 __all__ = ["StudySettings"]
+
+_SEARCH_FIELD = {"seed": "base_seed"}  # search options named otherwise than their field
 
 
 @dataclass(frozen=True)
@@ -57,67 +60,54 @@ class StudySettings:
         return ModelConfig(len(task.vocab), n_ctx, d_model, **dict(self.model))
 
     @classmethod
-    def from_options(
+    def build(
         cls,
-        tasks: str | tuple[str, ...] = "max",
-        testbed: str = "listops",
-        mod: int = 10,
-        depth: int = 2,
-        arity: str = "2-3",
-        p_nest: float = 0.25,
-        n_train: int | None = None,
-        n_test: int = 2000,
-        measure: str | None = None,
-        split_seed: int = 0,
-        steps: int | None = None,
-        d_lo: int = 8,
-        d_hi: int = 128,
-        precision: float = 2.5,
-        budget: int = 40,
-        level: float = 0.8,
-        chance_corrected: bool = False,
-        seed: int = 0,
-        pretrain: str | tuple[str, ...] | None = None,
-        weights: str | dict | None = None,
-        match_exposure: bool = False,
-        recipe: str = "fast",
-        **overrides,
+        task: TaskConfig,
+        recipe: Recipe,
+        search: SearchConfig,
+        pretrain: tuple[str, ...] = (),
     ) -> StudySettings:
-        """The settings ``threshold find``'s options (and :func:`threshold.find_threshold`'s
-        arguments) mean: ``tasks`` and ``pretrain`` as ``max,med`` or a tuple, ``arity`` as MIN-MAX,
-        ``weights`` as ``add=2``; ``recipe`` names a training recipe and ``overrides`` set its
-        fields (``weight_decay=0.01``, ``checkpoints=(0.25, 0.5, 1)``, the task's ``split``; see
-        threshold.config; ``steps`` is ``max_steps``, and ``None`` keeps the recipe's value).
-        Every value is checked here, before anything is written."""
-        task = TaskConfig.from_options(
-            tasks,
-            testbed,
-            mod,
-            depth,
-            arity,
-            p_nest,
-            n_train,
-            n_test,
-            measure,
-            split_seed,
-            weights,
-            match_exposure,
+        """A study of ``task`` trained by ``recipe`` (which may set the task's split), searched
+        as ``search`` says, each run first trained on the ops ``pretrain`` (checked: a source
+        mixture that exists and shares the task's vocabulary)."""
+        task = recipe.on(task)
+        _check_source(task, recipe, tuple(pretrain), search.d_lo)
+        return cls(task, recipe.train, search, tuple(pretrain), recipe.model)
+
+    @classmethod
+    def from_options(cls, tasks: str | tuple[str, ...] | None = None, **options) -> StudySettings:
+        """The settings that ``threshold find``'s options, a suite's ``[[study]]`` keys and
+        :func:`threshold.find_threshold`'s keywords mean: the names of
+        :data:`threshold.options.SETTINGS` (None, or left out: the default). Every value is
+        checked here, before anything is written: the task, the recipe, the pretraining, then
+        the search."""
+        options["tasks"] = tasks
+        unknown = sorted(set(options) - set(SETTINGS))
+        if unknown:
+            raise ConfigError(f"no setting {unknown[0]!r}: use one of {', '.join(SETTINGS)}")
+
+        def given(group) -> dict:
+            return {o.name: options[o.name] for o in group if options.get(o.name) is not None}
+
+        task, recipe = TaskConfig.from_options(**given(TASK)), recipe_of(given(RECIPE))
+        search = {_SEARCH_FIELD.get(k, k): v for k, v in given(SEARCH).items()}
+        pretrain = split_ops(search.pop("pretrain")) if "pretrain" in search else ()
+        _check_source(recipe.on(task), recipe, pretrain, search.get("d_lo", SearchConfig.d_lo))
+        return cls.build(task, recipe, SearchConfig(**search), pretrain)
+
+    @staticmethod
+    def defaults() -> dict:
+        """Each setting's default by name (:data:`threshold.options.SETTINGS`), as the command
+        line shows it: the task's and the search's dataclass fields; None for a recipe option
+        (the recipe's value) and for pretraining; the recipe, the training config's."""
+        search = dataclasses.asdict(SearchConfig())
+        out = {o.name: search.get(_SEARCH_FIELD.get(o.name, o.name)) for o in SEARCH}
+        return (
+            out
+            | TaskConfig().options()
+            | {o.name: None for o in RECIPE}
+            | {"recipe": TrainConfig().recipe}
         )
-        made = make_recipe(recipe, max_steps=steps, **overrides)
-        task = made.on(task)  # the recipe's split (paper: the group's), or one set by hand
-        source = split_ops(pretrain) if pretrain is not None else ()
-        if pretrain is not None:
-            transfer_model_config(pretrain_task(task, source), task, d_lo, **made.model_kwargs)
-        search = SearchConfig(
-            d_lo=d_lo,
-            d_hi=d_hi,
-            precision=precision,
-            budget=budget,
-            level=level,
-            chance_corrected=chance_corrected,
-            base_seed=seed,
-        )
-        return cls(task, made.train, search, source, made.model)
 
     def to_attrs(self) -> dict[str, str]:
         attrs = {
@@ -158,3 +148,10 @@ class StudySettings:
         source = f"from-{'+'.join(self.pretrain)}-" if self.pretrain else ""
         mix = "+".join(task.ops)
         return f"{task.testbed}{task.n}-{mix}-{task.measured_op}-{source}{self.recipe}-{digest}"
+
+
+def _check_source(task: TaskConfig, recipe: Recipe, pretrain: tuple[str, ...], d: int) -> None:
+    """Refuse pretraining ops that make no source mixture of ``task``'s testbed, or whose
+    vocabulary differs from the task's (a model of size ``d`` could not carry over)."""
+    if pretrain:
+        transfer_model_config(pretrain_task(task, pretrain), task, d, **recipe.model_kwargs)

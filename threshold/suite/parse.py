@@ -2,11 +2,11 @@
 
 An unknown key, a value of the wrong type, a duplicate label, a reference to a label the suite does
 not define and every setting the config dataclasses refuse are a :class:`SuiteError` whose message
-is one line, ``FILE:LINE: ...``, naming the key and the fix. A study's settings are its keys passed
-to ``StudySettings.from_options``, the one mapping from ``find``'s options to a study, so a suite
-study and a ``find`` run with the same settings are one study (its name is a hash of every
-setting); its keywords are the keys a ``[[study]]`` and ``[defaults]`` take, so a new one is a
-suite key with no change here. An error it raises is put on the line of the key it is about: the
+is one line, ``FILE:LINE: ...``, naming the key and the fix. A study's keys are the settings of
+:mod:`threshold.options` (``find``'s options), passed to ``StudySettings.from_options``, the one
+mapping from them to a study, so a suite study and a ``find`` run with the same settings are one
+study (its name is a hash of every setting); a setting added there is a suite key with no change
+here. An error it raises is put on the line of the key it is about: the
 key whose value, left out, lets the settings build (else changes the error). No torch or Optuna at
 import: the settings' module (:mod:`threshold.search.spec`) loads numpy and scipy only.
 """
@@ -18,11 +18,11 @@ import json
 import re
 import tomllib
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
-from threshold.config import Execution, TrainConfig, pretrain_task, transfer_model_config
+from threshold.config import TrainConfig, pretrain_task, transfer_model_config
 from threshold.errors import ConfigError
+from threshold.options import SETTINGS, execution_of
 from threshold.search.spec import StudySettings
 from threshold.suite.spec import (
     ALL_REPORT,
@@ -31,11 +31,13 @@ from threshold.suite.spec import (
     BOOL,
     COMPARISON_KEYS,
     EXAMPLES,
+    EXECUTION_KEYS,
     FLOAT,
     INT,
     INTS,
     LABEL,
     MATCHES,
+    PAIRS,
     PICKS,
     REPORT_KEYS,
     STR,
@@ -53,46 +55,28 @@ from threshold.suite.spec import (
     SuiteStudy,
     Survey,
     TransferSpec,
-    option_kinds,
     option_values,
-    takes_more,
+    setting_kinds,
 )
 from threshold.suite.toml_lines import KEY, find_line, key_lines, unquote
 from threshold.tasks import TaskConfig
 
 __all__ = ["load_suite", "parse_suite"]
 
-# The suite file's keys of its execution settings (threshold.config.Execution's fields).
-EXECUTION_KEYS = {
-    "storage": "storage",
-    "workers": "workers",
-    "trials_at_once": "trials_at_once",
-    "heartbeat": "heartbeat_s",
-}
-
 # What building a study's settings may raise for a value in the file: the dataclasses' checks,
 # and a value of a kind the suite does not check (an option whose annotation names no TOML kind).
 _REFUSALS = (ConfigError, TypeError, ValueError)
 
-# Which keys a dataclass's error message is likely about, by the words it starts with: tried first
-# when looking for the key to blame.
-_MESSAGE_KEYS = [
-    (r"(the task mixture|op '|ops )", ("tasks",)),
-    (r"measured op", ("measure",)),
-    (r"testbed", ("testbed",)),
-    (r"(modulus|degree)", ("mod",)),
-    (r"depth", ("depth",)),
-    (r"arity", ("arity",)),
-    (r"p_nest", ("p_nest",)),
-    (r"n_train", ("n_train",)),
-    (r"n_test", ("n_test",)),
-    (r"d range", ("d_lo", "d_hi")),
-    (r"precision", ("precision",)),
-    (r"level", ("level",)),
-    (r"budget", ("budget",)),
-    (r"max_steps", ("steps", "pretrain_steps")),
-    (r"d_model", ("d", "d_lo")),
-]
+# The keys a dataclass field is written as, where not by its own name: an error that names its
+# fields (ConfigError.fields) is put on the line of one of their keys, tried first.
+_FIELD_KEYS = {
+    "ops": ("tasks",),
+    "n": ("mod",),
+    "arity_min": ("arity",),
+    "base_seed": ("seed",),
+    "max_steps": ("steps", "pretrain_steps"),
+    "d_model": ("d", "d_lo"),
+}
 
 
 def load_suite(path: Path | str) -> Suite:
@@ -124,8 +108,7 @@ class _Parser:
     def __init__(self, text: str, path: Path) -> None:
         self.text, self.path = text, path
         self.lines: dict = {}
-        self.setting_keys: dict[str, str | None] = {}  # of a study: from_options' keywords
-        self.more_settings = False  # from_options takes **kwargs: other keys pass to it
+        self.setting_keys: dict[str, str | None] = {}  # of a study: threshold.options.SETTINGS
         self.seen: dict[str, int] = {}  # labels of studies and transfers -> their lines
 
     def fail(self, line: int, message: str) -> SuiteError:
@@ -151,9 +134,8 @@ class _Parser:
                 self.line("", None, "defaults"),
                 "key 'defaults' must be a table: write a [defaults] header",
             )
-        self.setting_keys, self.more_settings = _setting_keys()
-        more = self.more_settings
-        self.check_keys(defaults, self.setting_keys, "defaults", None, "in [defaults]", more)
+        self.setting_keys = setting_kinds(SETTINGS.values())
+        self.check_keys(defaults, self.setting_keys, "defaults", None, "in [defaults]")
         self.check_types(defaults, self.setting_keys, "defaults", None, "in [defaults]")
         tables = {name: self.array(data, name) for name in ARRAY_KEYS}
         if not tables["study"]:
@@ -168,16 +150,17 @@ class _Parser:
                 self.line("", None, "name"),
                 f"name {name!r} is not allowed: use letters, digits and . _ + -",
             )
-        execution = Execution()
-        for key, field_name in EXECUTION_KEYS.items():
-            if key in top:
-                try:
-                    execution = replace(execution, **{field_name: top[key]})
-                except ConfigError:
-                    raise self.fail(
-                        self.line("", None, key),
-                        f"key {key!r} = {top[key]} is not allowed: use 1 or more",
-                    ) from None
+        given: dict = {}
+        for key in (o.name for o in EXECUTION_KEYS if o.name in top):
+            given[key] = top[key]
+            try:
+                execution_of(given)
+            except ConfigError:
+                raise self.fail(
+                    self.line("", None, key),
+                    f"key {key!r} = {top[key]} is not allowed: use 1 or more",
+                ) from None
+        execution = execution_of(given)
 
         studies = self.studies(tables["study"], defaults)
         transfers = self.transfers(tables["transfer"], defaults)
@@ -243,7 +226,6 @@ class _Parser:
         name: str,
         index: int | None,
         where: str,
-        more: bool = False,  # other keys are allowed: what they are given to checks them
     ):
         for key in table:
             if key in TOP_KEYS and key not in allowed:  # workers, trials_at_once, storage, ...
@@ -253,7 +235,7 @@ class _Parser:
                     f"key {key!r} {where} is a suite-level setting: set it once at the top of"
                     f" the file, before any table (e.g. {example})",
                 )
-            if key not in allowed and not more:
+            if key not in allowed:
                 near = difflib.get_close_matches(key, list(allowed), n=1)
                 hint = f"did you mean {near[0]!r}? " if near else ""
                 raise self.fail(
@@ -279,12 +261,12 @@ class _Parser:
                 f"[[study]] in this suite: use one of {', '.join(known)}",
             )
 
-    def table(self, name: str, index: int, entry: dict, kinds: dict, more: bool = False) -> str:
+    def table(self, name: str, index: int, entry: dict, kinds: dict) -> str:
         """Check an entry's keys and types; returns how messages name it."""
         label = entry.get("label", entry.get("name"))
         label = label if isinstance(label, str) else None
         where = f"in [[{name}]] {label!r}" if label else f"in [[{name}]] #{index + 1}"
-        self.check_keys(entry, kinds, name, index, where, more)
+        self.check_keys(entry, kinds, name, index, where)
         self.check_types(entry, kinds, name, index, where)
         return where
 
@@ -320,9 +302,11 @@ class _Parser:
 
     def blame(self, error: Exception, make, values: dict, origin: dict, what: str) -> SuiteError:
         """The key ``error`` is about: the first whose value, left out, lets ``make`` pass, else
-        the first whose absence changes the message; keys its words suggest tried first."""
+        the first whose absence changes the message; the keys of the fields it names tried
+        first."""
         message = str(error)
-        hinted = next((keys for pattern, keys in _MESSAGE_KEYS if re.match(pattern, message)), ())
+        fields = getattr(error, "fields", ())
+        hinted = [key for f in fields for key in _FIELD_KEYS.get(f, (f,))]
         keys = [k for k in dict.fromkeys([*hinted, *values]) if k in values and k != "label"]
         outcomes: dict[str, str | None] = {}
         for key in keys:
@@ -336,12 +320,8 @@ class _Parser:
         if key is None:
             table, index = origin.get("label", ("defaults", None))
             return self.fail(self.line(table, index), f"{what}: {message}")
-        near = []  # a key passed on unchecked (**kwargs) that the error calls unknown: a typo?
-        if key not in self.setting_keys and key not in TRANSFER_KEYS and repr(key) in message:
-            near = difflib.get_close_matches(key, list(self.setting_keys), n=1)
-        hint = f" (or did you mean {near[0]!r}?)" if near else ""
         return self.fail(
-            self.line(*origin[key], key), f"key {key!r} {_in(origin[key], what)}: {message}{hint}"
+            self.line(*origin[key], key), f"key {key!r} {_in(origin[key], what)}: {message}"
         )
 
     # -- the tables
@@ -357,7 +337,7 @@ class _Parser:
         names: dict[str, str] = {}
         for index, entry in entries:
             kinds = {"label": STR, "name": STR, **self.setting_keys}
-            where = self.table("study", index, entry, kinds, self.more_settings)
+            where = self.table("study", index, entry, kinds)
             label = self.require(entry, "label", "study", index, where, 'label = "add"')
             header = self.line("study", index)
             self.unique_label(label, self.line("study", index, "label"))
@@ -549,12 +529,6 @@ class _Parser:
         return out
 
 
-def _setting_keys() -> tuple[dict[str, str | None], bool]:
-    """The keys of a study's settings with their kinds: ``StudySettings.from_options``' keywords,
-    and whether it takes others (``**kwargs``) too."""
-    return option_kinds(StudySettings.from_options), takes_more(StudySettings.from_options)
-
-
 def _transfer_task(values: dict) -> TaskConfig:
     """A ``[[transfer]]``'s target task, checked as ``threshold transfer`` checks it: its step
     counts, and a source mixture that exists and shares the target's vocabulary."""
@@ -583,6 +557,8 @@ def _is(value: object, kind: str | None) -> bool:
         return isinstance(value, bool)
     if kind == TABLE:
         return isinstance(value, dict)
+    if kind == PAIRS:
+        return isinstance(value, dict | str)
     if kind == STRS:
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
     if kind == INTS:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from threshold.config import Execution
 from threshold.errors import ConfigError
+from threshold.options import EXECUTION, TASK, Option, only
 from threshold.search.spec import StudySettings
 from threshold.suite.toml_lines import find_line
 from threshold.tasks import TaskConfig
@@ -49,6 +50,7 @@ MATCHES = ("size", "accuracy")  # `threshold analyze --compare --match`
 # Value kinds, as a person reads them in an error message.
 STR, INT, FLOAT, BOOL = "a string", "an integer", "a number", "true or false"
 STRS, INTS, TABLE, TABLES = "a list of strings", "a list of integers", "a table", "[[tables]]"
+PAIRS = "a table or its text"  # weights: { add = 2 }, or "add=2" as on the command line
 EXAMPLES = {
     STR: '"text"',
     INT: "3",
@@ -57,22 +59,16 @@ EXAMPLES = {
     STRS: '["max", "med"]',
     INTS: "[0, 1, 2]",
     TABLE: "{ name = 1 }",
+    PAIRS: "{ add = 2 }",
 }
 
 
-def option_kinds(function: Callable) -> dict[str, str | None]:
-    """The keyword parameters of ``function`` as suite keys, each with the kind of TOML value it
-    takes, read off its annotation: ``int``, ``float``, ``bool``, ``str`` (``| None`` dropped: TOML
-    has no null), ops (``str | tuple[str, ...]``) as a list of strings, ``dict`` as a table; None
-    for any other annotation, whose values the function checks itself."""
-    kinds: dict[str, str | None] = {}
-    for param in inspect.signature(function).parameters.values():
-        if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
-            types = _types(param.annotation)
-            kinds[param.name] = _ANNOTATION_KINDS.get(types)
-            if types and all(t == "dict" or t.startswith("dict[") for t in types):
-                kinds[param.name] = TABLE
-    return kinds
+def setting_kinds(options: Iterable[Option]) -> dict[str, str | None]:
+    """The settings ``options`` (:mod:`threshold.options`) as suite keys, each with the kind of
+    TOML value it takes; None where the setting checks its value itself (a list of numbers)."""
+    kinds = {(int, False): INT, (float, False): FLOAT, (bool, False): BOOL, (str, False): STR}
+    kinds |= {(dict, False): PAIRS, (str, True): STRS, (int, True): INTS}
+    return {o.name: kinds.get((o.kind, o.listed)) for o in options}
 
 
 def option_values(values: dict, function: Callable) -> dict:
@@ -119,21 +115,9 @@ def _option(value: object, types: frozenset[str]) -> object:
     return value
 
 
-_ANNOTATION_KINDS = {
-    frozenset({"int"}): INT,
-    frozenset({"float"}): FLOAT,
-    frozenset({"int", "float"}): FLOAT,
-    frozenset({"bool"}): BOOL,
-    frozenset({"str"}): STR,
-    frozenset({"str", "tuple[str, ...]"}): STRS,  # ops: "max,med" on the command line
-    frozenset({"tuple[str, ...]"}): STRS,
-    frozenset({"tuple[int, ...]"}): INTS,
-}
-
-# A study's settings are the keywords of StudySettings.from_options (what `threshold find`'s
-# options mean), read by the parser (threshold.suite.parse) when it reads a file; a transfer's
-# task, those of TaskConfig.from_options.
-TASK_KEYS = option_kinds(TaskConfig.from_options)
+# A study's settings are those of threshold.options, read by the parser (threshold.suite.parse)
+# when it reads a file; a transfer's task, the task's.
+TASK_KEYS = setting_kinds(TASK)
 TRANSFER_KEYS = {
     "label": STR,
     **TASK_KEYS,
@@ -147,13 +131,12 @@ ANALYSIS_KEYS = {"study": STR, "pick": STR, "d": INT}
 COMPARISON_KEYS = {"studies": STRS, "match": STR, "d": INT}
 SURVEY_KEYS = {"study": STR, "min_accuracy": FLOAT}
 REPORT_KEYS = {"name": STR, "baseline": STR, "studies": STRS, "transfers": STRS}
+# The execution settings a suite names once, at its top (threshold.options.EXECUTION).
+EXECUTION_KEYS = only(EXECUTION, "storage", "workers", "trials_at_once", "heartbeat")
 TOP_KEYS = {
     "name": STR,
     "description": STR,
-    "storage": STR,
-    "workers": INT,
-    "trials_at_once": INT,
-    "heartbeat": INT,
+    **setting_kinds(EXECUTION_KEYS),
     "reports": STR,  # the folder of the suite's reports
     "baseline": STR,
     "defaults": TABLE,

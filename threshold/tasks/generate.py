@@ -106,29 +106,35 @@ class TaskConfig:
             object.__setattr__(self, "weights", tuple(float(w) for w in self.weights))
         testbed = self.testbed_obj  # validates testbed and n
         if not self.ops:
-            raise ConfigError("the task mixture is empty: name at least one op, e.g. --tasks max")
+            raise ConfigError(
+                "the task mixture is empty: name at least one op, e.g. --tasks max", "ops"
+            )
         for op in self.ops:
             if op not in testbed.ops:
                 raise ConfigError(
                     f"op {op!r} does not exist for testbed {self.testbed!r}: "
-                    f"choose from {', '.join(testbed.ops)}"
+                    f"choose from {', '.join(testbed.ops)}",
+                    "ops",
                 )
         if len(set(self.ops)) != len(self.ops):
-            raise ConfigError(f"ops {','.join(self.ops)} repeat an op: name each op once")
+            raise ConfigError(f"ops {','.join(self.ops)} repeat an op: name each op once", "ops")
         if self.measure is not None and self.measure not in self.ops:
             raise ConfigError(
-                f"measured op {self.measure!r} is not in the mixture {','.join(self.ops)}"
+                f"measured op {self.measure!r} is not in the mixture {','.join(self.ops)}",
+                "measure",
             )
-        _check(self.depth >= 1, f"depth {self.depth} is not allowed: use 1 or more")
+        _check(self.depth >= 1, f"depth {self.depth} is not allowed: use 1 or more", "depth")
         _check(
             2 <= self.arity_min <= self.arity_max <= 8,
             f"arity {self.arity_min}-{self.arity_max} is not allowed: use 2 <= min <= max <= 8",
+            "arity_min",
         )
-        _check(0.0 <= self.p_nest <= 1.0, f"p_nest {self.p_nest} is not in [0, 1]")
-        _check(0.0 < self.holdout <= 0.5, f"holdout {self.holdout} is not in (0, 0.5]")
+        _check(0.0 <= self.p_nest <= 1.0, f"p_nest {self.p_nest} is not in [0, 1]", "p_nest")
+        _check(0.0 < self.holdout <= 0.5, f"holdout {self.holdout} is not in (0, 0.5]", "holdout")
         _check(
             self.split in SPLITS,
             f"split {self.split!r} is not allowed: use {' or '.join(SPLITS)}",
+            "split",
         )
         if self.split == "triples":
             _check(
@@ -136,67 +142,90 @@ class TaskConfig:
                 f"split triples with arity {self.arity_min}-{self.arity_max} holds out nothing:"
                 " it holds out operand triples, so the arity range must include 3 (e.g. 2-3),"
                 " or use split groups",
+                "split",
+                "arity_min",
             )
             _check(
                 testbed.n_values >= 3,
                 f"split triples at size {self.n} holds out nothing: {testbed.n_values} values"
                 " make no triple of distinct values; use a size with 3 or more values, or split"
                 " groups",
+                "split",
+                "n",
             )
-        _check(self.n_train is None or self.n_train >= 1, f"n_train {self.n_train} must be >= 1")
-        _check(self.n_test >= 1, f"n_test {self.n_test} must be >= 1")
-        _check(self.n_val >= 1, f"n_val {self.n_val} must be >= 1")
+        n_train = self.n_train
+        _check(n_train is None or n_train >= 1, f"n_train {n_train} must be >= 1", "n_train")
+        _check(self.n_test >= 1, f"n_test {self.n_test} must be >= 1", "n_test")
+        _check(self.n_val >= 1, f"n_val {self.n_val} must be >= 1", "n_val")
         if self.weights is not None:
             _check(
                 len(self.weights) == len(self.ops) and all(0 < w < math.inf for w in self.weights),
                 f"weights {list(self.weights)} are not allowed: give one positive finite weight per"
                 f" op of {','.join(self.ops)}",
+                "weights",
             )
         _check(
             not self.match_exposure or len(self.ops) > 1,
             "match_exposure needs a mixture: a single op already has its own node count",
+            "match_exposure",
         )
 
     @classmethod
-    def from_options(
-        cls,
-        tasks: str | tuple[str, ...] = "max",
-        testbed: str = "listops",
-        mod: int = 10,
-        depth: int = 2,
-        arity: str = "2-3",
-        p_nest: float = 0.25,
-        n_train: int | None = None,
-        n_test: int = 2000,
-        measure: str | None = None,
-        split_seed: int = 0,
-        weights: str | dict | None = None,
-        match_exposure: bool = False,
-    ) -> TaskConfig:
-        """The task the command line's options mean: ``tasks`` as ``max,med`` (or a tuple),
-        ``arity`` as MIN-MAX, ``mod`` the modulus (or degree), ``weights`` as ``add=2`` (ops not
-        named weigh 1) or a dict."""
+    def from_options(cls, tasks: str | tuple[str, ...] | None = None, **options) -> TaskConfig:
+        """The task the command line's options mean (the keys of :meth:`options`): ``tasks`` as
+        ``max,med`` (or a tuple), ``arity`` as MIN-MAX, ``mod`` the modulus (or degree),
+        ``weights`` as ``add=2`` (ops not named weigh 1) or a dict; an option left out or None
+        keeps the field's default."""
+        values = cls().options()
+        unknown = sorted(set(options) - set(values))
+        if unknown:
+            raise ConfigError(f"no task option {unknown[0]!r}: use {', '.join(values)}")
+        values |= {k: v for k, v in (options | {"tasks": tasks}).items() if v is not None}
+        arity = values["arity"]
         try:
-            lo, _, hi = arity.partition("-")
+            lo, _, hi = str(arity).partition("-")
             arity_min, arity_max = int(lo), int(hi or lo)
         except ValueError:
-            raise ConfigError(f"arity {arity!r} is not allowed: write MIN-MAX, e.g. 2-3") from None
-        ops = split_ops(tasks)
+            raise ConfigError(
+                f"arity {arity!r} is not allowed: write MIN-MAX, e.g. 2-3", "arity_min"
+            ) from None
+        ops = split_ops(values["tasks"])
         return cls(
-            testbed=testbed,
+            testbed=values["testbed"],
             ops=ops,
-            weights=parse_weights(weights, ops),
-            match_exposure=match_exposure,
-            n=mod,
-            depth=depth,
+            weights=parse_weights(values["weights"], ops),
+            match_exposure=values["match_exposure"],
+            n=values["mod"],
+            depth=values["depth"],
             arity_min=arity_min,
             arity_max=arity_max,
-            p_nest=p_nest,
-            n_train=n_train,
-            n_test=n_test,
-            measure=measure,
-            split_seed=split_seed,
+            p_nest=values["p_nest"],
+            n_train=values["n_train"],
+            n_test=values["n_test"],
+            measure=values["measure"],
+            split_seed=values["split_seed"],
         )
+
+    def options(self) -> dict:
+        """This task as :meth:`from_options`' keywords (the command line's options): the one
+        mapping back, so an option's default is the field's default, written once."""
+        weights = None
+        if self.weights is not None:
+            weights = ",".join(f"{op}={w:g}" for op, w in zip(self.ops, self.weights, strict=True))
+        return {
+            "tasks": ",".join(self.ops),
+            "testbed": self.testbed,
+            "mod": self.n,
+            "depth": self.depth,
+            "arity": f"{self.arity_min}-{self.arity_max}",
+            "p_nest": self.p_nest,
+            "n_train": self.n_train,
+            "n_test": self.n_test,
+            "measure": self.measure,
+            "split_seed": self.split_seed,
+            "weights": weights,
+            "match_exposure": self.match_exposure,
+        }
 
     @property
     def testbed_obj(self) -> Testbed:
@@ -259,7 +288,8 @@ def parse_weights(weights: str | dict | None, ops: tuple[str, ...]) -> tuple[flo
             if eq and op.strip() in pairs:
                 raise ConfigError(
                     f"weights {weights!r} name op {op.strip()!r} twice ({op.strip()}="
-                    f"{pairs[op.strip()]:g} and {part.strip()}): name each op once"
+                    f"{pairs[op.strip()]:g} and {part.strip()}): name each op once",
+                    "weights",
                 )
             try:
                 pairs[op.strip()] = float(value)
@@ -267,13 +297,13 @@ def parse_weights(weights: str | dict | None, ops: tuple[str, ...]) -> tuple[flo
                 eq = ""
             if not eq:
                 raise ConfigError(
-                    f"weights {weights!r} are not allowed: write OP=W,..., e.g. add=2"
+                    f"weights {weights!r} are not allowed: write OP=W,..., e.g. add=2", "weights"
                 )
         weights = pairs
     for op in weights:
         if op not in ops:
             raise ConfigError(
-                f"weights name op {op!r}, which is not in the mixture {','.join(ops)}"
+                f"weights name op {op!r}, which is not in the mixture {','.join(ops)}", "weights"
             )
     return tuple(float(weights.get(op, 1.0)) for op in ops)
 
@@ -288,9 +318,9 @@ def op_nodes(seqs: SequenceSet, cfg: TaskConfig, op: str) -> int:
     return count
 
 
-def _check(ok: bool, message: str) -> None:
+def _check(ok: bool, message: str, *fields: str) -> None:
     if not ok:
-        raise ConfigError(message)
+        raise ConfigError(message, *fields)
 
 
 @dataclass(frozen=True)

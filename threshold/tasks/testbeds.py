@@ -52,7 +52,8 @@ def _listops(n: int, sadd_seed: int) -> Testbed:
     if not 2 <= n <= MAX_MODULUS:
         raise ConfigError(
             f"modulus {n} is not allowed: ListOps supports 2..{MAX_MODULUS} (the default training"
-            f" set is 5,000 x n sequences; the paper's largest modulus is 45)"
+            f" set is 5,000 x n sequences; the paper's largest modulus is 45)",
+            "n",
         )
     # sadd: ADD seen through a fixed random relabelling of the digits, pi(sum(pi^-1(x)) mod n).
     pi = np.random.default_rng(sadd_seed).permutation(n).tolist()
@@ -87,7 +88,9 @@ def _listops(n: int, sadd_seed: int) -> Testbed:
 
 def _perm(k: int) -> Testbed:
     if not 3 <= k <= 6:
-        raise ConfigError(f"degree {k} is not allowed: the perm testbed supports S_k for k = 3..6")
+        raise ConfigError(
+            f"degree {k} is not allowed: the perm testbed supports S_k for k = 3..6", "n"
+        )
     elements = list(itertools.permutations(range(k)))  # lexicographic: index 0 is the identity
     index = {p: i for i, p in enumerate(elements)}
     # (a * b)(i) = a(b(i)): b acts first.
@@ -128,4 +131,6 @@ def get_testbed(name: str, size: int, sadd_seed: int = 0) -> Testbed:
         return _listops(size, sadd_seed)
     if name == "perm":
         return _perm(size)
-    raise ConfigError(f"testbed {name!r} is unknown: choose one of {', '.join(TESTBEDS)}")
+    raise ConfigError(
+        f"testbed {name!r} is unknown: choose one of {', '.join(TESTBEDS)}", "testbed"
+    )
