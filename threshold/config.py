@@ -55,6 +55,7 @@ __all__ = [
     "TrainConfig",
     "check_finite",
     "checked_field",
+    "field_kind",
     "make_recipe",
     "model_config_for",
     "param_count",
@@ -386,25 +387,33 @@ class TrainConfig:
         return cls(**d)
 
 
-_KINDS = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
+_KINDS = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def field_kind(cls, key: str) -> tuple[type | None, bool]:
+    """The kind of field ``key`` of dataclass ``cls``, read off its annotation, and whether the
+    field is a tuple of that kind: ``int | None`` is (int, False), ``tuple[float, ...]`` (float,
+    True); None for a kind it does not name (a nested dataclass, a tuple of pairs)."""
+    text = next(f.type for f in fields(cls) if f.name == key).removesuffix(" | None")
+    listed = text.startswith("tuple[")
+    name = text.removeprefix("tuple[").split(",")[0].rstrip("]") if listed else text
+    return _KINDS.get(name), listed
 
 
 def checked_field(cls, key: str, value):
-    """``value`` if its kind fits the annotation of field ``key`` of dataclass ``cls`` (an int
+    """``value`` if its kind fits field ``key`` of dataclass ``cls`` (:func:`field_kind`: an int
     where a float goes, a list of numbers where a tuple goes, as TOML and JSON give them), a
     list as a tuple; else a one-line ConfigError naming it."""
-    kind = next(f.type for f in fields(cls) if f.name == key)
-    names = [k.strip() for k in str(kind).split("|")]
-    numbers = isinstance(value, list | tuple) and all(
-        isinstance(v, int | float) and not isinstance(v, bool) for v in value
-    )
-    if numbers and any(n.startswith("tuple") for n in names):
-        return tuple(value)
-    for name in names:
-        allowed = _KINDS.get(name, ())
-        if isinstance(value, allowed) and (name == "bool" or not isinstance(value, bool)):
+    kind, listed = field_kind(cls, key)
+    if listed and isinstance(value, list | tuple):
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
+            return tuple(value)
+    elif kind is not None and not listed:
+        allowed = (int, float) if kind is float else (kind,)
+        if isinstance(value, allowed) and (kind is bool or not isinstance(value, bool)):
             return value
-    raise ConfigError(f"{key} {value!r} is not allowed: give a value of type {kind}")
+    annotation = next(f.type for f in fields(cls) if f.name == key)
+    raise ConfigError(f"{key} {value!r} is not allowed: give a value of type {annotation}", key)
 
 
 def model_config_for(

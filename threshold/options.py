@@ -27,6 +27,7 @@ from threshold.config import (
     ModelConfig,
     Recipe,
     TrainConfig,
+    field_kind,
     make_recipe,
 )
 from threshold.errors import ConfigError
@@ -92,22 +93,22 @@ SEARCH = (
     Option("pretrain", str, "Pretrain every run on these ops first, e.g. max,med.", listed=True),
 )
 
+
 # A recipe option is a recipe field's, named as the field (but steps) and typed as it.
+def _names(cls) -> list[str]:
+    return [f.name for f in fields(cls)]
+
+
 _NAMES = {"max_steps": "steps"}
 _FLAGS = {"decay_all": "--decay-all/--decay-matrices"}
-_FIELD_TYPES = {
-    f.name: f.type for cls in (TrainConfig, ModelConfig, TaskConfig) for f in fields(cls)
-}
+_FIELD_OF = {f: cls for cls in (TrainConfig, ModelConfig, TaskConfig) for f in _names(cls)}
 
 
 def _recipe_option(field: str) -> Option:
-    """The option of recipe field ``field``: its kind read off the field's type (``int | None``
-    is int, a tuple of floats a list), its help :data:`threshold.config.RECIPE_HELP`'s line."""
-    text = _FIELD_TYPES[field].removesuffix(" | None")
-    listed = text.startswith("tuple[")
-    kind = {"int": int, "float": float, "str": str, "bool": bool}[
-        text.removeprefix("tuple[").split(",")[0].rstrip("]") if listed else text
-    ]
+    """The option of recipe field ``field``: its kind the field's (:func:`threshold.config.
+    field_kind`: ``int | None`` is int, a tuple of floats a list), its help
+    :data:`threshold.config.RECIPE_HELP`'s line."""
+    kind, listed = field_kind(_FIELD_OF[field], field)
     words = RECIPE_HELP[field]
     if "[default:" not in words:
         words += " [default: the recipe's]."
