@@ -28,6 +28,25 @@ from threshold.search.spec import StudySettings
 from threshold.search.study import SearchConfig
 from threshold.tasks import TaskConfig
 
+# The search's settings changed for one benchmark: for its runs, or for their reading alone.
+Sets = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="NAME=VALUE: a setting of the search or its posterior changed for this run "
+        "(repeatable; VALUE in JSON, e.g. size_sd=0.05 or plateau_lengths=[0.75,1.5]).",
+    ),
+]
+ReadSets = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--read-set",
+        help="NAME=VALUE: the sampler's runs (placed with the --set settings) also read by a"
+        " posterior with this setting changed as well (repeatable; rows 'our runs, read"
+        " with --read-set'): a setting's effect on the reading alone, on the same runs.",
+    ),
+]
+
 
 def bench_search(
     studies: Annotated[int, typer.Option(help="Simulated studies per family.")] = 100,
@@ -58,23 +77,8 @@ def bench_search(
             "compute, rounds (wall-clock in runs), coverage.",
         ),
     ] = False,
-    overrides: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--set",
-            help="NAME=VALUE: a setting of the search or its posterior changed for this run "
-            "(repeatable; VALUE in JSON, e.g. size_sd=0.05 or plateau_lengths=[0.75,1.5]).",
-        ),
-    ] = None,
-    read_overrides: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--read-set",
-            help="NAME=VALUE: the sampler's runs (placed with the --set settings) also read by a"
-            " posterior with this setting changed as well (repeatable; rows 'our runs, read"
-            " with --read-set'): a setting's effect on the reading alone, on the same runs.",
-        ),
-    ] = None,
+    overrides: Sets = None,
+    read_overrides: ReadSets = None,
     jobs: Annotated[
         int,
         typer.Option(

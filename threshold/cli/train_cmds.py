@@ -328,21 +328,27 @@ def _print_train_report(report: dict) -> None:
 _BENCH_TASK = TaskConfig(ops=("max", "med", "add"), n_test=512)
 
 
+# bench train's own options: the sizes and steps it times, and the batched engine's packs.
+Sizes = Annotated[str, typer.Option("--d-models", help="Comma-separated sizes.")]
+TimedSteps = Annotated[int, typer.Option(help="Timed training steps per size.")]
+Batched = Annotated[
+    bool, typer.Option("--batched", help="The batched engine against one model per process.")
+]
+Members = Annotated[
+    str, typer.Option(help="With --batched: member counts to time, e.g. 1,4,16,64.")
+]
+JsonOne = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
 @takes(_BENCH_TASK.options(), task=only(TASK, "tasks", "mod", "depth"))
 def bench_train(
     task: dict,
-    d_models: Annotated[str, typer.Option("--d-models", help="Comma-separated sizes.")] = (
-        "16,32,64,128"
-    ),
-    steps: Annotated[int, typer.Option(help="Timed training steps per size.")] = 200,
-    batched: Annotated[
-        bool, typer.Option("--batched", help="The batched engine against one model per process.")
-    ] = False,
-    members: Annotated[
-        str, typer.Option(help="With --batched: member counts to time, e.g. 1,4,16,64.")
-    ] = "1,4,16,64",
+    d_models: Sizes = "16,32,64,128",
+    steps: TimedSteps = 200,
+    batched: Batched = False,
+    members: Members = "1,4,16,64",
     device: Device = "auto",
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: JsonOne = False,
     cache_dir: CacheDir = None,
 ) -> None:
     """Training tokens/s and steps/s at several d (bucketed vs random batches), and decoding;
