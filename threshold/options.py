@@ -1,14 +1,15 @@
 """The settings a user names, declared once: each is an option of the commands that take it
-(``find``, ``train``, ``data``, ``transfer``), a key of a suite's ``[[study]]`` and a keyword of
-:func:`threshold.find_threshold`, with one name, one kind and one help line.
+(``find``, ``train``, ``worker``, ``cluster slurm``, ``data``, ``transfer``, ...), a key of a
+suite and a keyword of :func:`threshold.find_threshold`, with one name, one kind and one help line.
 
-Three groups: the task (:class:`threshold.tasks.TaskConfig`, through its ``from_options``), the
-search (:class:`threshold.search.settings.SearchConfig`, with the base seed and pretraining) and
-the recipe (a named recipe and overrides of its fields: :func:`threshold.config.make_recipe`).
-No defaults here: a task or search option's default is its dataclass field's, a recipe option's
-None (the recipe's value). A recipe option is built from its field (its type, and its line of
-:data:`threshold.config.RECIPE_HELP`), so a new recipe field is an edit of :mod:`threshold.config`
-alone.
+Four groups: the task (:class:`threshold.tasks.TaskConfig`, through its ``from_options``), the
+search (:class:`threshold.search.settings.SearchConfig`, with the base seed and pretraining), the
+recipe (a named recipe and overrides of its fields: :func:`threshold.config.make_recipe`), and
+where runs execute (:class:`threshold.config.Execution`: no study's setting, a suite's top keys).
+No defaults here: a task, search or execution option's default is its dataclass field's, a recipe
+option's None (the recipe's value). A recipe option is built from its field (its type, and its
+line of :data:`threshold.config.RECIPE_HELP`), so a new recipe field is an edit of
+:mod:`threshold.config` alone.
 """
 
 from __future__ import annotations
