@@ -12,7 +12,7 @@ from pathlib import Path
 
 from threshold.config import Execution
 from threshold.errors import ConfigError
-from threshold.options import SETTINGS, Option
+from threshold.options import EXAMPLES, SETTINGS, Option
 from threshold.search.bounds import answer_words
 from threshold.search.find import run_search
 from threshold.search.spec import StudySettings
@@ -100,7 +100,7 @@ def _check_kind(option: Option, value) -> None:
         if not isinstance(value, plain):
             raise ConfigError(
                 f"{option.name} {value!r} is not allowed: give a string like "
-                f"{_EXAMPLES.get(option.name, 'max,med')!r}, or a {plain[1].__name__}"
+                f"{EXAMPLES.get(option.name, '1,2')!r}, or a {plain[1].__name__}"
             )
         return
     allowed = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}[option.kind]
@@ -108,6 +108,3 @@ def _check_kind(option: Option, value) -> None:
         raise ConfigError(
             f"{option.name} {value!r} is not allowed: give {_KIND_WORDS[option.kind]}"
         )
-
-
-_EXAMPLES = {"weights": "add=2", "checkpoints": "0.25,0.5,1", "betas": "0.9,0.98"}

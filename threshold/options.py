@@ -35,6 +35,7 @@ from threshold.errors import ConfigError
 from threshold.tasks import TaskConfig
 
 __all__ = [
+    "EXAMPLES",
     "EXECUTION",
     "RECIPE",
     "SEARCH",
@@ -178,17 +179,30 @@ def recipe_of(values: dict) -> Recipe:
     or sequences."""
     values = {k: v for k, v in values.items() if v is not None}
     named = (values.pop("recipe"),) if "recipe" in values else ()  # else make_recipe's default
-    return make_recipe(*named, **{_FIELD.get(k, k): _number_list(k, v) for k, v in values.items()})
+    fields_ = {_FIELD.get(k, k): _numbers(SETTINGS[k], v) for k, v in values.items()}
+    return make_recipe(*named, **fields_)
 
 
-def _number_list(name: str, value):
-    """``checkpoints`` and ``betas`` as tuples of numbers; other values as given."""
-    if name not in ("checkpoints", "betas"):
+# A text option's example, as its errors give it (a two-item example is a pair).
+EXAMPLES = {
+    "tasks": "max,med",
+    "pretrain": "max,med",
+    "weights": "add=2",
+    "checkpoints": "0.25,0.5,1",
+    "betas": "0.9,0.98",
+}
+
+
+def _numbers(option: Option, value):
+    """A list of numbers (``checkpoints``, ``betas``: a listed recipe option of a numeric kind)
+    as a tuple, from its text (``0.25,0.5,1``) or a sequence; any other value as given."""
+    if not option.listed or option.kind not in (int, float):
         return value
     if not isinstance(value, str):
         return tuple(value)
-    example = "a list like 0.25,0.5,1" if name == "checkpoints" else "a pair like 0.9,0.98"
+    example = EXAMPLES.get(option.name, "1,2,3")
+    noun = "a pair" if example.count(",") == 1 else "a list"
     try:
-        return tuple(float(x) for x in value.split(","))
+        return tuple(option.kind(x) for x in value.split(","))
     except ValueError:
-        raise ConfigError(f"--{name} {value!r} is not {example}") from None
+        raise ConfigError(f"--{option.name} {value!r} is not {noun} like {example}") from None

@@ -90,10 +90,12 @@ class StudySettings:
             return {o.name: options[o.name] for o in group if options.get(o.name) is not None}
 
         task, recipe = TaskConfig.from_options(**given(TASK)), recipe_of(given(RECIPE))
+        task = recipe.on(task)  # the recipe's split, as build sets it
         search = {_SEARCH_FIELD.get(k, k): v for k, v in given(SEARCH).items()}
         pretrain = split_ops(search.pop("pretrain")) if "pretrain" in search else ()
-        _check_source(recipe.on(task), recipe, pretrain, search.get("d_lo", SearchConfig.d_lo))
-        return cls.build(task, recipe, SearchConfig(**search), pretrain)
+        _check_source(task, recipe, pretrain, search.get("d_lo", SearchConfig.d_lo))
+        # build's study, its pretraining checked once and before the search
+        return cls(task, recipe.train, SearchConfig(**search), pretrain, recipe.model)
 
     @staticmethod
     def defaults() -> dict:

@@ -151,16 +151,16 @@ class _Parser:
                 f"name {name!r} is not allowed: use letters, digits and . _ + -",
             )
         given: dict = {}
+        execution = execution_of(given)
         for key in (o.name for o in EXECUTION_KEYS if o.name in top):
             given[key] = top[key]
-            try:
-                execution_of(given)
+            try:  # one key at a time, so a refusal is put on its line
+                execution = execution_of(given)
             except ConfigError:
                 raise self.fail(
                     self.line("", None, key),
                     f"key {key!r} = {top[key]} is not allowed: use 1 or more",
                 ) from None
-        execution = execution_of(given)
 
         studies = self.studies(tables["study"], defaults)
         transfers = self.transfers(tables["transfer"], defaults)
