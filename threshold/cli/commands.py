@@ -36,6 +36,10 @@ COMMANDS = {
         "threshold.cli.find_cmd:find",
         "Locate the learning transition of a mixture with an Optuna study.",
     ),
+    "grid": Command(
+        "threshold.cli.grid_cmd:grid",
+        "Train every size of a range x seeds of one task: a dense grid, stored as a study.",
+    ),
     "status": Command(
         "threshold.cli.status_cmd:status",
         "List the studies in a storage with their current transition estimates.",

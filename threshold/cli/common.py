@@ -187,12 +187,12 @@ def pace_words(snap: dict, slots: int) -> str | None:
     rounds = -(-(left + running) // max(slots, 1))  # runs one slot trains in turn, rounded up
     n = left + running
     return (
-        f"at most {n} run{'s' if n != 1 else ''} to go, about {_span(rounds * each)} at "
-        f"{_span(each)} a run (sooner if it reaches its precision)"
+        f"at most {n} run{'s' if n != 1 else ''} to go, about {pace_span(rounds * each)} at "
+        f"{pace_span(each)} a run (sooner if it reaches its precision)"
     )
 
 
-def _span(seconds: float) -> str:
+def pace_span(seconds: float) -> str:
     """``45 s``, ``12 min``, ``3.5 h`` (threshold.report.text.duration, without loading the
     report's readers into every command)."""
     if seconds < 120:

@@ -36,6 +36,9 @@ __all__ = [
     "RunRecord",
     "StopStatus",
     "StudyView",
+    "imported_attrs",
+    "queued_attrs",
+    "read_grid",
     "read_run",
     "read_seed",
     "read_studies",
@@ -49,6 +52,7 @@ __all__ = [
     "write_cancel",
     "write_decision",
     "write_estimate",
+    "write_grid",
     "write_pretrain",
     "write_result",
     "write_seed",
@@ -71,6 +75,7 @@ CPU_S = "cpu_s"  # the run's CPU seconds (TrainResult.cpu_s); absent where not k
 # Study user attributes besides the settings, which StudySettings writes and reads whole
 # (to_attrs, from_attrs: task, train, search, pretrain) with version and git_commit beside them.
 ESTIMATE, CHANCE = "estimate", "chance"
+GRID = "grid"  # a dense grid's sizes and seeds (threshold.search.grid): its workers run the queue
 ANALYSIS_PREFIX = "analysis:"  # analysis:N holds the summary of trial N's analysis
 
 _PENDING = ("RUNNING", "WAITING")
@@ -520,16 +525,62 @@ def write_result(trial: optuna.Trial, artifact_id: str, sha256: str, metrics: di
     """A finished run: its checkpoint and its metrics (``TrainResult.metrics()``)."""
     trial.set_user_attr(CHECKPOINT, artifact_id)
     trial.set_user_attr(CHECKPOINT_SHA256, sha256)
-    trial.set_user_attr(ACCURACY, json.dumps(metrics["accuracy"], sort_keys=True))
-    trial.set_user_attr(STRICT_ACCURACY, json.dumps(metrics["strict_accuracy"], sort_keys=True))
-    trial.set_user_attr(SAMPLED_ACCURACY, json.dumps(metrics["sampled_accuracy"], sort_keys=True))
+    for key, value in _result_attrs(metrics).items():
+        trial.set_user_attr(key, value)
+
+
+def _result_attrs(metrics: dict) -> dict:
+    """A finished run's metrics as its trial's attributes (dicts as sorted JSON)."""
+    attrs = {
+        ACCURACY: json.dumps(metrics["accuracy"], sort_keys=True),
+        STRICT_ACCURACY: json.dumps(metrics["strict_accuracy"], sort_keys=True),
+        SAMPLED_ACCURACY: json.dumps(metrics["sampled_accuracy"], sort_keys=True),
+        STEPS: metrics["steps"],
+        STOP_REASON: metrics["stop_reason"],
+        TRAIN_S: metrics["wall_s"],
+    }
     if metrics["budget"]:
-        trial.set_user_attr(BUDGET, json.dumps(metrics["budget"], sort_keys=True))
-    trial.set_user_attr(STEPS, metrics["steps"])
-    trial.set_user_attr(STOP_REASON, metrics["stop_reason"])
-    trial.set_user_attr(TRAIN_S, metrics["wall_s"])
+        attrs[BUDGET] = json.dumps(metrics["budget"], sort_keys=True)
     if metrics.get("cpu_s") is not None:
-        trial.set_user_attr(CPU_S, metrics["cpu_s"])
+        attrs[CPU_S] = metrics["cpu_s"]
+    return attrs
+
+
+def queued_attrs(d: int, replicate: int, seed: int) -> dict:
+    """The attributes of a trial queued with its size and seed decided (a grid's cell)."""
+    return {D_MODEL: d, REPLICATE: replicate, SEED: seed}
+
+
+def imported_attrs(run: dict) -> dict:
+    """The attributes of a completed trial rebuilt from a grid record's run (its checkpoint
+    left behind on the machine that trained it)."""
+    metrics = {
+        "accuracy": run["accuracy"],
+        "strict_accuracy": run["strict_accuracy"],
+        "sampled_accuracy": run["sampled_accuracy"],
+        "budget": run["budget"],
+        "steps": run["steps"],
+        "stop_reason": run["stop_reason"],
+        "wall_s": run["train_s"],
+        "cpu_s": run["cpu_s"],
+    }
+    attrs = queued_attrs(run["d"], run["replicate"], run["seed"]) | _result_attrs(metrics)
+    attrs[PARAMS_TOTAL] = run["params_total"]
+    attrs[PARAMS_NON_EMBEDDING] = run["params_non_embedding"]
+    if run.get("worker"):
+        attrs[WORKER] = run["worker"]
+    return attrs
+
+
+def write_grid(study: optuna.Study, grid: dict) -> None:
+    """Mark ``study`` a dense grid of these sizes and seeds (``GridSpec.to_dict``)."""
+    study.set_user_attr(GRID, json.dumps(grid, sort_keys=True))
+
+
+def read_grid(attrs: dict) -> dict | None:
+    """A study's grid (its user attributes), or None for a study the sampler places."""
+    grid = _json(attrs.get(GRID))
+    return grid if isinstance(grid, dict) else None
 
 
 def write_estimate(study: optuna.Study, estimate: dict, chance: float) -> None:

@@ -24,7 +24,14 @@ from threshold.search import record
 from threshold.search.policy import SearchSettings, decide
 from threshold.search.spec import StudySettings
 
-__all__ = ["PARAM", "TransitionSampler", "policy_settings", "run_seed", "split_trials"]
+__all__ = [
+    "PARAM",
+    "QueueOnly",
+    "TransitionSampler",
+    "policy_settings",
+    "run_seed",
+    "split_trials",
+]
 
 log = logging.getLogger(__name__)
 
@@ -119,3 +126,21 @@ class TransitionSampler(BaseSampler):
     def sample_independent(self, study, trial, param_name, param_distribution):
         # Only reached for parameters outside the relative space: this study has none.
         raise ValueError(f"parameter {param_name!r} is not searched by threshold")
+
+
+class QueueOnly(BaseSampler):
+    """A dense grid's sampler (:mod:`threshold.search.grid`): it places nothing. Its trials are
+    queued with their sizes; one that finds the queue empty (another worker took the last
+    cell first) is marked cancelled, and the worker tells it failed without training it."""
+
+    def infer_relative_search_space(self, study, trial):
+        return {}
+
+    def sample_relative(self, study, trial, search_space) -> dict:
+        return {}
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        storage, tid = study._storage, trial._trial_id
+        storage.set_trial_system_attr(tid, CANCEL, "grid: nothing left to run")
+        record.write_cancel(storage, tid, "grid: nothing left to run")
+        return param_distribution.low

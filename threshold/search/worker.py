@@ -41,7 +41,14 @@ from threshold.search import record
 from threshold.search.fit import transition_estimate
 from threshold.search.notes import NoteRender, write_note
 from threshold.search.policy import decide
-from threshold.search.sampler import CANCEL, PARAM, TransitionSampler, run_seed, split_trials
+from threshold.search.sampler import (
+    CANCEL,
+    PARAM,
+    QueueOnly,
+    TransitionSampler,
+    run_seed,
+    split_trials,
+)
 from threshold.search.spec import StudySettings
 from threshold.search.study import (
     artifact_store,
@@ -192,11 +199,12 @@ def run_worker(
     data = load_task_data(settings.task, execution.cache_dir)
     measured = data.test[data.config.measured_op]
     sampler = TransitionSampler(settings, chance_rate(measured, settings.train.decoding))
-    study.sampler = sampler
+    grid = record.read_grid(study.user_attrs) is not None  # a dense grid: its queue, no sampler
+    study.sampler = QueueOnly() if grid else sampler
     store = artifact_store(execution.storage_url)
     ran = 0
     while max_trials is None or ran < max_trials:
-        step = _next_step(study, sampler)
+        step = _next_step(study, sampler, grid)
         if step == "wait":  # the budget counts running trials: wait for them (or their retry)
             time.sleep(min(5, execution.heartbeat_s))
             continue
@@ -206,18 +214,20 @@ def run_worker(
         if max_trials is not None:
             room = min(room, max_trials - ran)
         n, cancelled = _run_batch(
-            study, settings, data, store, sampler, room, execution, device, notes
+            study, settings, data, store, sampler, room, execution, device, notes, grid
         )
         ran += n
-        if cancelled:
+        if cancelled and not grid:  # a grid's cancelled trial only found its queue taken
             break
     refresh_estimate(study, sampler, notes)
     return ran
 
 
-def _next_step(study: optuna.Study, sampler: TransitionSampler) -> str:
+def _next_step(study: optuna.Study, sampler: TransitionSampler, grid: bool = False) -> str:
     """``run`` another trial, ``wait`` for running ones, or ``stop``: stale trials of dead
-    workers are failed (and retried) first; a waiting (retried or enqueued) trial always runs."""
+    workers are failed (and retried) first; a waiting (retried or enqueued) trial always runs.
+    A ``grid`` runs its queue only: with nothing waiting it waits for running trials (one may
+    fail and come back), then stops."""
     raise_if_interrupted()
     with warnings.catch_warnings():  # "experimental" since Optuna 2.9
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -225,6 +235,8 @@ def _next_step(study: optuna.Study, sampler: TransitionSampler) -> str:
     trials = study.get_trials(deepcopy=False)
     if any(t.state == TrialState.WAITING for t in trials):
         return "run"
+    if grid:
+        return "wait" if any(t.state == TrialState.RUNNING for t in trials) else "stop"
     completed, pending = split_trials(trials)
     decision = decide(sampler.policy, completed, pending)
     if not decision.stop:
@@ -235,7 +247,7 @@ def _next_step(study: optuna.Study, sampler: TransitionSampler) -> str:
     return "stop"
 
 
-def _run_batch(study, settings, data, store, sampler, k, execution, device, notes):
+def _run_batch(study, settings, data, store, sampler, k, execution, device, notes, grid=False):
     """Up to ``k`` trials trained together; (trials run, whether the policy cancelled one).
 
     A run that ends is told at once (checkpoint, metrics, estimate); if training is stopped,
@@ -274,7 +286,7 @@ def _run_batch(study, settings, data, store, sampler, k, execution, device, note
 
     with _Heartbeats(study, execution.heartbeat_s) as beats:
         try:
-            while len(runs) < k and (not runs or _next_step(study, sampler) == "run"):
+            while len(runs) < k and (not runs or _next_step(study, sampler, grid) == "run"):
                 with warnings.catch_warnings():  # heartbeats without optimize: ours, below
                     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
                     trial = study.ask()
