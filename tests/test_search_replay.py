@@ -126,3 +126,76 @@ def test_bench_search_replays_a_report_and_prints_its_tables(tmp_path, cli):
     assert {"stop", "4"} <= set(result["summary"]["sampler"])
     out = cli(["bench", "search", "--replay", str(tmp_path / "nothing.json")])
     assert out.exit_code != 0 and "no such file" in out.stderr
+
+
+# --- dense grids (threshold grid's records) ----------------------------------------------------
+
+DENSE = tuple(range(4, 34))  # 30 sizes
+
+
+def _dense_record(tmp_path, seeds: int = 5, x80: float = np.log(3000.0)):
+    """A dense grid's record (as threshold.search.grid.export_record writes it) of bimodal runs:
+    a seed learns (0.95) with a probability rising in ln(params) through ``x80``, else stays
+    near chance; read at two checkpoints, the first all at chance (a bound)."""
+    rng = np.random.default_rng(0)
+    params = {d: 12 * d * d + 100 * d for d in DENSE}
+    runs = []
+    for d in DENSE:
+        for r in range(seeds):
+            learns = rng.random() < 1 / (1 + np.exp(-4 * (np.log(params[d]) - x80)))
+            y = 0.95 if learns else 0.1 + 0.02 * rng.random()
+            budget = [
+                {"step": step, "accuracy": a, "sampled_accuracy": a, "reached": True}
+                for step, a in ((50, 0.1), (100, y))
+            ]
+            runs.append({"d": d, "replicate": r, "value": y, "budget": budget})
+    record = {
+        "kind": "threshold grid", "study": "grid-test", "decoding": "greedy", "chance": 0.1,
+        "level": 0.8, "chance_corrected": False, "checkpoint_steps": [50, 100],
+        "params": {str(d): p for d, p in params.items()},
+        "settings": {"task": json.dumps({"n_test": 2000})}, "runs": runs,
+    }  # fmt: skip
+    path = tmp_path / "grid-test.json"
+    path.write_text(json.dumps(record))
+    return path
+
+
+def test_a_dense_record_is_a_grid_at_each_checkpoint_read_in_seed_order(tmp_path):
+    grids = {g.name: g for g in load_grids([_dense_record(tmp_path)])}
+    assert sorted(grids) == ["grid-test @100", "grid-test @50"]
+    early, late = grids["grid-test @50"], grids["grid-test @100"]
+    assert early.dense and late.dense and late.trials == 2000
+    assert late.sizes == list(DENSE) and len(late.runs) == 5 * len(DENSE)
+    assert all(y == 0.1 for _, y in early.runs)  # the first checkpoint's accuracies
+    assert [d for d, _ in late.runs[:6]] == [4, 4, 4, 4, 4, 5]  # by size, replicates in order
+
+
+def test_the_users_grid_is_16_sizes_by_3_seeds_and_the_sampler_stops_sooner(tmp_path):
+    grids = {g.name: g for g in load_grids([_dense_record(tmp_path)])}
+    out = replay_grid(grids["grid-test @100"], counts=(6, 12, 24))
+    user = out["methods"]["grid48"][0]["stop"]
+    assert user["runs"] == 48
+    assert out["reference"]["kind"] == "point"
+    own = out["methods"]["sampler"][0]["stop"]
+    assert own["runs"] < user["runs"]  # the promise: fewer runs than the grid a user would run
+    bound = replay_grid(grids["grid-test @50"], methods=("sampler", "grid48"))
+    assert bound["reference"]["kind"] != "point"  # no run learned by step 50: a bound
+    assert not bound["methods"]["sampler"][0]["stop"]["located"]
+
+
+def test_the_users_grid_needs_a_dense_grid(tmp_path):
+    (grid,) = load_grids([_report(tmp_path, _clean())])
+    assert "grid48" not in replay_grid(grid, methods=("grid48",))["methods"]
+
+
+@pytest.mark.slow  # psignifit's grid posterior: seconds a fit (the bench extra)
+def test_psignifit_reads_a_dense_grid_beside_ours(tmp_path):
+    pytest.importorskip("psignifit")
+    grids = {g.name: g for g in load_grids([_dense_record(tmp_path)])}
+    out = replay_grid(grids["grid-test @100"], methods=("sampler",), counts=(12, 24), peer=True)
+    peer, ours = out["peer_reference"], out["reference"]
+    assert peer["lo"] < peer["x"] < peer["hi"]
+    assert abs(peer["x"] - ours["x"]) < 0.5  # the same runs: readings within 1.65x
+    assert set(out["calibration"]) == {"12", "24"}
+    for reading in out["calibration"]["24"].values():
+        assert reading["width"] > 0

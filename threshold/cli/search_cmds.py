@@ -116,6 +116,14 @@ def bench_search(
     orders: Annotated[
         int, typer.Option(help="With --replay: random orders of each grid's runs.")
     ] = 5,
+    peer: Annotated[
+        bool,
+        typer.Option(
+            "--peer",
+            help="With --replay: psignifit's reading beside each dense grid's (the whole grid,"
+            " and the sampler's runs at 12 and 24 beside ours): pip install -e '.[bench]'.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Our sampler on simulated studies with known truth, family by family (see README)."""
@@ -128,7 +136,9 @@ def bench_search(
                 raise ConfigError(f"--runs {runs!r}: give run counts such as 6,9,12") from None
             if runs == "12,24,48":  # the families' default: a grid holds 4-20 runs
                 counts = (6, 9, 12)
-            result = bench_replay(replay, counts=counts, precision=precision, orders=orders)
+            result = bench_replay(
+                replay, counts=counts, precision=precision, orders=orders, peer=peer
+            )
             if as_json:
                 typer.echo(json.dumps(result))
             else:
@@ -322,7 +332,10 @@ def _print_bench_replay(result: dict) -> None:
         )
         cells = []
         for m in methods:
-            trials = [t["stop"] for t in g["methods"][m]]
+            trials = [t["stop"] for t in g["methods"].get(m, [])]
+            if not trials:  # grid48: dense grids only
+                cells.append("-")
+                continue
             runs = np.mean([t["runs"] for t in trials])
             if ref["kind"] == "point":
                 cov = np.mean([t["covered"] for t in trials])
@@ -361,3 +374,19 @@ def _print_bench_replay(result: dict) -> None:
                 f"{s['bound_read_located']:.2f}" if "bound_ok" in s else "-",
             )
     Console().print(summary)
+    if result.get("calibration"):
+        _print_calibration(result["calibration"])
+
+
+def _print_calibration(calibration: dict) -> None:
+    """Ours and psignifit's 90% intervals on the sampler's runs, against the dense references."""
+    table = Table(title="calibration on the dense grids: the sampler's runs read by each")
+    for col in ("runs", "grids", "coverage: ours", "psignifit", "median width (ln): ours",
+                "psignifit", "ours / psignifit"):  # fmt: skip
+        table.add_column(col, justify="right")
+    for k, c in calibration.items():
+        table.add_row(
+            k, str(c["grids"]), f"{c['ours_coverage']:.2f}", f"{c['psignifit_coverage']:.2f}",
+            f"{c['ours_width']:.2f}", f"{c['psignifit_width']:.2f}", f"{c['width_ratio']:.2f}",
+        )  # fmt: skip
+    Console().print(table)

@@ -42,18 +42,32 @@ import numpy as np
 from threshold.config import make_recipe, model_config_for, param_count
 from threshold.errors import ConfigError
 from threshold.search.bench.benchmark import psi_trajectory, trajectory
+from threshold.search.bench.peer import available as peer_available
+from threshold.search.bench.peer import psignifit_reading
 from threshold.search.bench.psi import PsiMethod
 from threshold.search.bounds import POINT, locate
+from threshold.search.grid import RECORD_KIND
 from threshold.search.policy import posterior_of, posterior_summary, summary_of
 from threshold.search.posterior import level_target, normalize
 from threshold.search.settings import SearchSettings
 from threshold.tasks import TaskConfig, load_task_data
 
-__all__ = ["METHODS", "RecordedGrid", "bench_replay", "load_grids", "replay_grid"]
+__all__ = [
+    "METHODS",
+    "RecordedGrid",
+    "bench_replay",
+    "calibration_summary",
+    "load_grids",
+    "replay_grid",
+]
 
 logger = logging.getLogger(__name__)
 
-METHODS = ("sampler", "psi", "bisection", "random")
+METHODS = ("sampler", "psi", "bisection", "random", "grid48")
+# The grid a user would run instead of a search: 16 sizes spaced evenly in ln(params) over the
+# dense grid's range, 3 seeds each (48 runs), read by our posterior; only on dense grids.
+USER_GRID = (16, 3)
+PEER_COUNTS = (12, 24)  # where the sampler's runs are also read by psignifit (calibration)
 COUNTS = (6, 9, 12)  # fixed run counts each method is also read at (where the grid has as many)
 MIN_SIZES = 3  # a grid of fewer sizes has no middle for the bracket
 
@@ -67,6 +81,8 @@ class RecordedGrid:
     source: str
     settings: SearchSettings
     runs: tuple[tuple[int, float], ...]
+    trials: int = 2000  # test questions a run's accuracy is read on (psignifit's counts)
+    dense: bool = False  # a dense grid (``threshold grid``): every size of its range, 5+ seeds
 
     @property
     def sizes(self) -> list[int]:
@@ -99,7 +115,9 @@ def load_grids(paths: list[Path], precision: float = 2.5) -> list[RecordedGrid]:
             raise ConfigError(f"replay {file}: not a JSON record ({err})") from None
         if not isinstance(record, dict):
             continue
-        if isinstance(record.get("science"), dict) and "runs" in record["science"]:
+        if record.get("kind") == RECORD_KIND:
+            found = _dense_grids(record, file)
+        elif isinstance(record.get("science"), dict) and "runs" in record["science"]:
             found = [] if record.get("tiny") else _science_grids(record["science"], file)
         elif isinstance(record.get("studies"), list):
             found = _report_grids(record, file)
@@ -162,6 +180,31 @@ def _science_grids(sci: dict, file: Path) -> list[RecordedGrid]:
         else:
             at = tuple((r["d"], float(r[key])) for r in order)
             out.append(RecordedGrid(f"{file.stem} {study} @end", str(file), settings, at))
+    return out
+
+
+def _dense_grids(record: dict, file: Path) -> list[RecordedGrid]:
+    """A dense grid's record (:func:`threshold.search.grid.export_record`): one grid at each of
+    its budget checkpoints, the runs by size and then replicate (the seeds in the order a live
+    study draws them), the accuracy its study's decoding scores."""
+    key = "sampled_accuracy" if record["decoding"] == "sampled" else "accuracy"
+    table = {int(d): int(p) for d, p in record["params"].items()}
+    table = {d: p for d, p in table.items() if any(r["d"] == d for r in record["runs"])}
+    if len(table) < MIN_SIZES or record["chance"] is None:
+        return []
+    settings = replace(
+        _table_settings(table, float(record["chance"]), float(record["level"])),
+        chance_corrected=bool(record["chance_corrected"]),
+    )
+    trials = int(json.loads(record["settings"]["task"])["n_test"])
+    runs = sorted(record["runs"], key=lambda r: (r["d"], r["replicate"]))
+    out = []
+    for step in record["checkpoint_steps"]:
+        at = tuple(
+            (r["d"], float(next(b[key] for b in r["budget"] if b["step"] == step))) for r in runs
+        )
+        name = f"{record['study']} @{step}"
+        out.append(RecordedGrid(name, str(file), settings, at, trials, dense=True))
     return out
 
 
@@ -318,6 +361,25 @@ def _bisection(grid: RecordedGrid) -> tuple[list, int]:
     return runs, stop
 
 
+def _user_grid(grid: RecordedGrid) -> list | None:
+    """The runs of :data:`USER_GRID` on a dense grid (None on any other): the sizes nearest to
+    evenly spaced points in ln(params), each taken once, their first seeds."""
+    n_sizes, seeds = USER_GRID
+    if not grid.dense or len(grid.sizes) < n_sizes:
+        return None
+    sizes = np.array(grid.sizes)
+    xs = grid.settings.x_of(sizes)
+    free = list(range(len(sizes)))
+    chosen = []
+    for target in np.linspace(xs[0], xs[-1], n_sizes):
+        i = min(free, key=lambda i: abs(xs[i] - target))
+        free.remove(i)
+        chosen.append(int(sizes[i]))
+    pool = _Pool(grid)
+    runs = [pool.draw(d) for d in sorted(chosen) for _ in range(seeds)]
+    return [r for r in runs if r is not None]
+
+
 def _random_order(grid: RecordedGrid, rng: np.random.Generator) -> tuple[list, int]:
     runs = [grid.runs[i] for i in rng.permutation(len(grid.runs))]
     stop = next((n for n in range(3, len(runs) + 1) if _stops(grid.settings, runs[:n])), len(runs))
@@ -330,10 +392,13 @@ def replay_grid(
     counts: tuple[int, ...] = COUNTS,
     orders: int = 5,
     seed: int = 0,
+    peer: bool = False,
 ) -> dict:
     """One grid's reference and each method's scores (``_score``) at its own stop (``stop``)
     and at each run count in ``counts`` it has as many runs for (by count); ``random`` one per
-    order."""
+    order; ``grid48`` (dense grids only) its 48 runs. ``peer`` (dense grids, psignifit
+    installed): psignifit's reading of the whole grid, and of the sampler's runs at
+    :data:`PEER_COUNTS` beside ours of the same runs (``calibration``)."""
     n = len(grid.runs)
     settings = grid.settings
     reference = reading(settings, sorted(grid.runs, reverse=True))
@@ -356,6 +421,8 @@ def replay_grid(
             {"stop": scored(own), "redirected": redirected}
             | {str(k): scored(at[k]) for k in mine if k in counts}
         ]
+        if peer and grid.dense:
+            out["calibration"] = _calibration(grid, reference, at)
     if "psi" in methods:
         own, at = _psi(grid, mine)
         out["methods"]["psi"] = [
@@ -380,7 +447,57 @@ def replay_grid(
                 {"stop": scored(runs[:stop])}
                 | {str(k): scored(runs[:k]) for k in mine if k in counts}
             )
+    if "grid48" in methods and (runs := _user_grid(grid)) is not None:
+        out["methods"]["grid48"] = [{"stop": scored(runs)}]
+    if peer and grid.dense:
+        ref = psignifit_reading(settings, list(grid.runs), grid.trials)
+        out["peer_reference"] = ref | {"d": float(settings.d_of(ref["x"]))}
     logger.info("replayed %s: %d runs at %d sizes", grid.name, n, len(grid.sizes))
+    return out
+
+
+def _calibration(grid: RecordedGrid, reference: dict, at: dict) -> dict:
+    """Ours and psignifit's readings of the sampler's runs at each of :data:`PEER_COUNTS` the
+    replay reached: each interval's width (ln) and whether it holds the dense reference."""
+    out = {}
+    for k in PEER_COUNTS:
+        runs = at.get(k)
+        if runs is None or len(runs) < k:
+            continue
+        ours = reading(grid.settings, runs)
+        theirs = psignifit_reading(grid.settings, runs, grid.trials)
+        out[str(k)] = {
+            name: {
+                "width": r["hi"] - r["lo"],
+                "covered": bool(r["lo"] <= reference["x"] <= r["hi"]),
+                "error": r["x"] - reference["x"],
+            }
+            for name, r in (("ours", ours), ("psignifit", theirs))
+        }
+    return out
+
+
+def calibration_summary(grids: list[dict]) -> dict:
+    """Over the located dense grids with a calibration: at each count, each reader's coverage
+    of the dense reference and median width, and the median ratio of our width to
+    psignifit's on the same runs."""
+    out = {}
+    for k in map(str, PEER_COUNTS):
+        rows = [
+            g["calibration"][k]
+            for g in grids
+            if k in g.get("calibration", {}) and g["reference"]["kind"] == POINT
+        ]
+        if not rows:
+            continue
+        out[k] = {"grids": len(rows)} | {
+            f"{name}_{what}": float(f([r[name][key] for r in rows]))
+            for name in ("ours", "psignifit")
+            for what, key, f in (("coverage", "covered", np.mean), ("width", "width", np.median))
+        }
+        out[k]["width_ratio"] = float(
+            np.median([r["ours"]["width"] / r["psignifit"]["width"] for r in rows])
+        )
     return out
 
 
@@ -434,9 +551,11 @@ def bench_replay(
     precision: float = 2.5,
     orders: int = 5,
     seed: int = 0,
+    peer: bool = False,
 ) -> dict:
     """Every grid of ``MIN_SIZES`` sizes or more in ``paths`` replayed (``replay_grid``), and
-    each method's columns summarised over them (``_summary``: ``stop`` and each count)."""
+    each method's columns summarised over them (``_summary``: ``stop`` and each count); with
+    ``peer``, psignifit beside the dense grids (:func:`calibration_summary`)."""
     unknown = set(methods) - set(METHODS)
     if unknown or not methods:
         raise ConfigError(
@@ -450,14 +569,19 @@ def bench_replay(
             f"no grid of {MIN_SIZES} sizes or more in {', '.join(map(str, paths))}: give bench"
             " gpu science records or reports' results.json"
         )
-    replays = [replay_grid(g, methods, counts, orders, seed) for g in grids]
+    if peer and not peer_available():
+        raise ConfigError("the peer reading needs psignifit: pip install -e '.[bench]'")
+    replays = [replay_grid(g, methods, counts, orders, seed, peer) for g in grids]
     columns = ("stop", *(str(k) for k in counts))
     return {
         "precision": precision,
         "counts": list(counts),
         "orders": orders,
         "grids": replays,
-        "summary": {
-            m: {c: s for c in columns if (s := _summary(replays, m, c, precision))} for m in methods
+        "summary": {  # a method with nothing to read (grid48 without a dense grid) left out
+            m: cols
+            for m in methods
+            if (cols := {c: s for c in columns if (s := _summary(replays, m, c, precision))})
         },
+        "calibration": calibration_summary(replays) if peer else {},
     }
