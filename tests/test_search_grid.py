@@ -19,6 +19,7 @@ from threshold.search.grid import (
     grid_settings,
     parse_sizes,
     prepare_grid,
+    records_table,
     run_grid,
 )
 from threshold.search.record import read_study
@@ -100,6 +101,9 @@ def test_a_grid_trains_each_cell_once_and_resumes(tmp_path, monkeypatch):
     assert (moved.n_new, queued) == (0, 0)
     assert cells(fresh.storage_url, name) == sorted(SPEC.cells)
     assert moved.answer == outcome.answer  # the same reading of the same runs
+    (row,) = records_table(tmp_path / "out")
+    assert (row["study"], row["runs"], row["cells"], row["seeds"]) == (name, 6, 6, 2)
+    assert row["answer"] == outcome.answer
 
 
 def test_a_record_of_other_settings_is_refused(tmp_path, monkeypatch):

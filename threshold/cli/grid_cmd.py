@@ -13,13 +13,28 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
-from threshold.cli.common import LINE_EVERY_S, pace_span, run_guarded, run_words, takes
+from threshold.cli.common import (
+    LINE_EVERY_S,
+    pace_span,
+    run_guarded,
+    run_words,
+    takes,
+    wide_console,
+)
 from threshold.interrupt import exit_status
 from threshold.options import EXECUTION, RECIPE, SEARCH, TASK, execution_of, only
 from threshold.search.bounds import answer_words
 from threshold.search.find import Interrupted, worker_trials
-from threshold.search.grid import GRID_DIR, GridSpec, grid_recipe, parse_sizes, run_grid
+from threshold.search.grid import (
+    GRID_DIR,
+    GridSpec,
+    grid_recipe,
+    parse_sizes,
+    records_table,
+    run_grid,
+)
 from threshold.search.record import storage_log_level
 from threshold.search.spec import StudySettings
 
@@ -42,10 +57,17 @@ def grid(
     ] = GRID_DIR,
     study: Annotated[str | None, typer.Option(help="Study name \\[default: derived].")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    listed: Annotated[
+        bool,
+        typer.Option("--list", help="Instead: list the grid records in --out, trains nothing."),
+    ] = False,
 ) -> None:
     """Train every size of a range x seeds of one task: a dense grid, stored as a study."""
 
     def body():
+        if listed:
+            _list(out, as_json)
+            return
         spec = GridSpec(parse_sizes(sizes), seeds)
         given = {"trials_at_once": PACK} | {k: v for k, v in execution.items() if v is not None}
         runs = execution_of(given)
@@ -116,3 +138,26 @@ class _GridView:
         self._say(
             f"grid: {done}/{self.cells} runs{self._pace()}; trial {row['number']}: {run_words(row)}"
         )
+
+
+def _list(folder: Path, as_json: bool) -> None:
+    rows = records_table(folder)
+    if as_json:
+        typer.echo(json.dumps(rows))
+        return
+    if not rows:
+        typer.echo(f"no grid records in {folder}: train one with `threshold grid`")
+        return
+    table = Table(title=f"grid records in {folder}")
+    for col in ("study", "task (measured)", "steps", "checkpoints", "sizes", "seeds", "runs",
+                "CPU h", "reading of all its runs"):  # fmt: skip
+        table.add_column(col, justify="left" if col in ("study", "task (measured)") else "right")
+    for r in rows:
+        sizes = r["sizes"]
+        table.add_row(
+            r["study"], f"{r['task']} ({r['measure']})", f"{r['steps']:,}",
+            ",".join(f"{s:,}" for s in r["checkpoints"]),
+            f"{len(sizes)}: {sizes[0]}-{sizes[-1]}", str(r["seeds"]),
+            f"{r['runs']}/{r['cells']}", f"{r['cpu_h']:.2f}", answer_words(r["answer"]),
+        )  # fmt: skip
+    wide_console(*(r["study"] for r in rows), rest=150).print(table)

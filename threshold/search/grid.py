@@ -35,6 +35,7 @@ from threshold.files import atomic_write
 from threshold.meta import git_commit, version
 from threshold.options import recipe_of
 from threshold.search import record
+from threshold.search.bounds import answer
 from threshold.search.find import SearchOutcome, run_search
 from threshold.search.sampler import PARAM, run_seed
 from threshold.search.spec import StudySettings
@@ -52,6 +53,7 @@ __all__ = [
     "parse_sizes",
     "prepare_grid",
     "record_path",
+    "records_table",
     "run_grid",
 ]
 
@@ -303,3 +305,37 @@ def _run_row(r: record.RunRecord) -> dict:
     out = {"d": r.d_model, **{k: row[k] for k in keep}}
     out["budget"] = sorted(r.budget, key=lambda b: b["step"])
     return out
+
+
+def records_table(folder: Path = GRID_DIR) -> list[dict]:
+    """A row for each grid record in ``folder``: its task and budget, sizes, seeds, runs done
+    of its cells, CPU hours, and the reading of all its runs at its end (located or bound)."""
+    rows = []
+    for path in sorted(Path(folder).glob("*.json")):
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(rec, dict) or rec.get("kind") != RECORD_KIND:
+            continue
+        task = json.loads(rec["settings"]["task"])
+        train = json.loads(rec["settings"]["train"])
+        runs = [(r["d"], r["params_total"], r["value"]) for r in rec["runs"]]
+        rows.append(
+            {
+                "study": rec["study"],
+                "record": str(path),
+                "task": f"{task['testbed']}{task['n']} {'+'.join(task['ops'])}",
+                "measure": rec["measure"],
+                "recipe": train["recipe"],
+                "steps": train["max_steps"],
+                "checkpoints": rec["checkpoint_steps"],
+                "sizes": rec["grid"]["sizes"],
+                "seeds": rec["grid"]["seeds"],
+                "runs": rec["n_runs"],
+                "cells": rec["n_cells"],
+                "cpu_h": rec["cpu_s"] / 3600,
+                "answer": answer(runs, rec["estimate"]),
+            }
+        )
+    return rows
