@@ -10,7 +10,7 @@ from threadpoolctl import threadpool_info
 
 from threshold.config import TrainConfig
 from threshold.search.bench.bench_table import coverage_interval, oracle_column, vs_oracle
-from threshold.search.bench.benchmark import _worker_start
+from threshold.search.bench.benchmark import _worker_start, bench_families
 from threshold.search.bench.families import CHANCE
 from threshold.search.bench.simulate import listops_table
 from threshold.search.sampler import policy_settings
@@ -98,3 +98,19 @@ def test_a_benchmark_process_runs_one_blas_thread():
     with ProcessPoolExecutor(1, mp_context=get_context("spawn"), initializer=_worker_start) as pool:
         libraries = pool.submit(threadpool_info).result()
     assert libraries and all(lib["num_threads"] == 1 for lib in libraries)
+
+
+def test_the_sampler_rows_keep_their_intervals_width():
+    out = bench_families(n_studies=2, seed=1, families=("bimodal",), checkpoints=(6, 12),
+                         rows=("sampler",))["families"]["bimodal"]  # fmt: skip
+    assert out["6"]["median_width_ratio"] > 1.0 and out["12"]["median_width_ratio"] > 1.0
+
+
+@pytest.mark.slow  # psignifit's grid posterior: seconds a fit (the bench extra)
+def test_psignifit_reads_the_samplers_runs_beside_ours():
+    pytest.importorskip("psignifit")
+
+    out = bench_families(n_studies=1, seed=1, families=("bimodal",), checkpoints=(12,),
+                         rows=("sampler", "peer"))["families"]["bimodal"]  # fmt: skip
+    assert out["peer_12"]["median_runs"] == out["12"]["median_runs"] == 12
+    assert out["peer_12"]["median_width_ratio"] > 1.0

@@ -16,21 +16,29 @@ def family_row(rows: list[dict], grid_compute: float) -> dict:
     share of the dense grid's ``grid_compute``."""
     err = np.abs([r["error"] for r in rows])
     covered = None if rows[0]["covered"] is None else np.array([r["covered"] for r in rows])
-    return {
-        "median_runs": float(np.median([r["runs"] for r in rows])),
-        "compute_vs_grid": float(np.mean([r["compute"] for r in rows]) / grid_compute),
-        "median_compute_vs_grid": float(np.median([r["compute"] for r in rows]) / grid_compute),
-        "coverage": None if covered is None else float(np.mean(covered)),
-        "coverage_90": None
-        if covered is None
-        else coverage_interval(int(covered.sum()), covered.size),
-        "median_abs_log_error": float(np.median(err)),
-        "within_20": float(np.mean(np.abs(np.expm1([r["error"] for r in rows])) <= 0.2)),
-        "median_signed_log_error": float(np.median([r["error"] for r in rows])),
-    } | (  # a form-picking fit's rows: how often it picked the truth's form
-        {"picked_true_form": float(np.mean([r["picked_true"] for r in rows]))}
-        if "picked_true" in rows[0]
-        else {}
+    return (
+        {
+            "median_runs": float(np.median([r["runs"] for r in rows])),
+            "compute_vs_grid": float(np.mean([r["compute"] for r in rows]) / grid_compute),
+            "median_compute_vs_grid": float(np.median([r["compute"] for r in rows]) / grid_compute),
+            "coverage": None if covered is None else float(np.mean(covered)),
+            "coverage_90": None
+            if covered is None
+            else coverage_interval(int(covered.sum()), covered.size),
+            "median_abs_log_error": float(np.median(err)),
+            "within_20": float(np.mean(np.abs(np.expm1([r["error"] for r in rows])) <= 0.2)),
+            "median_signed_log_error": float(np.median([r["error"] for r in rows])),
+        }
+        | (  # the 90% interval's median width as hi / lo in parameters, where it was kept
+            {"median_width_ratio": float(np.exp(np.median([r["width"] for r in rows])))}
+            if rows[0].get("width") is not None
+            else {}
+        )
+        | (  # a form-picking fit's rows: how often it picked the truth's form
+            {"picked_true_form": float(np.mean([r["picked_true"] for r in rows]))}
+            if "picked_true" in rows[0]
+            else {}
+        )
     )
 
 

@@ -29,6 +29,7 @@ from threshold.errors import ConfigError
 from threshold.search.bench.bench_table import family_row, oracle_column, vs_oracle
 from threshold.search.bench.families import CHANCE, FAMILIES, draw_family_truth
 from threshold.search.bench.fit_oracle import FitOracle, runs_at
+from threshold.search.bench.peer import psignifit_reading
 from threshold.search.bench.psi import PsiMethod
 from threshold.search.bench.simulate import (
     ResponseModel,
@@ -80,6 +81,8 @@ DEFAULT_METHODS = ("policy", "policy_2w", "grid", "optuna_tpe")
 # reads (a setting in ``settings`` changes where the runs go as well). ``psi``: the plain
 # Ψ-method (``psi.PsiMethod``, Kontsevich & Tyler 1999) at each checkpoint and its own stop;
 # ``psi_read``: its runs read by our posterior (its placement without its model).
+# ``peer``: the sampler's runs at each checkpoint read by psignifit (``peer.psignifit_reading``,
+# the optional bench extra): its coverage and width against ours on the very same runs.
 # Each has its own random stream, so a row's numbers do not depend on which others are computed.
 ROWS = (
     "sampler",
@@ -94,6 +97,7 @@ ROWS = (
     "oracle_fit_pick",
     "psi",
     "psi_read",
+    "peer",
 )
 DEFAULT_ROWS = ("sampler", "grid", "spread", "oracle", "oracle_fit")
 
@@ -286,6 +290,22 @@ def _scored(settings: SearchSettings, runs, truth_x80: float) -> dict:
         "compute": float(settings.cost(np.array([d for d, _ in runs])).sum()),
         "covered": bool(s.x80_lo <= truth_x80 <= s.x80_hi),
         "error": float(s.x80_median - truth_x80),  # ln(estimate / truth), parameters
+        "width": float(s.x80_hi - s.x80_lo),  # of the 90% interval, in ln(parameters)
+    }
+
+
+PEER_TRIALS = 2000  # test questions a simulated run's accuracy stands for (psignifit's counts)
+
+
+def _peer_scored(settings: SearchSettings, runs, truth_x80: float) -> dict:
+    """psignifit's reading of ``runs``, scored as ``_scored`` scores ours."""
+    r = psignifit_reading(settings, list(runs), PEER_TRIALS)
+    return {
+        "runs": len(runs),
+        "compute": float(settings.cost(np.array([d for d, _ in runs])).sum()),
+        "covered": bool(r["lo"] <= truth_x80 <= r["hi"]),
+        "error": float(r["x"] - truth_x80),
+        "width": float(r["hi"] - r["lo"]),
     }
 
 
@@ -516,7 +536,7 @@ def _study(
     rngs = [np.random.default_rng(s) for s in streams]  # rngs[2]: the own stop's, before
     truth = draw_family_truth(rngs[0], family, settings.level, settings.chance_corrected)
     row, n = {}, max(checkpoints)
-    if {"sampler", "oracle_fit_pick"} & set(rows) or read_settings is not None:
+    if {"sampler", "oracle_fit_pick", "peer"} & set(rows) or read_settings is not None:
         rng = rngs[1]
         own, at, ours = trajectory(
             settings, off, lambda d: (d, truth.sample(rng, float(settings.x_of(d)))), checkpoints
@@ -534,6 +554,8 @@ def _study(
                 f"oracle_fit_pick_{k}": FitOracle.pick(settings, truth, ours[:k])
                 for k in checkpoints
             }
+        if "peer" in rows:
+            row |= {f"peer_{k}": _peer_scored(settings, ours[:k], truth.x80) for k in checkpoints}
     if "grid" in rows:
         grid_runs = runs_at(settings, truth, rngs[3], [d for d in sizes for _ in range(grid_seeds)])
         # Both read largest first, a size's runs together, as a study's bracket comes: the same
