@@ -78,6 +78,7 @@ TASK = (
     Option("split_seed", int, "Seed of the held-out split and test sets."),
     Option("weights", dict, "Mixture weights per op, e.g. add=2 (others weigh 1)."),
     Option("match_exposure", bool, _EXPOSURE),
+    Option("ops_module", str, "Module that registers your own ops (docs/custom-ops.md)."),
 )
 
 _CHANCE = (

@@ -24,7 +24,7 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 
-from threshold.errors import ThresholdError
+from threshold.errors import ConfigError, ThresholdError
 from threshold.search.bounds import answer
 from threshold.search.settings import SearchSettings
 from threshold.search.spec import StudySettings
@@ -440,6 +440,8 @@ def read_studies(
         trials = storage.get_all_trials(s._study_id, deepcopy=False)
         try:
             views.append(_view(s.study_name, s.user_attrs, trials, storage))
+        except ConfigError as e:  # its own ops' module is missing (StudySettings.from_attrs)
+            log.warning("study %s is left out: %s", s.study_name, e)
         except ThresholdError:
             log.info("study %s has no threshold settings: left out", s.study_name)
     return views

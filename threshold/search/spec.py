@@ -121,12 +121,14 @@ class StudySettings:
             attrs["pretrain"] = json.dumps(list(self.pretrain))
         if self.model:  # as pretrain: only a recipe with model-side values writes it
             attrs["model"] = json.dumps(dict(self.model), sort_keys=True)
+        if self.task.ops_module is not None:  # your own ops: an edited op names a new study
+            attrs["ops_values"] = self.task.ops_values
         return attrs
 
     @classmethod
     def from_attrs(cls, attrs: dict) -> StudySettings:
         try:
-            return cls(
+            settings = cls(
                 TaskConfig.from_dict(json.loads(attrs["task"])),
                 TrainConfig.from_dict(json.loads(attrs["train"])),
                 SearchConfig(**json.loads(attrs["search"])),
@@ -134,9 +136,19 @@ class StudySettings:
                 tuple(json.loads(attrs.get("model", "{}")).items()),
             )
         except (KeyError, TypeError, ValueError) as e:
+            if "ops_module" in getattr(e, "fields", ()):  # its own ops' module, as it says
+                raise
             raise ThresholdError(
                 f"study settings cannot be read ({e}): not a threshold study?"
             ) from None
+        task = settings.task
+        if attrs.get("ops_values") not in (None, task.ops_values):
+            raise ConfigError(
+                f"the ops of module {task.ops_module!r} give other values than when this study"
+                " was made: restore the module, or give the changed op a new name (a new study)",
+                "ops_module",
+            )
+        return settings
 
     def default_name(self) -> str:
         """``listops10-max+med+add-add-fast-<hash>``; ``...-add-from-max+med-fast-<hash>`` with

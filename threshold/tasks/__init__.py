@@ -9,12 +9,14 @@ from threshold.tasks.generate import (
     op_nodes,
     parse_weights,
 )
+from threshold.tasks.ops import CustomOp, module_ops, register_op
 from threshold.tasks.sequences import SequenceSet
 from threshold.tasks.testbeds import TESTBEDS, Testbed, get_testbed
 from threshold.tasks.vocab import Vocabulary
 
 __all__ = [
     "TESTBEDS",
+    "CustomOp",
     "SequenceSet",
     "TaskConfig",
     "TaskData",
@@ -24,6 +26,8 @@ __all__ = [
     "default_cache_dir",
     "get_testbed",
     "load_task_data",
+    "module_ops",
     "op_nodes",
     "parse_weights",
+    "register_op",
 ]

@@ -40,6 +40,7 @@ import numpy as np
 
 from threshold.errors import ConfigError
 from threshold.files import atomic_write
+from threshold.tasks.ops import BUILTIN, module_ops, ops_fingerprint, ops_module_of
 from threshold.tasks.sequences import SequenceSet
 from threshold.tasks.testbeds import Testbed, get_testbed
 from threshold.tasks.vocab import Vocabulary
@@ -99,21 +100,33 @@ class TaskConfig:
     # is told from "joint sees less of the measured op").
     weights: tuple[float, ...] | None = None
     match_exposure: bool = False
+    # The module that registers the user's own ops of the mixture (threshold.tasks.ops), stored
+    # so that whoever reads the task imports it again; None: the built-in ops alone. Filled in
+    # from the entry points of group threshold.ops where the mixture names an op they give. Left
+    # out of to_dict at None, as split is.
+    ops_module: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ops", tuple(self.ops))
         if self.weights is not None:
             object.__setattr__(self, "weights", tuple(float(w) for w in self.weights))
-        testbed = self.testbed_obj  # validates testbed and n
+        if self.ops_module is None and self.testbed == "listops":
+            unknown = [op for op in self.ops if op not in BUILTIN]
+            if unknown:  # an installed package's op, named by its entry point
+                object.__setattr__(self, "ops_module", ops_module_of(unknown))
+        testbed = self.testbed_obj  # validates testbed and n (and imports the ops module)
         if not self.ops:
             raise ConfigError(
                 "the task mixture is empty: name at least one op, e.g. --tasks max", "ops"
             )
         for op in self.ops:
             if op not in testbed.ops:
+                own = ""
+                if self.testbed == "listops" and self.ops_module is None:
+                    own = "; an op of your own needs --ops-module MODULE (docs/custom-ops.md)"
                 raise ConfigError(
                     f"op {op!r} does not exist for testbed {self.testbed!r}: "
-                    f"choose from {', '.join(testbed.ops)}",
+                    f"choose from {', '.join(testbed.ops)}{own}",
                     "ops",
                 )
         if len(set(self.ops)) != len(self.ops):
@@ -204,6 +217,7 @@ class TaskConfig:
             n_test=values["n_test"],
             measure=values["measure"],
             split_seed=values["split_seed"],
+            ops_module=values["ops_module"],
         )
 
     def options(self) -> dict:
@@ -225,11 +239,21 @@ class TaskConfig:
             "split_seed": self.split_seed,
             "weights": weights,
             "match_exposure": self.match_exposure,
+            "ops_module": self.ops_module,
         }
 
     @property
     def testbed_obj(self) -> Testbed:
-        return get_testbed(self.testbed, self.n, self.sadd_seed)
+        return get_testbed(self.testbed, self.n, self.sadd_seed, self.ops_module)
+
+    @property
+    def ops_values(self) -> str | None:
+        """A fingerprint of the values of the ops module's ops at this modulus and arity (None
+        without a module): keys the data and names the study, so an edited op is made anew."""
+        if self.ops_module is None:
+            return None
+        arities = range(self.arity_min, self.arity_max + 1)
+        return ops_fingerprint(module_ops(self.ops_module), self.n, arities)
 
     @property
     def vocab(self) -> Vocabulary:
@@ -256,6 +280,8 @@ class TaskConfig:
         d = dataclasses.asdict(self)
         if d["split"] == "groups":
             del d["split"]
+        if d["ops_module"] is None:
+            del d["ops_module"]
         return d
 
     @classmethod
@@ -267,6 +293,8 @@ class TaskConfig:
     def key(self) -> str:
         """Content key of the generated data: settings and generator version."""
         settings = {k: v for k, v in self.to_dict().items() if k != "measure"}  # data unchanged
+        if self.ops_module is not None:
+            settings["ops_values"] = self.ops_values
         blob = json.dumps([GENERATOR_VERSION, settings], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

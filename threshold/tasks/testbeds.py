@@ -8,6 +8,9 @@ different mixtures are comparable. Two testbeds exist:
   ``mul`` (the product, the hard op) and two easier partners that are functions of the same
   product: ``sgn`` (its sign, as the identity or the transposition (0 1)) and ``img`` (where it
   sends the point 0, as the rotation that does the same).
+
+ListOps also takes ops of the user's own, registered by a module (:mod:`threshold.tasks.ops`):
+with ``ops_module`` its ops follow the built-in ones, in name order.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from functools import cache
 import numpy as np
 
 from threshold.errors import ConfigError
+from threshold.tasks.ops import check_op, module_ops, on_register
 
 __all__ = ["MAX_MODULUS", "TESTBEDS", "Testbed", "get_testbed"]
 
@@ -48,7 +52,7 @@ class Testbed:
 MAX_MODULUS = 256
 
 
-def _listops(n: int, sadd_seed: int) -> Testbed:
+def _listops(n: int, sadd_seed: int, ops_module: str | None = None) -> Testbed:
     if not 2 <= n <= MAX_MODULUS:
         raise ConfigError(
             f"modulus {n} is not allowed: ListOps supports 2..{MAX_MODULUS} (the default training"
@@ -83,6 +87,10 @@ def _listops(n: int, sadd_seed: int) -> Testbed:
         "sadd": lambda xs: pi[sum(pi_inv[x] for x in xs) % n],
     }
     difficulty = {"max": 0, "min": 0, "med": 1, "prod": 2, "add": 3, "nadd": 3, "sadd": 3}
+    for op in module_ops(ops_module) if ops_module is not None else ():
+        check_op(op, n)  # at this modulus too: refused here, not halfway through the data
+        ops[op.name] = op.at(n)
+        difficulty[op.name] = op.rank
     return Testbed("listops", n, tuple(str(v) for v in range(n)), ops, difficulty)
 
 
@@ -125,12 +133,22 @@ TESTBEDS = ("listops", "perm")
 
 
 @cache
-def get_testbed(name: str, size: int, sadd_seed: int = 0) -> Testbed:
-    """The testbed ``name`` at ``size`` (modulus n for listops, degree k for perm)."""
+def get_testbed(name: str, size: int, sadd_seed: int = 0, ops_module: str | None = None) -> Testbed:
+    """The testbed ``name`` at ``size`` (modulus n for listops, degree k for perm), with the ops
+    that ``ops_module`` registers (listops only)."""
     if name == "listops":
-        return _listops(size, sadd_seed)
+        return _listops(size, sadd_seed, ops_module)
     if name == "perm":
+        if ops_module is not None:
+            raise ConfigError(
+                f"testbed perm takes no ops module ({ops_module!r}): your own ops are ListOps"
+                " ops; use --testbed listops",
+                "ops_module",
+            )
         return _perm(size)
     raise ConfigError(
         f"testbed {name!r} is unknown: choose one of {', '.join(TESTBEDS)}", "testbed"
     )
+
+
+on_register(get_testbed.cache_clear)  # a testbed built before an op was (re)registered is stale
