@@ -15,7 +15,6 @@ import math
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -627,16 +626,14 @@ def test_max_len_bounds_every_sequence_and_is_attained(testbed, size, depth) -> 
     assert np.all(data_for(full).train.lengths == cfg.max_len)
 
 
-# --- 9. Speed ---------------------------------------------------------------------------------
+# --- 9. Size ----------------------------------------------------------------------------------
 
 
-def test_default_training_set_is_fast() -> None:
+def test_default_training_set_has_5000_sequences_a_residue() -> None:
+    """The default training set's size (how fast it is built is a benchmark's, not a test's)."""
     cfg = TaskConfig(ops=("max", "med", "add"), n=10, n_test=200, n_val=50)
-    start = time.perf_counter()
     data = build_task_data(cfg)
-    elapsed = time.perf_counter() - start
     assert len(data.train) == 50_000 == 5000 * cfg.n
-    assert elapsed < 10.0, f"{elapsed:.1f} s for 50,000 sequences (about 1 s expected)"
 
 
 # --- 10. Cache --------------------------------------------------------------------------------
