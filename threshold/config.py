@@ -38,6 +38,7 @@ from functools import cached_property
 from pathlib import Path
 
 from threshold.errors import ConfigError
+from threshold.meta import stored_dict
 from threshold.tasks import TaskConfig
 
 __all__ = [
@@ -370,8 +371,10 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         """The fields as a dict; ``batches``, ``window`` and ``precision`` left out at their
-        defaults, so a config stores (and names its study) as before they existed."""
-        d = asdict(self)
+        defaults, and so is any field added after :data:`_STORED_TRAIN`
+        (:func:`threshold.meta.stored_dict`), so a config stores (and names its study) as before
+        they existed."""
+        d = stored_dict(self, _STORED_TRAIN)
         if d["batches"] == "sequences" and d["window"] == _DEFAULT_WINDOW:
             del d["batches"], d["window"]
         if d["precision"] == "fp32":
@@ -385,6 +388,17 @@ class TrainConfig:
         if "batch_order" not in d:
             d["batch_order"] = "bucketed" if d.pop("bucketing", True) else "random"
         return cls(**d)
+
+
+# The fields a training config has always stored; a field added to TrainConfig is not named here,
+# and stores only away from its default (docs/contributing.md, "A new recipe field").
+_STORED_TRAIN = frozenset([
+    "seed", "max_steps", "batch_size", "recipe", "lr", "weight_decay", "decay_all", "betas",
+    "warmup_steps", "schedule", "min_lr_ratio", "decay_steps", "grad_clip", "batch_order",
+    "length_bins", "bucket_chunk", "loss_on", "batches", "window", "eval_every", "learned_tf",
+    "learned_acc", "early_stop", "stuck_after", "stuck_margin", "stuck_window", "eval_batch_size",
+    "decoding", "checkpoints", "threads", "precision", "time_limit_s",
+])  # fmt: skip
 
 
 _KINDS = {"int": int, "float": float, "bool": bool, "str": str}

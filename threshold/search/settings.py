@@ -16,6 +16,7 @@ import numpy as np
 
 from threshold.config import check_finite, checked_field
 from threshold.errors import ConfigError
+from threshold.meta import stored_dict
 from threshold.search.posterior import PosteriorSettings, level_fraction
 
 __all__ = ["COST_A", "COST_B", "STEP_S", "SearchConfig", "SearchSettings", "with_overrides"]
@@ -65,6 +66,19 @@ class SearchConfig:
                 f"budget {self.budget} is below the initial bracket of 3 runs: use 3 or more",
                 "budget",
             )
+
+    def to_dict(self) -> dict:
+        """The fields as a dict, any field added after :data:`_STORED_SEARCH` left out at its
+        default (:func:`threshold.meta.stored_dict`): a new search option renames no study."""
+        return stored_dict(self, _STORED_SEARCH)
+
+
+# The fields a search has always stored; a field added to SearchConfig is not named here, and
+# stores only away from its default (docs/contributing.md, "A new recipe field").
+_STORED_SEARCH = frozenset([
+    "d_lo", "d_hi", "d_min", "d_max", "precision", "budget", "level", "chance_corrected",
+    "base_seed",
+])  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ import numpy as np
 
 from threshold.errors import ConfigError
 from threshold.files import atomic_write
+from threshold.meta import stored_dict
 from threshold.tasks.sequences import SequenceSet
 from threshold.tasks.testbeds import Testbed, get_testbed
 from threshold.tasks.vocab import Vocabulary
@@ -251,9 +252,10 @@ class TaskConfig:
         return len(gen.render(gen.full_tree(1))[0])
 
     def to_dict(self) -> dict:
-        """The fields as a dict; ``split`` left out at "groups", so a task stores (keys its data,
-        names its study) as before the field existed."""
-        d = dataclasses.asdict(self)
+        """The fields as a dict; ``split`` left out at "groups", and any field added after
+        :data:`_STORED` at its default (:func:`threshold.meta.stored_dict`), so a task stores
+        (keys its data, names its study) as before the field existed."""
+        d = stored_dict(self, _STORED)
         if d["split"] == "groups":
             del d["split"]
         return d
@@ -269,6 +271,15 @@ class TaskConfig:
         settings = {k: v for k, v in self.to_dict().items() if k != "measure"}  # data unchanged
         blob = json.dumps([GENERATOR_VERSION, settings], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# The fields a task has always stored; a field added to TaskConfig is not named here, and stores
+# only away from its default (docs/contributing.md, "A new recipe field").
+_STORED = frozenset([
+    "testbed", "ops", "n", "depth", "arity_min", "arity_max", "p_nest", "n_train", "n_test",
+    "n_val", "holdout", "split", "split_seed", "data_seed", "sadd_seed", "measure", "weights",
+    "match_exposure",
+])  # fmt: skip
 
 
 def split_ops(ops: str | tuple[str, ...]) -> tuple[str, ...]:
