@@ -23,7 +23,7 @@ from threshold.cli.common import (
     run_words,
     takes,
 )
-from threshold.config import Execution
+from threshold.config import Execution, fitted_words
 from threshold.interrupt import exit_status
 from threshold.options import EXECUTION, RECIPE, SEARCH, TASK, execution_of
 from threshold.search.bounds import answer_words, near_chance_words
@@ -51,6 +51,9 @@ def find(
         workers = execution["workers"]  # 0: the study only (run_search's create_only)
         runs = execution_of(execution | {"workers": workers or 1})  # checked before the study
         settings = StudySettings.from_options(**task, **search, **recipe)
+        typed = {k for k, v in recipe.items() if v is not None}
+        for words in fitted_words(settings.train, typed):
+            typer.echo(f"note: {words}", err=True)
         storage_log_level(logging.WARNING)  # not Optuna's "A new study created": the lines below
         slots = runs.workers * worker_trials(runs)
         try:

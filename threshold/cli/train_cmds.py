@@ -19,7 +19,7 @@ from threshold.cli.common import (
     takes,
     val_accuracy_words,
 )
-from threshold.config import TrainConfig, model_config_for, param_count
+from threshold.config import TrainConfig, fitted_words, model_config_for, param_count
 from threshold.errors import ConfigError
 from threshold.interrupt import exit_status, interrupted
 from threshold.options import RECIPE, TASK, only, recipe_of
@@ -127,6 +127,8 @@ def _planned(task: dict, recipe: dict, d_model: str, seeds: list[int], eval_ever
              threads: int, time_limit: float | None):  # fmt: skip
     """The task, and a (model, training) config for every size x seed, as the options say."""
     made = recipe_of(recipe)
+    for words in fitted_words(made.train, {k for k, v in recipe.items() if v is not None}):
+        typer.echo(f"note: {words}", err=True)
     task_cfg = made.on(TaskConfig.from_options(**task))  # the recipe's split (paper: the group's)
     base = made.train.to_dict() | {
         "eval_every": eval_every,
