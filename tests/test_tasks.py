@@ -36,6 +36,7 @@ from threshold.tasks import (
     get_testbed,
     load_task_data,
 )
+from threshold.tasks.generate import build_test_set
 
 LISTOPS_OPS = ("max", "min", "med", "add", "prod", "nadd", "sadd")
 PERM_OPS = ("mul", "sgn", "img")
@@ -624,6 +625,20 @@ def test_max_len_bounds_every_sequence_and_is_attained(testbed, size, depth) -> 
     )
     assert full.max_len == cfg.max_len
     assert np.all(data_for(full).train.lengths == cfg.max_len)
+
+
+@pytest.mark.parametrize("testbed,size", [("listops", 10), ("perm", 4)])
+def test_a_test_set_alone_is_the_one_the_whole_data_holds(testbed, size) -> None:
+    """build_test_set draws an op's test set without the rest (find reads its chance rate before
+    it writes a study): the same sequences as build_task_data's, for every op of the mixture."""
+    ops = LISTOPS_OPS[:3] if testbed == "listops" else PERM_OPS[:2]
+    cfg = TaskConfig(testbed=testbed, ops=ops, n=size, **SMALL)
+    data = build_task_data(cfg)
+    for op in ops:
+        alone = build_test_set(cfg, op)
+        assert np.array_equal(alone.tokens, data.test[op].tokens), op
+        assert np.array_equal(alone.answers, data.test[op].answers), op
+    assert np.array_equal(build_test_set(cfg).answers, data.test[cfg.measured_op].answers)
 
 
 # --- 9. Size ----------------------------------------------------------------------------------

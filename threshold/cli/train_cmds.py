@@ -88,6 +88,8 @@ def train(
         dev, memory = resolve_device(device), _memory_bytes(memory_gb)
         plan_packs(runs, dev, memory)  # a model too large for memory is refused here
         paths = _checkpoint_paths(out, runs, force)  # before training
+        for words in fitted_words(runs[0][1], {k for k, v in recipe.items() if v is not None}):
+            typer.echo(f"note: {words}", err=True)  # once the command is known to run
         data = load_task_data(task_cfg, cache_dir)
         members = [
             Run(model_cfg, data, cfg, state=None if path is None else _state_path(path))
@@ -127,8 +129,6 @@ def _planned(task: dict, recipe: dict, d_model: str, seeds: list[int], eval_ever
              threads: int, time_limit: float | None):  # fmt: skip
     """The task, and a (model, training) config for every size x seed, as the options say."""
     made = recipe_of(recipe)
-    for words in fitted_words(made.train, {k for k, v in recipe.items() if v is not None}):
-        typer.echo(f"note: {words}", err=True)
     task_cfg = made.on(TaskConfig.from_options(**task))  # the recipe's split (paper: the group's)
     base = made.train.to_dict() | {
         "eval_every": eval_every,

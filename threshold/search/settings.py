@@ -154,10 +154,22 @@ class SearchSettings:
             raise ConfigError(f"level {self.level} is not allowed: use a value in (0, 1)")
         asym = self.posterior.asymptotes
         frac = level_fraction(asym, self.chance, self.level, self.chance_corrected)
-        if not np.any((frac > 0.01) & (frac < 0.99)):
+        if not np.any((frac > 0.01) & (frac < 0.99)) and self.chance_corrected:
             raise ConfigError(
-                f"level {self.level} is not between chance {self.chance} and any asymptote:"
-                " raise the level or use chance_corrected"
+                f"level {self.level} with chance_corrected (--chance-corrected) puts the point"
+                " within 1% of the asymptote, where no curve can be told from it: use a level"
+                " (--level) from 0.02 to 0.98",
+                "level",
+            )
+        if not np.any((frac > 0.01) & (frac < 0.99)):
+            fix = (
+                "lower the level (--level)"
+                if np.all(np.nan_to_num(frac, nan=1.0) >= 0.99)
+                else "raise the level (--level) or use chance_corrected (--chance-corrected)"
+            )
+            raise ConfigError(
+                f"level {self.level} is not between chance {self.chance} and any asymptote: {fix}",
+                "level",
             )
         if not self.precision > 1:
             raise ConfigError(f"precision {self.precision} is not allowed: use a ratio above 1")

@@ -154,6 +154,13 @@ class TaskConfig:
                 "split",
                 "n",
             )
+        for name in ("split_seed", "data_seed", "sadd_seed"):
+            seed = getattr(self, name)
+            _check(
+                0 <= seed < 2**63,
+                f"{name} {seed} is not allowed: use 0 to 2**63 - 1, as a run's seed",
+                name,
+            )
         n_train = self.n_train
         _check(n_train is None or n_train >= 1, f"n_train {n_train} must be >= 1", "n_train")
         _check(self.n_test >= 1, f"n_test {self.n_test} must be >= 1", "n_test")
@@ -575,10 +582,21 @@ def build_task_data(cfg: TaskConfig) -> TaskData:
     val, test = {}, {}
     for op in cfg.ops:
         val[op] = gen.draw([index[op]], cfg.n_val, _seed("val", cfg.split_seed, op, grammar), True)
-        test[op] = gen.draw(
-            [index[op]], cfg.n_test, _seed("test", cfg.split_seed, op, grammar), True
-        )
+        test[op] = _test_set(gen, cfg, op)
     return TaskData(cfg, train, val, test)
+
+
+def build_test_set(cfg: TaskConfig, op: str | None = None) -> SequenceSet:
+    """The test set of ``op`` (default: the measured op), the same sequences
+    :func:`build_task_data` draws, without the rest: what a study's chance rate is read from
+    before anything is written or cached."""
+    return _test_set(_Generator(cfg), cfg, cfg.measured_op if op is None else op)
+
+
+def _test_set(gen: _Generator, cfg: TaskConfig, op: str) -> SequenceSet:
+    grammar = (cfg.testbed, cfg.n, cfg.depth, cfg.arity_min, cfg.arity_max, cfg.p_nest)
+    index = gen.op_names.index(op)
+    return gen.draw([index], cfg.n_test, _seed("test", cfg.split_seed, op, grammar), True)
 
 
 def default_cache_dir() -> Path:
