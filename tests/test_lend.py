@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
@@ -119,23 +118,21 @@ def lends(tmp_path_factory):
     names = {s.label: s.name for s in parse_suite(TINY, root / "tiny.toml").studies}
     (root / "none").mkdir()  # no state yet: the suite starts
     env = os.environ | {"THRESHOLD_CACHE": str(root / "cache"), "PYTHONPATH": str(ROOT)}
-    t0 = time.perf_counter()
     done = subprocess.run(  # the suite's data cache is relative: run in root
         [sys.executable, "-c", LENDS, str(root)], cwd=root, env=env, capture_output=True,
         text=True, timeout=900,
     )  # fmt: skip
-    wall = time.perf_counter() - t0
     assert done.returncode == 0, done.stderr[-3000:]
     whole, first, second = json.loads(done.stdout.strip().splitlines()[-1])
     got = {}
     for which, lends in (("whole", ["whole"]), ("one", ["one"]), ("two", ["one", "two"])):
         folders = [root / x for x in lends]
         got[which] = runs_of(root / which, root / f"x-{which}", names, folders)
-    return root, (whole, first, second), got, wall
+    return root, (whole, first, second), got
 
 
 def test_the_first_lend_is_cut_mid_run_and_says_how_far_each_run_got(lends):
-    _, (whole, first, _), got, _ = lends
+    _, (whole, first, _), got = lends
     assert not whole["cut"] and first["cut"]
     a, b = first["reached"]
     assert a["runs"] == 0 and len(a["unfinished"]) == 3, a  # the first batch, all mid-run
@@ -146,7 +143,7 @@ def test_the_first_lend_is_cut_mid_run_and_says_how_far_each_run_got(lends):
 
 
 def test_the_second_lend_continues_every_study_and_run_bit_for_bit(lends):
-    _, (whole, first, second), got, _ = lends
+    _, (whole, first, second), got = lends
     assert second["lend"] == 2 and not second["cut"]
     assert second["continued"] == first["reached"]  # what the first left is what the second read
     for label in ("a", "b"):
@@ -164,7 +161,7 @@ def test_the_second_lend_continues_every_study_and_run_bit_for_bit(lends):
 
 
 def test_a_lend_returns_few_files_and_keeps_its_history(lends, tmp_path):
-    root, (_, first, second), _, wall = lends
+    root, (_, first, second), _ = lends
     for which, finished in (("one", []), ("two", ["checkpoints-2.tar.gz"])):
         files = [p for p in (root / which).rglob("*") if p.is_file()]
         assert sorted(p.name for p in files) == [*finished, RECORD_FILE, STATE_FILE]
@@ -181,7 +178,6 @@ def test_a_lend_returns_few_files_and_keeps_its_history(lends, tmp_path):
         [u["d"], u["step"]] for u in first["reached"][0]["unfinished"]
     ]
     assert second["state_bytes"] == (root / "two" / STATE_FILE).stat().st_size
-    assert wall < 300, wall  # three lends of a tiny suite (a minute on an idle 2-core machine)
 
 
 def test_the_lend_script_runs_two_lends_on_the_cpu(tmp_path):

@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 
 from threshold import ConfigError
-from threshold.config import RECIPES, ModelConfig, TrainConfig, make_recipe, param_count
+from threshold.config import (
+    RECIPES,
+    ModelConfig,
+    TrainConfig,
+    fitted_words,
+    make_recipe,
+    param_count,
+)
 from threshold.model import RecurrentTransformer
 from threshold.search.spec import StudySettings
 from threshold.search.study import create_or_load_study, load_study, open_storage
@@ -92,6 +99,24 @@ def test_schedules_after_a_fixed_decay_do_not_depend_on_the_budget():
     assert not short.budget_dependent
     assert TrainConfig(schedule="constant", checkpoints=(0.125, 0.5, 1), max_steps=800)\
         .checkpoint_steps == (100, 400, 800)  # fmt: skip
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_a_recipes_warm_up_fits_a_short_run_and_says_so(recipe):
+    """A recipe's warm-up that is not below the run's steps (fast's 200 under --steps 100) is
+    cut to a tenth of them, so the rate reaches its peak, and the change is said; a typed one
+    is kept (or refused when as long as the run), and a long run keeps the recipe's."""
+    theirs = RECIPES[recipe].get("warmup_steps", TrainConfig.warmup_steps)
+    short = make_recipe(recipe, max_steps=100).train
+    f = lr_factor(short)
+    assert max(f(s) for s in range(100)) == 1.0  # the peak, reached
+    assert short.warmup_steps == (theirs if theirs < 100 else 10)
+    assert bool(fitted_words(short)) == (theirs >= 100)
+    assert make_recipe(recipe, max_steps=1500).train.warmup_steps == theirs
+    typed = make_recipe(recipe, max_steps=100, warmup_steps=30).train
+    assert typed.warmup_steps == 30 and not fitted_words(typed, {"warmup_steps"})
+    with pytest.raises(ConfigError, match="warmup_steps 100 is not below max_steps 100"):
+        make_recipe(recipe, max_steps=100, warmup_steps=100)
 
 
 def test_paper_model_side_counts_and_decays_every_weight():

@@ -2,7 +2,6 @@
 
 import dataclasses
 import json
-import time
 
 import numpy as np
 import pytest
@@ -292,13 +291,12 @@ def test_bad_settings_are_refused():
         PosteriorSettings(plateau_gaps=(0.1, -0.1))
 
 
-def test_a_decision_at_48_runs_is_fast_and_its_cache_bounded(monkeypatch):
+def test_a_decision_at_48_runs_adds_one_run_and_its_cache_is_bounded(monkeypatch):
     """The next decision of a 48-run study (its first 47 runs decided before, the last one in
     the middle of the sizes) sums only the new run's size, once (the look-ahead reads the
-    reading's posterior), and the same decision from an empty cache is the same; they take
-    well under a second and a few seconds on one core (about 0.05 s and 1 s on a quiet one: the
-    loose bounds are for busy CI); the state cache stays within its 100 MB, however many
-    studies it has seen."""
+    reading's posterior), and the same decision from an empty cache is the same (what makes it
+    fast, about 0.05 s against 1 s on a quiet core: the timing is a benchmark's, not a test's);
+    the state cache stays within its 100 MB, however many studies it has seen."""
     from threshold.search import policy
 
     s = make_settings(budget=100, precision=1.01)
@@ -309,14 +307,10 @@ def test_a_decision_at_48_runs_is_fast_and_its_cache_bounded(monkeypatch):
     decide(s, completed[:-1], [64, 80])  # the decision before: caches warm
     added, real = [], policy._added
     monkeypatch.setattr(policy, "_added", lambda *a: added.append(len(a[2]) - a[3]) or real(*a))
-    start = time.process_time()
     decision = decide(s, completed, [64, 80])
-    assert time.process_time() - start < 1.0
     assert added == [1]  # one group: the new run, on the state of the 47 before
     policy._STATES.clear()
-    start = time.process_time()
     assert decide(s, completed, [64, 80]) == decision
-    assert time.process_time() - start < 4.0
     assert not decision.stop
     for seed in range(3):  # other studies fill the cache; it drops the oldest
         decide(s, runs_at(s, truth, sizes[seed::3], 2, np.random.default_rng(seed)), [])

@@ -1,4 +1,6 @@
+import dataclasses
 import json
+from pathlib import Path
 
 import optuna
 import pytest
@@ -18,6 +20,7 @@ from threshold.search.study import (
     sqlite_path,
     sqlite_url,
 )
+from threshold.suite.parse import load_suite
 from threshold.tasks import TaskConfig
 from threshold.train import TrainConfig
 
@@ -169,3 +172,62 @@ def test_storage_side_loads_no_torch(loaded_by):
     from threshold.config import TrainConfig as Settings
 
     assert TrainConfig is Settings  # the one class, whichever module it is imported from
+
+
+# --- A study's name across a new field (issue 68) ----------------------------------------------
+
+SUITES = sorted((Path(__file__).parent.parent / "studies").glob("*.toml"))
+NAMES = Path(__file__).parent / "fixtures" / "study-names.json"
+
+
+def stored_studies() -> dict[tuple[str, str], StudySettings]:
+    """The settings of every [[study]] of the suites in studies/, by (file, label)."""
+    return {(path.name, s.label): s.settings for path in SUITES for s in load_suite(path).studies}
+
+
+def test_the_suites_studies_keep_their_recorded_names():
+    """Every study of studies/*.toml has the name recorded when the names were held still: a
+    change that renames them (a new field written at its default, say) starts fresh studies
+    where the same command should resume. Change the record only when a suite's settings are
+    changed on purpose."""
+    recorded = json.loads(NAMES.read_text())
+    names = {key: s.default_name() for key, s in stored_studies().items()}
+    kept = {(f, label): name for f, labels in recorded.items() for label, name in labels.items()}
+    common = sorted(set(kept) & set(names))
+    assert len(common) >= 40
+    assert {k: names[k] for k in common} == {k: kept[k] for k in common}
+
+
+def with_new_field(settings: StudySettings, part: str, value=None) -> StudySettings:
+    """``settings`` whose ``part`` (task, train or search) is of a subclass with one field more,
+    ``new_knob`` (default 3), at its default or at ``value``: a field added as a future commit
+    would add it."""
+    old = getattr(settings, part)
+    new = dataclasses.make_dataclass(
+        type(old).__name__,
+        [("new_knob", int, dataclasses.field(default=3))],
+        bases=(type(old),),
+        frozen=True,
+    )
+    given = {f.name: getattr(old, f.name) for f in dataclasses.fields(old) if f.init}
+    knob = {} if value is None else {"new_knob": value}
+    return dataclasses.replace(settings, **{part: new(**given, **knob)})
+
+
+@pytest.mark.parametrize("part", ["task", "train", "search"])
+def test_a_new_field_with_a_default_renames_no_study(part, tmp_path):
+    """A field added to the task's, the recipe's or the search's settings, with a default,
+    leaves every stored study's name and stored settings as they were (the same command
+    resumes it); set away from its default it names another study."""
+    studies = stored_studies()
+    for key, settings in studies.items():
+        grown = with_new_field(settings, part)
+        assert grown.default_name() == settings.default_name(), key
+        assert grown.to_attrs() == settings.to_attrs(), key
+        assert with_new_field(settings, part, 4).default_name() != settings.default_name(), key
+    # On a real storage: the study made before the field existed is the one found after.
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db")
+    settings = studies[("cpu.toml", "max")]
+    before = create_or_load_study(settings, storage)
+    after = create_or_load_study(with_new_field(settings, part), storage)
+    assert after.study_name == before.study_name and len(storage.get_all_studies()) == 1

@@ -38,6 +38,7 @@ from functools import cached_property
 from pathlib import Path
 
 from threshold.errors import ConfigError
+from threshold.meta import stored_dict
 from threshold.tasks import TaskConfig
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "check_finite",
     "checked_field",
     "field_kind",
+    "fitted_words",
     "make_recipe",
     "model_config_for",
     "param_count",
@@ -370,8 +372,10 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         """The fields as a dict; ``batches``, ``window`` and ``precision`` left out at their
-        defaults, so a config stores (and names its study) as before they existed."""
-        d = asdict(self)
+        defaults, and so is any field added after :data:`_STORED_TRAIN`
+        (:func:`threshold.meta.stored_dict`), so a config stores (and names its study) as before
+        they existed."""
+        d = stored_dict(self, _STORED_TRAIN)
         if d["batches"] == "sequences" and d["window"] == _DEFAULT_WINDOW:
             del d["batches"], d["window"]
         if d["precision"] == "fp32":
@@ -385,6 +389,17 @@ class TrainConfig:
         if "batch_order" not in d:
             d["batch_order"] = "bucketed" if d.pop("bucketing", True) else "random"
         return cls(**d)
+
+
+# The fields a training config has always stored; a field added to TrainConfig is not named here,
+# and stores only away from its default (docs/contributing.md, "A new recipe field").
+_STORED_TRAIN = frozenset([
+    "seed", "max_steps", "batch_size", "recipe", "lr", "weight_decay", "decay_all", "betas",
+    "warmup_steps", "schedule", "min_lr_ratio", "decay_steps", "grad_clip", "batch_order",
+    "length_bins", "bucket_chunk", "loss_on", "batches", "window", "eval_every", "learned_tf",
+    "learned_acc", "early_stop", "stuck_after", "stuck_margin", "stuck_window", "eval_batch_size",
+    "decoding", "checkpoints", "threads", "precision", "time_limit_s",
+])  # fmt: skip
 
 
 _KINDS = {"int": int, "float": float, "bool": bool, "str": str}
@@ -593,13 +608,38 @@ def make_recipe(name: str = "fast", **overrides) -> Recipe:
             f"{name!r}), so it would do nothing: add batches windows (and loss_on all), or leave"
             " out window"
         )
-    _refuse_idle(name, values, {k for k, v in overrides.items() if v is not None})
+    given = {k for k, v in overrides.items() if v is not None}
+    _refuse_idle(name, values, given)
+    if "warmup_steps" not in given:  # the recipe's warm-up, fitted to the run (fitted_words)
+        steps = values.get("max_steps", TrainConfig.max_steps)
+        if values.get("warmup_steps", TrainConfig.warmup_steps) >= steps:
+            values["warmup_steps"] = steps // WARMUP_SHARE
     model = tuple((k, values[k]) for k in MODEL_FIELDS if k in values)
     ModelConfig(vocab_size=1, n_ctx=1, d_model=8, **dict(model))  # checks the model side
     task = tuple((k, values[k]) for k in TASK_FIELDS if k in values)
     TaskConfig(**dict(task))  # checks the task side's values (a task's grammar is checked later)
     train = TrainConfig(recipe=name, **{k: v for k, v in values.items() if k in TRAIN_FIELDS})
     return Recipe(train, model, task)
+
+
+# A recipe's warm-up that is not below the run's steps (fast's 200 under --steps 100: the rate
+# would never reach its peak) is cut to this share of the steps; a typed one is refused instead.
+WARMUP_SHARE = 10
+
+
+def fitted_words(train: TrainConfig, given: set[str] = frozenset()) -> list[str]:
+    """What :func:`make_recipe` changed in recipe ``train.recipe`` to fit the run ``train`` is,
+    as lines a command shows (``given``: the fields the user set, which it never changes)."""
+    if "warmup_steps" in given or train.recipe not in RECIPES:
+        return []
+    theirs = RECIPES[train.recipe].get("warmup_steps", TrainConfig.warmup_steps)
+    if theirs < train.max_steps or train.warmup_steps == theirs:
+        return []
+    return [
+        f"warm-up {train.warmup_steps} steps (a tenth of --steps {train.max_steps}): recipe"
+        f" {train.recipe}'s {theirs} is not below the steps, so its learning rate would never"
+        " reach its peak; --warmup-steps sets it"
+    ]
 
 
 def _refuse_idle(name: str, values: dict, given: set[str]) -> None:

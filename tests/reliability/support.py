@@ -34,7 +34,7 @@ FIND_ARGS = ["--tasks", "max", "--mod", "5", "--depth", "1", "--n-train", "2000"
              "--heartbeat", "1"]  # fmt: skip
 SETTINGS = StudySettings(
     TaskConfig(ops=("max",), n=5, depth=1, n_train=2000, n_test=100),
-    TrainConfig(max_steps=STEPS),
+    TrainConfig(max_steps=STEPS, warmup_steps=STEPS // 10),  # the recipe's, fitted to the run
     SearchConfig(d_lo=4, d_hi=16, budget=BUDGET),
 )
 GRACE_S = 3 * 1 + 1.5  # three missed beats of 1 s, and a margin for the database clock (whole s)

@@ -167,6 +167,20 @@ CASES = {
     ),
     "survey: accuracy above 1": (["survey", "existing", "--min-accuracy", "2"], "--min-accuracy 2"),
     "survey: unknown study": (["survey", "nope"], "'nope' is not in this storage"),
+    # What a worker would refuse on its first trial, refused by find before any study (issue 68).
+    "find: a chance-corrected level at the asymptote": (
+        ["find", "--chance-corrected", "--level", "0.999"],
+        "level 0.999 with chance_corrected (--chance-corrected)",
+    ),
+    "find: a test set of one answer": (
+        ["find", "--mod", "3", "--depth", "2", "--split-seed", "7", "--n-test", "2000"],
+        "one answer only (chance 1 at --mod 3, --split groups, --split-seed 7)",
+    ),
+    "find: the paper's split at mod 3": (
+        ["find", "--recipe", "paper", "--mod", "3", "--depth", "2", "--n-test", "2000"],
+        "--split triples",
+    ),
+    "find: a negative split seed": (["find", "--split-seed", "-1"], "split_seed -1"),
     # Suite files (`threshold run studies/X.toml`, issue 6) add their cases here: a missing file,
     # TOML that does not parse, an unknown key, a study of the suite with a bad setting.
 }

@@ -23,7 +23,7 @@ from threshold.cli.common import (
     run_words,
     takes,
 )
-from threshold.config import Execution
+from threshold.config import Execution, fitted_words
 from threshold.interrupt import exit_status
 from threshold.options import EXECUTION, RECIPE, SEARCH, TASK, execution_of
 from threshold.search.bounds import answer_words, near_chance_words
@@ -51,10 +51,12 @@ def find(
         workers = execution["workers"]  # 0: the study only (run_search's create_only)
         runs = execution_of(execution | {"workers": workers or 1})  # checked before the study
         settings = StudySettings.from_options(**task, **search, **recipe)
+        typed = {k for k, v in recipe.items() if v is not None}
+        notes = [f"note: {words}" for words in fitted_words(settings.train, typed)]
         storage_log_level(logging.WARNING)  # not Optuna's "A new study created": the lines below
         slots = runs.workers * worker_trials(runs)
         try:
-            with _LiveView(not as_json, slots, runs.heartbeat_s) as view:
+            with _LiveView(not as_json, slots, runs.heartbeat_s, notes) as view:
                 outcome = run_search(
                     settings, runs, study, on_update=view.update, on_run=view.run_ended,
                     create_only=workers == 0,
@@ -97,7 +99,9 @@ class _LiveView:
     """A live table of the study's trials and its current estimate on stderr; where stderr is
     not a terminal (a log file, nohup, CI), one plain line per run as it ends instead."""
 
-    def __init__(self, enabled: bool, slots: int = 1, heartbeat_s: int = 30) -> None:
+    def __init__(
+        self, enabled: bool, slots: int = 1, heartbeat_s: int = 30, notes: list[str] = ()
+    ) -> None:
         console = Console(stderr=True)
         self.live = Live(console=console, refresh_per_second=2, transient=False)
         self.plain = enabled and not console.is_terminal
@@ -106,6 +110,7 @@ class _LiveView:
         self.heartbeat_s = heartbeat_s
         self.paced = False  # the time left said once: after the first run, or of stored runs
         self.first = True  # the first look at the study: trials another process left running
+        self.notes = list(notes)  # said at the first look: once the study is known to run
 
     def run_ended(self, row: dict, snap: dict) -> None:
         if self.plain:
@@ -133,6 +138,9 @@ class _LiveView:
         return None
 
     def update(self, snap: dict) -> None:
+        for words in self.notes:
+            typer.echo(words, err=True)
+        self.notes = []
         if self.plain and self.first:  # before this search's workers (still loading) ask any
             held = [r["number"] for r in snap["trials"] if r["state"] == "RUNNING"]
             if held:

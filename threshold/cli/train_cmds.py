@@ -19,7 +19,7 @@ from threshold.cli.common import (
     takes,
     val_accuracy_words,
 )
-from threshold.config import TrainConfig, model_config_for, param_count
+from threshold.config import TrainConfig, fitted_words, model_config_for, param_count
 from threshold.errors import ConfigError
 from threshold.interrupt import exit_status, interrupted
 from threshold.options import RECIPE, TASK, only, recipe_of
@@ -88,6 +88,8 @@ def train(
         dev, memory = resolve_device(device), _memory_bytes(memory_gb)
         plan_packs(runs, dev, memory)  # a model too large for memory is refused here
         paths = _checkpoint_paths(out, runs, force)  # before training
+        for words in fitted_words(runs[0][1], {k for k, v in recipe.items() if v is not None}):
+            typer.echo(f"note: {words}", err=True)  # once the command is known to run
         data = load_task_data(task_cfg, cache_dir)
         members = [
             Run(model_cfg, data, cfg, state=None if path is None else _state_path(path))

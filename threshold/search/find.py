@@ -27,8 +27,11 @@ from threshold.config import Execution
 from threshold.errors import ConfigError, ThresholdError
 from threshold.interrupt import raise_if_interrupted
 from threshold.search.record import read_study
+from threshold.search.sampler import policy_settings
 from threshold.search.spec import StudySettings
 from threshold.search.study import check_study_name, create_or_load_study, open_storage
+from threshold.tasks.generate import build_test_set
+from threshold.tasks.sequences import chance_rate
 
 __all__ = [
     "Interrupted",
@@ -168,10 +171,30 @@ def prepare_study(
     """Create (or check and reuse) the study; returns its name and the storage URL."""
     if name is not None:
         check_study_name(name)  # before the storage is created
+    check_searchable(settings)
     url = execution.storage_url
     storage = open_storage(url, execution.heartbeat_s)
     study = create_or_load_study(settings, storage, name)
     return study.study_name, url
+
+
+def check_searchable(settings: StudySettings) -> None:
+    """Refuse, before a study is written, what its workers would refuse on their first trial:
+    a measured op whose test set has one answer (every run would be right by chance), or a
+    level the chance rate puts out of reach. Draws the measured op's test set (nothing cached),
+    not torch."""
+    op = settings.task.measured_op
+    chance = chance_rate(build_test_set(settings.task, op), settings.train.decoding)
+    if chance >= 1:
+        task = settings.task
+        other = " or --split groups" if task.split != "groups" else ""
+        raise ConfigError(
+            f"the test set of {op} has one answer only (chance {chance:g} at --mod {task.n},"
+            f" --split {task.split}, --split-seed {task.split_seed}): a run that learned nothing"
+            f" would score 1.0; use a larger --mod, another --split-seed{other}",
+            "split_seed",
+        )
+    policy_settings(settings, chance)
 
 
 def worker_trials(execution: Execution) -> int:

@@ -16,6 +16,7 @@ import numpy as np
 
 from threshold.config import check_finite, checked_field
 from threshold.errors import ConfigError
+from threshold.meta import stored_dict
 from threshold.search.posterior import PosteriorSettings, level_fraction
 
 __all__ = ["COST_A", "COST_B", "STEP_S", "SearchConfig", "SearchSettings", "with_overrides"]
@@ -65,6 +66,19 @@ class SearchConfig:
                 f"budget {self.budget} is below the initial bracket of 3 runs: use 3 or more",
                 "budget",
             )
+
+    def to_dict(self) -> dict:
+        """The fields as a dict, any field added after :data:`_STORED_SEARCH` left out at its
+        default (:func:`threshold.meta.stored_dict`): a new search option renames no study."""
+        return stored_dict(self, _STORED_SEARCH)
+
+
+# The fields a search has always stored; a field added to SearchConfig is not named here, and
+# stores only away from its default (docs/contributing.md, "A new recipe field").
+_STORED_SEARCH = frozenset([
+    "d_lo", "d_hi", "d_min", "d_max", "precision", "budget", "level", "chance_corrected",
+    "base_seed",
+])  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -140,10 +154,22 @@ class SearchSettings:
             raise ConfigError(f"level {self.level} is not allowed: use a value in (0, 1)")
         asym = self.posterior.asymptotes
         frac = level_fraction(asym, self.chance, self.level, self.chance_corrected)
-        if not np.any((frac > 0.01) & (frac < 0.99)):
+        if not np.any((frac > 0.01) & (frac < 0.99)) and self.chance_corrected:
             raise ConfigError(
-                f"level {self.level} is not between chance {self.chance} and any asymptote:"
-                " raise the level or use chance_corrected"
+                f"level {self.level} with chance_corrected (--chance-corrected) puts the point"
+                " within 1% of the asymptote, where no curve can be told from it: use a level"
+                " (--level) from 0.02 to 0.98",
+                "level",
+            )
+        if not np.any((frac > 0.01) & (frac < 0.99)):
+            fix = (
+                "lower the level (--level)"
+                if np.all(np.nan_to_num(frac, nan=1.0) >= 0.99)
+                else "raise the level (--level) or use chance_corrected (--chance-corrected)"
+            )
+            raise ConfigError(
+                f"level {self.level} is not between chance {self.chance} and any asymptote: {fix}",
+                "level",
             )
         if not self.precision > 1:
             raise ConfigError(f"precision {self.precision} is not allowed: use a ratio above 1")

@@ -115,7 +115,7 @@ class StudySettings:
         attrs = {
             "task": json.dumps(self.task.to_dict(), sort_keys=True),
             "train": json.dumps(self.train.to_dict(), sort_keys=True),
-            "search": json.dumps(dataclasses.asdict(self.search), sort_keys=True),
+            "search": json.dumps(self.search.to_dict(), sort_keys=True),
         }
         if self.pretrain:  # only when set, so studies without pretraining keep their names
             attrs["pretrain"] = json.dumps(list(self.pretrain))

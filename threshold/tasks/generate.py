@@ -40,6 +40,7 @@ import numpy as np
 
 from threshold.errors import ConfigError
 from threshold.files import atomic_write
+from threshold.meta import stored_dict
 from threshold.tasks.ops import BUILTIN, module_ops, ops_fingerprint, ops_module_of
 from threshold.tasks.sequences import SequenceSet
 from threshold.tasks.testbeds import Testbed, get_testbed
@@ -166,6 +167,13 @@ class TaskConfig:
                 "split",
                 "n",
             )
+        for name in ("split_seed", "data_seed", "sadd_seed"):
+            seed = getattr(self, name)
+            _check(
+                0 <= seed < 2**63,
+                f"{name} {seed} is not allowed: use 0 to 2**63 - 1, as a run's seed",
+                name,
+            )
         n_train = self.n_train
         _check(n_train is None or n_train >= 1, f"n_train {n_train} must be >= 1", "n_train")
         _check(self.n_test >= 1, f"n_test {self.n_test} must be >= 1", "n_test")
@@ -275,13 +283,12 @@ class TaskConfig:
         return len(gen.render(gen.full_tree(1))[0])
 
     def to_dict(self) -> dict:
-        """The fields as a dict; ``split`` left out at "groups", so a task stores (keys its data,
-        names its study) as before the field existed."""
-        d = dataclasses.asdict(self)
+        """The fields as a dict; ``split`` left out at "groups", and any field added after
+        :data:`_STORED` at its default (:func:`threshold.meta.stored_dict`), so a task stores
+        (keys its data, names its study) as before the field existed."""
+        d = stored_dict(self, _STORED)  # ops_module, added since, is written only when set
         if d["split"] == "groups":
             del d["split"]
-        if d["ops_module"] is None:
-            del d["ops_module"]
         return d
 
     @classmethod
@@ -297,6 +304,15 @@ class TaskConfig:
             settings["ops_values"] = self.ops_values
         blob = json.dumps([GENERATOR_VERSION, settings], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# The fields a task has always stored; a field added to TaskConfig is not named here, and stores
+# only away from its default (docs/contributing.md, "A new recipe field").
+_STORED = frozenset([
+    "testbed", "ops", "n", "depth", "arity_min", "arity_max", "p_nest", "n_train", "n_test",
+    "n_val", "holdout", "split", "split_seed", "data_seed", "sadd_seed", "measure", "weights",
+    "match_exposure",
+])  # fmt: skip
 
 
 def split_ops(ops: str | tuple[str, ...]) -> tuple[str, ...]:
@@ -592,10 +608,21 @@ def build_task_data(cfg: TaskConfig) -> TaskData:
     val, test = {}, {}
     for op in cfg.ops:
         val[op] = gen.draw([index[op]], cfg.n_val, _seed("val", cfg.split_seed, op, grammar), True)
-        test[op] = gen.draw(
-            [index[op]], cfg.n_test, _seed("test", cfg.split_seed, op, grammar), True
-        )
+        test[op] = _test_set(gen, cfg, op)
     return TaskData(cfg, train, val, test)
+
+
+def build_test_set(cfg: TaskConfig, op: str | None = None) -> SequenceSet:
+    """The test set of ``op`` (default: the measured op), the same sequences
+    :func:`build_task_data` draws, without the rest: what a study's chance rate is read from
+    before anything is written or cached."""
+    return _test_set(_Generator(cfg), cfg, cfg.measured_op if op is None else op)
+
+
+def _test_set(gen: _Generator, cfg: TaskConfig, op: str) -> SequenceSet:
+    grammar = (cfg.testbed, cfg.n, cfg.depth, cfg.arity_min, cfg.arity_max, cfg.p_nest)
+    index = gen.op_names.index(op)
+    return gen.draw([index], cfg.n_test, _seed("test", cfg.split_seed, op, grammar), True)
 
 
 def default_cache_dir() -> Path:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SequenceSet"]
+__all__ = ["SequenceSet", "chance_rate", "majority_rate"]
 
 
 @dataclass(frozen=True)
@@ -84,3 +84,18 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(s, s + n)`` for each start s and length n, without a loop."""
     firsts = np.cumsum(lengths) - lengths  # where each range begins in the output
     return np.repeat(starts - firsts, lengths) + np.arange(int(lengths.sum()))
+
+
+def majority_rate(seqs: SequenceSet) -> float:
+    """Accuracy of always giving the most common answer: what "at chance" means here."""
+    return float(np.bincount(seqs.answers).max() / len(seqs))
+
+
+def chance_rate(seqs: SequenceSet, decoding: str) -> float:
+    """Where runs that did not learn sit on ``seqs``: the majority answer's rate for greedy
+    decoding (a model that always gives the commonest answer), and for sampled decoding the rate
+    at which an answer drawn from the answer distribution is right (sum of squared shares)."""
+    if decoding != "sampled":
+        return majority_rate(seqs)
+    shares = np.bincount(seqs.answers) / len(seqs)
+    return float((shares**2).sum())

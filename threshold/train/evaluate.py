@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from threshold.model import RecurrentTransformer
 from threshold.tasks import SequenceSet
+from threshold.tasks.sequences import chance_rate, majority_rate
 from threshold.train.ensemble import Ensemble, EnsembleCache
 
 __all__ = [
@@ -224,21 +225,6 @@ def score_traces(
     answer_ok = found & (answer == ref[np.arange(len(index)), ref_len - 2])
     strict_ok = found & (first + 1 == ref_len) & ((gen == ref) | (ref == -1)).all(-1)
     return answer_ok, strict_ok
-
-
-def majority_rate(seqs: SequenceSet) -> float:
-    """Accuracy of always giving the most common answer: what "at chance" means here."""
-    return float(np.bincount(seqs.answers).max() / len(seqs))
-
-
-def chance_rate(seqs: SequenceSet, decoding: str) -> float:
-    """Where runs that did not learn sit on ``seqs``: the majority answer's rate for greedy
-    decoding (a model that always gives the commonest answer), and for sampled decoding the rate
-    at which an answer drawn from the answer distribution is right (sum of squared shares)."""
-    if decoding != "sampled":
-        return majority_rate(seqs)
-    shares = np.bincount(seqs.answers) / len(seqs)
-    return float((shares**2).sum())
 
 
 def _stack(model: RecurrentTransformer) -> Ensemble:
