@@ -19,7 +19,14 @@ from threshold.tasks import TaskConfig, load_task_data
 from threshold.train import Run, train_runs
 from threshold.train.bench import timed_steps, warm_up
 from threshold.train.engine import start_pack, step_pack
-from threshold.train.graphs import StepGraphs, capture_counts
+from threshold.train.graphs import (
+    CAPTURE_FILE_ENV,
+    StepGraphs,
+    capture_counts,
+    capture_words,
+    read_capture_counts,
+    write_capture_counts,
+)
 
 SIZES = [8, 12, 16, 5]  # mixed widths: a padded pack
 
@@ -152,3 +159,15 @@ def test_on_a_gpu_every_pack_is_captured_and_none_falls_back_to_eager(max5):
     after = capture_counts()
     assert after["failed"] == before["failed"], "a pack fell back to eager steps"
     assert after["graphs"] > before["graphs"]
+
+
+def test_the_counts_of_processes_add_up_in_the_file_they_are_written_to(tmp_path, monkeypatch):
+    path = tmp_path / "captures.jsonl"
+    assert read_capture_counts(path) == {"graphs": 0, "failed": 0, "processes": 0}
+    monkeypatch.setenv(CAPTURE_FILE_ENV, str(path))
+    write_capture_counts()
+    write_capture_counts()
+    mine = capture_counts()
+    total = read_capture_counts(path)
+    assert total == {"graphs": 2 * mine["graphs"], "failed": 2 * mine["failed"], "processes": 2}
+    assert capture_words(total).startswith(f"capture: {2 * mine['graphs']} graphs, ")

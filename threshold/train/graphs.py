@@ -21,16 +21,27 @@ captured and when, and that a replayed step trains as the eager one.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 
 from threshold.train.ensemble import Ensemble
 from threshold.train.optimizer import StackedAdamW
 
-__all__ = ["Cuda", "StepGraphs", "capture_counts"]
+__all__ = [
+    "CAPTURE_FILE_ENV",
+    "Cuda",
+    "StepGraphs",
+    "capture_counts",
+    "capture_words",
+    "read_capture_counts",
+    "write_capture_counts",
+]
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +52,36 @@ _warned: set[str] = set()
 _counts = {"graphs": 0, "failed": 0}
 
 
+# A file the worker processes a lend starts append their counts to (read_capture_counts)
+CAPTURE_FILE_ENV = "THRESHOLD_CAPTURE_FILE"
+
+
 def capture_counts() -> dict[str, int]:
     """The CUDA graphs this process has captured and the captures that failed, so far."""
     return dict(_counts)
+
+
+def capture_words(counts: dict[str, int]) -> str:
+    """``capture: N graphs, M failed``, the line a lend's log and ``bench gpu`` say."""
+    return f"capture: {counts['graphs']} graphs, {counts['failed']} failed"
+
+
+def write_capture_counts() -> None:
+    """This process's counts appended as one JSON line to the file ``$THRESHOLD_CAPTURE_FILE``
+    names (unset: nothing), for the process that started it (a lend's workers, as they end)."""
+    path = os.environ.get(CAPTURE_FILE_ENV)
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(capture_counts()) + "\n")
+
+
+def read_capture_counts(path: Path) -> dict[str, int]:
+    """The counts the processes wrote to ``path`` (:func:`write_capture_counts`), summed, and how
+    many processes wrote them."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    counts = [json.loads(line) for line in lines if line.strip()]
+    total = {key: sum(c[key] for c in counts) for key in _counts}
+    return total | {"processes": len(counts)}
 
 
 class Cuda:
