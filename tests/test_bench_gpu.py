@@ -75,6 +75,8 @@ def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path, cli):
         tar.extract(names[-1], tmp_path, filter="data")
     assert load_checkpoint(tmp_path / names[-1]).metrics["study"] == "max+med+add"
     summary = record_path.with_suffix(".md").read_text()
+    assert record["capture"] == {"graphs": 0, "failed": 0}  # no CUDA graphs on the CPU
+    assert "capture: 0 graphs, 0 failed." in summary
     assert "## Engine against the CPU" in summary and "## Science pair" in summary
     assert "| graphs |" in summary and "only bounds it" in summary
     assert "Steps to learn ADD" in summary and "| 16 |" in summary

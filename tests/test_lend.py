@@ -140,6 +140,9 @@ def test_the_first_lend_is_cut_mid_run_and_says_how_far_each_run_got(lends):
     assert b["runs"] == 0 and not b["unfinished"]  # never started
     assert [s["runs"] for s in first["continued"]] == [0, 0]
     assert got["one"]["a"] == [] == got["one"]["b"]
+    # each worker's count of CUDA graphs (none on the CPU) reached the record, the cut one's too
+    assert whole["capture"] == {"graphs": 0, "failed": 0, "processes": 2}
+    assert first["capture"] == {"graphs": 0, "failed": 0, "processes": 1}
 
 
 def test_the_second_lend_continues_every_study_and_run_bit_for_bit(lends):
@@ -215,6 +218,7 @@ def test_the_lend_script_runs_two_lends_on_the_cpu(tmp_path):
     assert [r["lend"] for r in records] == [1, 2]
     assert records[1]["continued"] == records[0]["reached"]
     assert "lend 2 of suite tinylend continues:" in log
+    assert "capture: 0 graphs, 0 failed" in log  # the lend's proof of its graphs (none here)
 
 
 def test_a_state_larger_than_a_returned_file_comes_in_parts(tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ from threshold.search.find import worker_devices
 from threshold.search.record import storage_log_level
 from threshold.suite import load_suite
 from threshold.suite.lend import RECORD_FILE, STATE_FILE, run_lend
+from threshold.train.graphs import capture_words
 
 
 def lend(
@@ -74,6 +75,7 @@ def lend(
             f"{record['state_bytes'] / 2**20:.1f} MiB in {out}: {', '.join(files)}",
             err=True,
         )
+        typer.echo(capture_words(record["capture"]), err=True)  # a lend proves its graphs
 
     run_guarded(body)
 

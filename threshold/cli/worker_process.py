@@ -23,6 +23,7 @@ from threshold.interrupt import exit_status, install
 from threshold.report.notes import NOTE_RENDER
 from threshold.search.find import die_with_parent
 from threshold.search.worker import quiet_storage_log, run_worker
+from threshold.train.graphs import write_capture_counts
 
 __all__ = ["main"]
 
@@ -44,6 +45,8 @@ def main(argv: list[str]) -> int:
         return 2
     except KeyboardInterrupt:
         return exit_status()
+    finally:
+        write_capture_counts()  # for a lend's record: the CUDA graphs captured, any failed
     return 0
 
 

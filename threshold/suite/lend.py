@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import _thread
 import json
+import os
 import shutil
 import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,6 +54,7 @@ from threshold.search.study import (
 from threshold.suite.run import Event, git_state, run_suite
 from threshold.suite.spec import Suite
 from threshold.tasks import default_cache_dir
+from threshold.train.graphs import CAPTURE_FILE_ENV, read_capture_counts
 
 __all__ = [
     "DATABASE",
@@ -78,6 +81,7 @@ PRETRAINED = "pretrained"  # the transfer studies' pretrained models, inside the
 # checkpoints) and its folder of the unfinished runs' training states (training_state_path).
 ARTIFACTS, TRAINING = "artifacts", "training"
 FORMAT = "threshold-lend/1"
+CAPTURES = "captures.jsonl"  # the workers' counts of CUDA graphs, in the work folder, not packed
 
 
 class LendError(ThresholdError):
@@ -275,7 +279,10 @@ def run_lend(
         before = standing(suite, url)
         number = len(history) + 1
         emit(Event("lend_start", suite.name, {"lend": number, "studies": before}))
-        cut, outside = _run_until(suite, seconds, stop_when, emit)
+        captures = work / CAPTURES
+        captures.unlink(missing_ok=True)
+        with _environment(CAPTURE_FILE_ENV, str(captures)):  # its workers' captures, as they end
+            cut, outside = _run_until(suite, seconds, stop_when, emit)
         after = standing(suite, url)
         commit, dirty = git_state(Path(__file__).parent)
         record = {
@@ -292,6 +299,9 @@ def run_lend(
             "run_s": round(time.perf_counter() - t0, 1),
             "continued": before,
             "reached": after,
+            # the CUDA graphs the workers captured and the captures that failed (a pack that
+            # trained eagerly): what the lend measured is the graphed engine only if none did
+            "capture": read_capture_counts(captures),
         }
         out.mkdir(parents=True, exist_ok=True)
         pretrained()
@@ -331,6 +341,20 @@ def _carry_pretrained(work: Path, cache_dir: Path | None) -> Callable[[], None]:
                 shutil.copy2(path, kept / path.name)
 
     return keep
+
+
+@contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    """``$name`` set to ``value`` for the processes started inside the block."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def _brief(record: dict) -> dict:

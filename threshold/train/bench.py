@@ -12,10 +12,19 @@ from threshold.config import TrainConfig, model_config_for, param_count
 from threshold.tasks import TaskData
 from threshold.train.engine import init_model, start_pack, step_pack
 from threshold.train.evaluate import evaluate_greedy
+from threshold.train.layout import CHUNK
 from threshold.train.memory import pack_bytes
 from threshold.train.run import Run
 
-__all__ = ["bench_batched", "bench_decode", "bench_train_steps", "run_all", "run_batched"]
+__all__ = [
+    "bench_batched",
+    "bench_decode",
+    "bench_train_steps",
+    "run_all",
+    "run_batched",
+    "timed_steps",
+    "warm_up",
+]
 
 
 def bench_train_steps(
@@ -93,12 +102,32 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_steps(pack, steps: int, warmup: int, device: torch.device) -> tuple[float, int, float]:
-    """Seconds for ``steps`` training steps of ``pack`` after ``warmup`` untimed ones (on a GPU
-    synchronised at both ends), the useful tokens those steps trained, and the useful share of
-    the positions they computed (:attr:`threshold.train.layout.Batch.useful` of ``M x N``)."""
+def warm_up(pack, warmup: int, steps: int) -> None:
+    """``warmup`` untimed steps of ``pack``, then every CUDA graph that its next ``steps`` steps
+    will replay captured (:meth:`threshold.train.graphs.StepGraphs.capture`, which trains
+    nothing), so that no capture falls inside a timed window: a graphed step meets a dozen shapes
+    in 30 steps, and a capture costs many replays. The steps to come are the batches its feed has
+    drawn (:data:`~threshold.train.layout.CHUNK` at a time); where fewer than ``steps`` are left,
+    the warm-up steps on into a new chunk. Past a chunk's length, what is not drawn yet is not
+    captured ahead."""
     for _ in range(warmup):
         step_pack(pack)
+    if pack.graphs is None:
+        return
+    if len(pack.feed.chunk) < min(steps, CHUNK - 1):
+        while pack.feed.chunk:
+            step_pack(pack)
+        step_pack(pack)  # draws the next chunk
+    for batch in pack.feed.chunk[:steps]:
+        pack.graphs.capture(batch.spans, batch.n, batch.t, batch.dense)
+
+
+def timed_steps(pack, steps: int, warmup: int, device: torch.device) -> tuple[float, int, float]:
+    """Seconds for ``steps`` training steps of ``pack`` after ``warmup`` untimed ones and the
+    capture of the graphs those steps replay (:func:`warm_up`; on a GPU synchronised at both
+    ends), the useful tokens those steps trained, and the useful share of the positions they
+    computed (:attr:`threshold.train.layout.Batch.useful` of ``M x N``)."""
+    warm_up(pack, warmup, steps)
     before = sum(m.tokens for m in pack.members)
     useful = computed = 0
     sync(device)

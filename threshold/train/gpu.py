@@ -21,7 +21,7 @@ import torch
 
 from threshold.config import TrainConfig, make_recipe, model_config_for
 from threshold.tasks import TaskData
-from threshold.train.bench import sync, timed_steps
+from threshold.train.bench import sync, timed_steps, warm_up
 from threshold.train.checkpoint import load_checkpoint, save_checkpoint
 from threshold.train.engine import init_model, start_pack, step_pack, train_runs
 from threshold.train.ensemble import Ensemble
@@ -206,8 +206,9 @@ def _time_pack(data: TaskData, device: torch.device, spec: Spec, steps: int) -> 
         compile_s = time.perf_counter() - t0
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    # 3 warm-up steps (and, graphed, the capture of the first shapes)
-    elapsed, tokens, share = timed_steps(pack, steps, 3, device)
+    warm_up(pack, 3, steps)  # and, graphed, every shape of the timed steps captured
+    before = _captured(pack)
+    elapsed, tokens, share = timed_steps(pack, steps, 0, device)
     row = {
         "path": path,
         "members": spec.members,
@@ -217,7 +218,9 @@ def _time_pack(data: TaskData, device: torch.device, spec: Spec, steps: int) -> 
         "model_steps_per_s": spec.members * steps / elapsed,
         "tokens_per_s": tokens / elapsed,
         "useful_share": share,
-        "graphs_captured": len(pack.graphs.graphs) if pack.graphs is not None else 0,
+        # the graphs captured before and after the timed steps: equal, or a capture was timed
+        "graphs_before": before,
+        "graphs_after": _captured(pack),
         "graphs_failed": bool(pack.graphs is not None and pack.graphs.failed),
     }
     if compile_s is not None:
@@ -227,6 +230,10 @@ def _time_pack(data: TaskData, device: torch.device, spec: Spec, steps: int) -> 
     row["host_batch_ms"] = 1000 * host_seconds(pack, device)
     row["device_step_ms"] = 1000 * device_seconds(pack, device, steps)
     return row
+
+
+def _captured(pack) -> int:
+    return len(pack.graphs.graphs) if pack.graphs is not None else 0
 
 
 def host_seconds(pack, device: torch.device) -> float:

@@ -51,6 +51,7 @@ from threshold.train.checkpoint import save_checkpoint
 from threshold.train.engine import start_pack, train_runs
 from threshold.train.evaluate import chance_rate
 from threshold.train.gpu import Spec, check_engine, throughput
+from threshold.train.graphs import capture_counts, capture_words
 from threshold.train.run import Run
 
 __all__ = ["SEEDS", "SIZES", "bench_gpu", "science_pair", "summary_markdown"]
@@ -118,6 +119,7 @@ def bench_gpu(
     t0 = time.perf_counter()
     deadline = t0 + 60 * minutes
     tiny = device.type != "cuda"
+    captures = capture_counts()
     record: dict = {
         "format": 1,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -151,6 +153,8 @@ def bench_gpu(
             device, left, tiny, cache_dir, note, models, sizes, seeds, recipe, split
         ),
     )
+    now = capture_counts()  # the CUDA graphs of every part, and the captures that failed
+    record["capture"] = {key: now[key] - captures[key] for key in now}
     record["wall_s"] = round(time.perf_counter() - t0, 1)
     json_path = out_dir / f"{stem}.json"
     json_path.write_text(json.dumps(record, indent=1, default=_plain) + "\n")
@@ -402,6 +406,8 @@ def summary_markdown(record: dict) -> str:
         f"{record['python']}; threshold {record['version']} at {record['commit'][:10]}; "
         f"{record['wall_s']} s in all{' (tiny settings)' if record['tiny'] else ''}.",
         "",
+        # records before issue 69 did not count their captures
+        *([f"{capture_words(record['capture'])}.", ""] if "capture" in record else []),
         "## Engine against the CPU",
         "",
     ]
