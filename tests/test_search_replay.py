@@ -6,12 +6,14 @@ import numpy as np
 import pytest
 
 from threshold.errors import ConfigError
+from threshold.report.figures import replay_figure
 from threshold.search.bench.replay import (
     RecordedGrid,
     _bisection,
     _Pool,
     _score,
     _summary,
+    bench_replay,
     load_grids,
     replay_grid,
 )
@@ -66,7 +68,8 @@ def test_scores_against_a_point_and_against_a_bound():
     point = {"x": 10.0, "lo": 9.6, "hi": 10.4, "kind": "point"}  # within a precision of 2.5
     read = {"x": 10.5, "lo": 9.5, "hi": 11.0, "kind": "point", "runs": 6}
     assert _score(read, point, 12) == {
-        "runs": 6, "share": 0.5, "kind": "point", "covered": True, "error": 0.5
+        "runs": 6, "share": 0.5, "kind": "point", "covered": True, "error": 0.5,
+        "x": 10.5, "lo": 9.5, "hi": 11.0,
     }  # fmt: skip
     lower = {"x": 12.0, "lo": 11.0, "hi": 14.0, "kind": "lower bound"}
     assert _score(read, lower, 12)["bound_ok"] is False and _score(read, lower, 12)["located"]
@@ -199,3 +202,13 @@ def test_psignifit_reads_a_dense_grid_beside_ours(tmp_path):
     assert set(out["calibration"]) == {"12", "24"}
     for reading in out["calibration"]["24"].values():
         assert reading["width"] > 0
+
+
+def test_the_skeptics_figure_draws_each_located_dense_grid(tmp_path):
+    result = bench_replay([_dense_record(tmp_path)], methods=("sampler", "grid48"))
+    path = replay_figure(result, tmp_path / "replay.png")
+    assert path is not None and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    sampler = next(g for g in result["grids"] if g["name"].endswith("@100"))["methods"]["sampler"]
+    assert {"x", "lo", "hi"} <= set(sampler[0]["stop"])  # the interval the figure draws
+    bound_only = {**result, "grids": [g for g in result["grids"] if g["name"].endswith("@50")]}
+    assert replay_figure(bound_only, tmp_path / "none.png") is None

@@ -17,6 +17,7 @@ from rich.table import Table
 from threshold.cli.common import run_guarded
 from threshold.config import TrainConfig
 from threshold.errors import ConfigError
+from threshold.report.figures import replay_figure
 from threshold.search.bench.benchmark import bench_families
 from threshold.search.bench.benchmark import bench_search as run_bench
 from threshold.search.bench.families import CHANCE
@@ -124,6 +125,13 @@ def bench_search(
             " and the sampler's runs at 12 and 24 beside ours): pip install -e '.[bench]'.",
         ),
     ] = False,
+    figure: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --replay: a PNG of each located dense grid's reference, the sampler at"
+            " its own stop and the 48-run grid, on one log axis."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Our sampler on simulated studies with known truth, family by family (see README)."""
@@ -139,6 +147,8 @@ def bench_search(
             result = bench_replay(
                 replay, counts=counts, precision=precision, orders=orders, peer=peer
             )
+            if figure is not None and replay_figure(result, figure) is None:
+                typer.echo("no located dense grid in the replay: no figure written", err=True)
             if as_json:
                 typer.echo(json.dumps(result))
             else:

@@ -19,6 +19,7 @@ from threshold.report.figures.common import (
 )
 from threshold.report.figures.comparison import comparison_figure, curves_figure
 from threshold.report.figures.interactive import comparison_plotly
+from threshold.report.figures.replay import replay_figure
 from threshold.report.figures.study import study_figure
 from threshold.report.figures.transfer import transfer_figure
 
@@ -31,6 +32,7 @@ __all__ = [
     "curves_figure",
     "layout",
     "level_accuracy",
+    "replay_figure",
     "study_figure",
     "study_style",
     "transfer_figure",

@@ -294,6 +294,9 @@ def _score(read: dict, reference: dict, n_grid: int) -> dict:
         return out | {
             "covered": bool(read["lo"] <= reference["x"] <= read["hi"]),
             "error": float(read["x"] - reference["x"]),
+            "x": float(read["x"]),  # the reading itself (ln params), for the figure
+            "lo": float(read["lo"]),
+            "hi": float(read["hi"]),
         }
     return out | {"bound_ok": read["kind"] == reference["kind"], "located": read["kind"] == POINT}
 
