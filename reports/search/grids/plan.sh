@@ -20,3 +20,6 @@ grid --tasks min --mod 10 --steps 2000 --sizes 3..30 --seeds 5
 ADD_SIZES=16..34/3,36..60/2,64..96/4
 grid --tasks add --mod 10 --steps 4000 --sizes "$ADD_SIZES" --seeds 5
 grid --tasks max,med,add --measure add --mod 10 --steps 4000 --sizes "$ADD_SIZES" --seeds 5
+# The permutation testbed's hard op: products in S_3, which learn only after several thousand
+# steps (at 20,000 steps its transition is near d 22-26, reports/cpu/perm): 8,000 steps.
+grid --testbed perm --mod 3 --tasks mul --steps 8000 --sizes 10..56/2 --seeds 5
