@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from threshold.tasks import TaskConfig, load_task_data
 from threshold.train.bench import timed_steps
 from threshold.train.checkpoint import load_checkpoint
 from threshold.train.engine import start_pack
+from threshold.train.gpu import Spec, throughput
 from threshold.train.run import Run
 
 
@@ -264,3 +266,15 @@ def test_the_prepared_command_for_a_lent_gpu_runs_every_step(tmp_path):
     summary = record_path.with_suffix(".md").read_text()
     assert "## Science pair (paper recipe, split triples)" in summary  # the recipe's split
     assert "of sampled accuracy" in summary
+
+
+def test_the_throughput_part_cuts_its_row_in_flight_at_its_deadline(tmp_path):
+    """A row that would run for hours is cut at the part's deadline and said so; the rows after
+    it are skipped, and the part returns (so a lend's command keeps its time plan)."""
+    task = TaskConfig(ops=("max",), n=5, depth=1, n_train=200, n_test=20, n_val=20)
+    data = load_task_data(task, tmp_path)
+    specs = [Spec("eager", 2, (8,)), Spec("peer plain", 1, (8,))]
+    rows = throughput(data, torch.device("cpu"), specs, 10**7, lambda _: None,
+                      time.perf_counter() + 2)  # fmt: skip
+    assert rows[0]["error"].startswith("cut at the part's deadline after ")
+    assert rows[1]["error"] == "skipped: the part's minutes were spent"

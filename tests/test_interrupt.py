@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -134,3 +135,22 @@ def test_a_second_signal_at_once_does_not_cut_the_cleanup_of_the_first(settle, s
                           text=True)  # fmt: skip
     assert proc.stdout.strip() == said, proc.stderr
     assert proc.returncode == 130  # the first signal's status
+
+
+def test_a_deadline_cuts_the_block_in_flight_and_nothing_after_it():
+    """cut_at raises Cut inside the block at its deadline (a loop that never ends on its own),
+    takes no `except Exception`, sets no flag of a signal, and strikes no code after the block."""
+    from threshold.interrupt import Cut, cut_at, interrupted
+
+    caught = []
+    with pytest.raises(Cut), cut_at(time.perf_counter() + 0.2):
+        while True:
+            try:
+                sum(range(1000))
+            except Exception as e:  # the work's own handlers do not take it
+                caught.append(e)
+    assert not caught and not interrupted(RuntimeError("after a cut"))
+    with cut_at(time.perf_counter() + 0.2):
+        pass
+    with cut_at(None):
+        time.sleep(0.3)  # past both deadlines: nothing raised here

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -183,10 +184,19 @@ def test_a_lend_returns_few_files_and_keeps_its_history(lends, tmp_path):
     assert second["state_bytes"] == (root / "two" / STATE_FILE).stat().st_size
 
 
+# The first lend's command (.ci/gpu first) with its deadlines scaled for the CPU: its parts'
+# own (CUDA tests, checks, throughput) and the whole's; the lend gets the rest less its margin
+FIRST_LEND = {"TESTS_S": 20, "CHECKS_S": 30, "THROUGHPUT_S": 25, "LIMIT_S": 30 + 20 + 30 + 25}
+
+
 def test_the_lend_script_runs_two_lends_on_the_cpu(tmp_path):
     """``.ci/gpu`` with ``DEVICE=cpu``: the lend's command, twice, the second from the state the
     first returned, each cut by its time wherever the suite is (the API's test above checks the
-    runs); each returns at most eight files, and the second's log says what it continues."""
+    runs); each returns at most eight files, and the second's log says what it continues. The
+    first is the first lend's command (``first``: the CUDA tests, skipped here, the engine's
+    checks and the throughput before the lend), its deadlines scaled: every part ends within
+    its own, the whole within its limit, and what comes back is at most eight files of at most
+    16 MiB, two folders deep at most."""
     one = TINY.split('[[study]]\nlabel = "b"')[0]  # study a alone: the script, not the search
     (tmp_path / "one.toml").write_text(one)
     state = tmp_path / "state"
@@ -199,26 +209,66 @@ def test_the_lend_script_runs_two_lends_on_the_cpu(tmp_path):
             "DEVICE": "cpu",
             "SUITE": str(tmp_path / "one.toml"),
             "STATE": str(state),
-            "LIMIT_S": "14",  # a few seconds of lend (5 at least), cut wherever it is
-            "MARGIN_S": "4",
+            "LIMIT_S": "30",  # a few seconds of lend (5 at least), cut wherever it is
+            # for its start (python, torch: 5 s on a busy CPU), stopping and packing: its
+            # deadline is LIMIT_S less what ran before and 5 s, SIGKILL 5 s after
+            "MARGIN_S": "20",
             "TESTS": "0",
             "THRESHOLD_CACHE": str(tmp_path / "cache"),
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",  # python3
         }
+        command = ["bash", ".ci/gpu"]
+        if n == 1:
+            env |= {key: str(value) for key, value in FIRST_LEND.items()} | {"TESTS": "1"}
+            command.append("first")
         done = subprocess.run(
-            ["bash", ".ci/gpu"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+            command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
         )
         assert done.returncode == 0, done.stdout + done.stderr
         log = (out / "lend.log").read_text()
         assert "lend exit 0" in log, log[-3000:]
-        files = sorted(p.name for p in out.rglob("*") if p.is_file())
-        assert {RECORD_FILE, "lend.log", STATE_FILE} <= set(files) and len(files) <= 8, files
+        files = [p.relative_to(out) for p in out.rglob("*") if p.is_file()]
+        names = sorted(p.name for p in files)
+        assert {RECORD_FILE, "lend.log", STATE_FILE} <= set(names) and len(files) <= 8, files
+        assert all(len(p.parts) <= 3 for p in files), files  # two folders deep at most
+        assert all((out / p).stat().st_size <= 16 * 2**20 for p in files)
         (state / STATE_FILE).write_bytes((out / STATE_FILE).read_bytes())  # as a commit would
         records.append(json.loads((out / RECORD_FILE).read_text()))
+        if n == 1:
+            _within_deadlines(log, out)
     assert [r["lend"] for r in records] == [1, 2]
     assert records[1]["continued"] == records[0]["reached"]
     assert "lend 2 of suite tinylend continues:" in log
     assert "capture: 0 graphs, 0 failed" in log  # the lend's proof of its graphs (none here)
+
+
+def _within_deadlines(log: str, out: Path) -> None:
+    """Each part of the first lend's log ended within its deadline (``NAME (deadline S s)``,
+    then ``NAME exit RC after T s``) and the whole within ``LIMIT_S``; the throughput part's
+    record came back, its rows measured, cut at the deadline or skipped after it."""
+    caps = dict(re.findall(r"\) (.+) \(deadline (\d+) s\)", log))
+    took = {
+        name: (int(rc), int(t))
+        for name, rc, t in re.findall(r"\) (.+) exit (\d+) after (\d+) s", log)
+    }
+    assert set(caps) == set(took) == {"CUDA tests", "checks", "throughput", "lend"}, log
+    for name, (_, seconds) in took.items():
+        assert seconds <= int(caps[name]) + 1, (name, seconds, caps[name])
+    for name, key in (
+        ("CUDA tests", "TESTS_S"),
+        ("checks", "CHECKS_S"),
+        ("throughput", "THROUGHPUT_S"),
+    ):
+        assert int(caps[name]) == FIRST_LEND[key]
+    whole = int(re.findall(r"\((\d+) s\) done", log)[-1])
+    assert whole <= FIRST_LEND["LIMIT_S"], log
+    (record,) = (out / "throughput").glob("gpu-*.json")  # its summary is made again here
+    rows = json.loads(record.read_text())["throughput"]
+    assert rows and all(
+        "model_steps_per_s" in r or r["error"].startswith(("cut at the part's", "skipped:"))
+        for r in rows
+    ), rows
+    assert not list(out.rglob("*.md"))
 
 
 def test_a_state_larger_than_a_returned_file_comes_in_parts(tmp_path, monkeypatch):

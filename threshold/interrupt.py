@@ -10,16 +10,23 @@ and the "Exception ignored" report of a dropped one is not printed (:func:`_unra
 error, and the flag carries it on (issue 62: one in a SQLAlchemy finalizer printed it).
 A signal that follows the first at once does not raise again (:data:`SETTLE_S`): the cleanup
 the first began (a trial told failed and enqueued again) is not cut.
+
+A deadline can cut the main thread's work too, with no signal (which would read as a request to
+stop the whole process): :func:`cut_at` raises :class:`Cut` in the main thread at its deadline,
+between two bytecodes, wherever the block is (a benchmark's row in flight, a compile).
 """
 
 from __future__ import annotations
 
+import ctypes
 import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-__all__ = ["exit_status", "install", "interrupted", "raise_if_interrupted"]
+__all__ = ["Cut", "cut_at", "exit_status", "install", "interrupted", "raise_if_interrupted"]
 
 _requested = threading.Event()
 _received: list[int] = []  # the signals that asked this process to stop, in order
@@ -86,3 +93,45 @@ def interrupted(error: BaseException) -> bool:
     cleanup can surface as that library's own error instead (``torch.save`` cut mid-write
     raises RuntimeError "unexpected pos" as its zip writer closes)."""
     return isinstance(error, KeyboardInterrupt) or _requested.is_set()
+
+
+class Cut(BaseException):
+    """Raised in the main thread by :func:`cut_at` when its deadline passes inside the block;
+    a BaseException, so that no ``except Exception`` of the work it cuts takes it."""
+
+
+def _raise_in(thread: int, error: type[BaseException] | None) -> None:
+    """``error`` raised in ``thread`` at its next bytecode (None: the one asked for, taken back)."""
+    what = None if error is None else ctypes.py_object(error)  # None: NULL
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), what)
+
+
+@contextmanager
+def cut_at(deadline: float | None) -> Iterator[None]:
+    """Run the block (in the main thread) until ``deadline`` (a ``time.perf_counter`` time;
+    None: no limit): past it :class:`Cut` is raised inside the block, at the next bytecode the
+    thread runs (a call into C, a GPU's step, ends first). Once the block has left, it is not."""
+    if deadline is None:
+        yield
+        return
+    thread, lock, done = threading.get_ident(), threading.Lock(), threading.Event()
+    state = {"inside": True, "fired": False}
+
+    def watch() -> None:
+        if done.wait(max(0.0, deadline - time.perf_counter())):
+            return
+        with lock:
+            if state["inside"]:
+                state["fired"] = True
+                _raise_in(thread, Cut)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        with lock:
+            state["inside"] = False
+            if state["fired"]:  # asked but not raised yet (the block ended in C): take it back
+                _raise_in(thread, None)
+        done.set()

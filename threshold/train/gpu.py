@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from threshold.config import TrainConfig, make_recipe, model_config_for
+from threshold.interrupt import Cut, cut_at
 from threshold.tasks import TaskData
 from threshold.train.bench import sync, timed_steps, warm_up
 from threshold.train.checkpoint import load_checkpoint, save_checkpoint
@@ -158,32 +159,42 @@ def throughput(
     deadline: float | None = None,
 ) -> list[dict]:
     """Model-steps/s, tokens/s, the useful share of the positions computed, the host's and the
-    device's ms a step, and peak memory of each row of ``specs``; a row that fails records its
-    error and the next runs; rows not begun by ``deadline`` (a ``perf_counter`` time) are
-    recorded as skipped."""
+    device's ms a step, and peak memory of each row of ``specs``, in their order; a row that
+    fails records its error and the next runs. ``deadline`` (a ``perf_counter`` time) bounds
+    the part: the row in flight at it is cut (:func:`threshold.interrupt.cut_at`) and recorded
+    as cut, with its seconds, and the rows after it as skipped."""
     rows = []
     for spec in specs:
         sizes = ",".join(map(str, spec.sizes))
+        head = {"path": spec.path, "members": spec.members, "d_models": list(spec.sizes)}
         if deadline is not None and time.perf_counter() > deadline:
-            rows.append({"path": spec.path, "members": spec.members, "d_models": list(spec.sizes),
-                         "recipe": spec.recipe, "precision": spec.precision,
-                         "error": "skipped: the part's minutes were spent"})  # fmt: skip
+            rows.append(head | {"recipe": spec.recipe, "precision": spec.precision,
+                                "error": "skipped: the part's minutes were spent"})  # fmt: skip
             continue
         note(f"{spec.path}: {spec.members} members at d {sizes}, {spec.recipe}, {spec.precision}")
+        t0 = time.perf_counter()
         try:
-            if spec.path.startswith("peer "):
-                kind = spec.path.split()[1]
-                row = peer_row(data, device, kind, spec.sizes[0], spec.members, steps)
-            else:
-                row = _time_pack(data, device, spec, steps)
+            with cut_at(deadline):
+                row = _row(data, device, spec, steps)
+        except Cut:
+            row = head | {
+                "error": f"cut at the part's deadline after {time.perf_counter() - t0:.1f} s"
+            }
         except (RuntimeError, torch.OutOfMemoryError) as e:
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            row = {"path": spec.path, "members": spec.members, "d_models": list(spec.sizes)}
-            row["error"] = first[:300]
+            row = head | {"error": first[:300]}
+        row["wall_s"] = round(time.perf_counter() - t0, 2)
         rows.append(row | {"recipe": spec.recipe, "precision": spec.precision})
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return rows
+
+
+def _row(data: TaskData, device: torch.device, spec: Spec, steps: int) -> dict:
+    if spec.path.startswith("peer "):
+        kind = spec.path.split()[1]
+        return peer_row(data, device, kind, spec.sizes[0], spec.members, steps)
+    return _time_pack(data, device, spec, steps)
 
 
 def _time_pack(data: TaskData, device: torch.device, spec: Spec, steps: int) -> dict:

@@ -71,32 +71,42 @@ EVAL_SHARE = 0.2  # of the science pair's time, planned for evaluations (four ch
 LEARNED_TF = 0.5
 NOTE_EVERY_S = 60.0  # the science pair's progress line, so a log shows how far a cut-off run got
 PADDED = [16, 24, 32, 40]  # the sizes of the padded packs (issue: 36 members at d 16-40)
+# The lend's first pack: the 16 sizes the search asked of ADD alone under `paper` in a lend of
+# studies/gpu.toml tried on the CPU (reports/gpu/README.md, "The lend")
+LEND_PACK = (16, 32, 40, 49, 49, 58, 58, 58, 58, 58, 70, 70, 70, 70, 84, 256)
+WRITE_S = 10.0  # of a call's minutes, kept for writing its record (a GPU's; the CPU's: 2)
 
 
 def throughput_specs(tiny: bool) -> list[Spec]:
-    """The throughput part's rows: graphed fp32 packs of 1-512 members at d 16-40 (the table
-    every lend repeats), eager beside them, TF32 and bf16, one size, the ``paper`` recipe's
-    windows (its science pair's sizes), ``torch.compile``, and the peers (PyTorch's ensembling
-    recipe and one plain model: :mod:`threshold.train.peers`). On the CPU a few tiny ones."""
+    """The throughput part's rows, in the order they run (a part cut at its deadline keeps the
+    first): graphed fp32 packs of 1-512 members at d 16-40 (the table every lend repeats, its
+    before in ``reports/gpu/h200-b5f2009``), the two peers right after (PyTorch's ensembling
+    recipe at 512 members and one plain model: :mod:`threshold.train.peers`), eager and bf16 at
+    512, the ``paper`` recipe's windows (its science pair's sizes), the lend's own pack
+    (:data:`LEND_PACK`); then, in the minutes left, one size, eager at 64, TF32, bf16 at 128, the
+    peer at d 16 and ``torch.compile`` last (its compile alone takes 30-60 s). On the CPU a few
+    tiny ones."""
     if tiny:
         p = (8, 12)
         return [
             Spec("graphs", 1, p),
             Spec("graphs", 4, p),
+            Spec("peer vmap", 4, (12,)),
+            Spec("peer plain", 1, (12,)),
             Spec("eager", 4, p),
             Spec("graphs", 4, p, precision="bf16"),
             Spec("graphs", 4, p, recipe="paper"),
-            Spec("peer vmap", 4, (12,)),
-            Spec("peer plain", 1, (12,)),
         ]
     p, paper = tuple(PADDED), (16, 24, 32, 48)
     specs = [Spec("graphs", m, p) for m in MEMBERS]
-    specs += [Spec("eager", m, p) for m in (64, 512)]
-    specs += [Spec("graphs", m, p, precision=x) for x in ("tf32", "bf16") for m in (128, 512)]
-    specs += [Spec("graphs", 512, (40,))]
+    specs += [Spec("peer vmap", 512, (40,)), Spec("peer plain", 1, (40,))]
+    specs += [Spec("eager", 512, p), Spec("graphs", 512, p, precision="bf16")]
     specs += [Spec("graphs", m, paper, "paper", x) for x in ("fp32", "bf16") for m in (16, 64)]
+    specs += [Spec("graphs", len(LEND_PACK), LEND_PACK, "paper")]
+    specs += [Spec("graphs", 512, (40,)), Spec("eager", 64, p)]
+    specs += [Spec("graphs", m, p, precision="tf32") for m in (128, 512)]
+    specs += [Spec("graphs", 128, p, precision="bf16"), Spec("peer vmap", 512, (16,))]
     specs += [Spec("compile", 64, p)]
-    specs += [Spec("peer vmap", 512, (d,)) for d in (16, 40)] + [Spec("peer plain", 1, (40,))]
     return specs
 
 
@@ -139,9 +149,10 @@ def bench_gpu(
             "checks" in parts, lambda: check_engine(data, device, Path(tmp), tiny, note)
         )
     steps = 5 if tiny else 30
+    ends = deadline - (2 if tiny else WRITE_S)  # the part honours --minutes, its record written
     record["throughput"] = _part(
         "throughput" in parts,
-        lambda: throughput(data, device, throughput_specs(tiny), steps, note, deadline),
+        lambda: throughput(data, device, throughput_specs(tiny), steps, note, ends),
     )
     left = deadline - time.perf_counter() - (5 if tiny else 30)  # leave time to write
     out_dir.mkdir(parents=True, exist_ok=True)
