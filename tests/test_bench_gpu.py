@@ -39,10 +39,15 @@ def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path, cli):
     assert record["tiny"] and record["torch"].startswith("2.")
     assert all(check["ok"] for check in record["checks"].values()), record["checks"]
     rows = record["throughput"]
-    paths = {"eager", "graphs", "peer vmap", "peer plain"}
+    paths = {"eager", "graphs", "planned", "peer vmap", "peer plain"}
     assert {r["path"] for r in rows} == paths and all("error" not in r for r in rows)
     assert all(r["model_steps_per_s"] > 0 and r["tokens_per_s"] > 0 for r in rows)
-    engine = [r for r in rows if not r["path"].startswith("peer")]
+    (planned,) = [r for r in rows if r["path"] == "planned"]  # d 8 and 12: packs by width
+    assert planned["packs"] == [2, 2] and planned["weight_share"] == 1
+    assert planned["graphs_before"] == planned["graphs_after"]
+    engine = [r for r in rows if r["path"] in ("eager", "graphs")]
+    # one pack padded to d 12: one member of d 8 and 12 each is no padding
+    assert all((r["weight_share"] == 1) == (r["members"] == 1) for r in engine), engine
     kinds = {("fast", "fp32"), ("fast", "bf16"), ("paper", "fp32")}
     assert {(r["recipe"], r["precision"]) for r in engine} == kinds
     # the static step's flat layout: whole sequences nearly all useful, windows all; the eager

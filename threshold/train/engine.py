@@ -31,7 +31,7 @@ from threshold.train.checks import check, complete_budget
 from threshold.train.ensemble import Ensemble, check_members
 from threshold.train.evaluate import decode_greedy_and_sampled, majority_rate, teacher_forced
 from threshold.train.layout import Feed
-from threshold.train.memory import plan_waves
+from threshold.train.memory import plan_waves, weight_share
 from threshold.train.optimizer import StackedAdamW, lr_factor
 from threshold.train.pack import (
     Member,
@@ -117,7 +117,15 @@ def train_runs(
             on_done(i, result)
 
     configs = [(r.model_cfg, r.cfg) for r in runs]
-    for wave in plan_waves(configs, device, memory_bytes, share):
+    waves = plan_waves(configs, device, memory_bytes, share)
+    packs = [pack for wave in waves for pack in wave]
+    if len(runs) > 1:
+        log.info(
+            "%d runs in %d packs of %s members, %.0f%% of their weights their own",
+            len(runs), len(packs), ", ".join(str(len(p)) for p in packs),
+            100 * weight_share(configs, packs),
+        )  # fmt: skip
+    for wave in waves:
         active = [start_pack([(i, runs[i]) for i in group], device, static) for group in wave]
         if on_progress is not None:
             for pack in active:

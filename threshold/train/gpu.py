@@ -28,7 +28,7 @@ from threshold.train.engine import init_model, start_pack, step_pack, train_runs
 from threshold.train.ensemble import Ensemble
 from threshold.train.evaluate import evaluate_decode, evaluate_greedy
 from threshold.train.layout import CHUNK
-from threshold.train.memory import pack_bytes
+from threshold.train.memory import pack_bytes, plan_packs, weight_share
 from threshold.train.peers import peer_row
 from threshold.train.run import Run
 
@@ -194,10 +194,12 @@ def _row(data: TaskData, device: torch.device, spec: Spec, steps: int) -> dict:
     if spec.path.startswith("peer "):
         kind = spec.path.split()[1]
         return peer_row(data, device, kind, spec.sizes[0], spec.members, steps)
+    if spec.path == "planned":
+        return _time_planned(data, device, spec, steps)
     return _time_pack(data, device, spec, steps)
 
 
-def _time_pack(data: TaskData, device: torch.device, spec: Spec, steps: int) -> dict:
+def _runs(data: TaskData, spec: Spec) -> list[Run]:
     recipe = make_recipe(spec.recipe)
     model_kw = dict(recipe.model)
     runs = []
@@ -205,6 +207,51 @@ def _time_pack(data: TaskData, device: torch.device, spec: Spec, steps: int) -> 
         cfg = replace(recipe.train, seed=i, precision=spec.precision)
         d = spec.sizes[i % len(spec.sizes)]
         runs.append(Run(model_config_for(data.config, d, cfg, **model_kw), data, cfg))
+    return runs
+
+
+def _time_planned(data: TaskData, device: torch.device, spec: Spec, steps: int) -> dict:
+    """The row's runs in the packs the engine plans for them (:func:`plan_packs`: shared, by
+    width), every pack stepping in turn as :func:`train_runs` steps them; against a ``graphs``
+    row of the same sizes (one pack padded to the widest), what packing by width gains."""
+    runs = _runs(data, spec)
+    members = [(r.model_cfg, r.cfg) for r in runs]
+    groups = plan_packs(members, device, share=True)
+    packs = [start_pack([(i, runs[i]) for i in g], device, static=True) for g in groups]
+    for pack in packs:
+        warm_up(pack, 3, steps)
+    before = sum(_captured(p) for p in packs)
+    trained = sum(m.tokens for p in packs for m in p.members)
+    useful = computed = 0
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        for pack in packs:
+            step_pack(pack)
+            useful += pack.last.useful
+            computed += len(pack.members) * pack.last.n
+    sync(device)
+    elapsed = time.perf_counter() - t0
+    tokens = sum(m.tokens for p in packs for m in p.members) - trained
+    return {
+        "path": spec.path,
+        "members": spec.members,
+        "d_models": sorted(set(spec.sizes)),
+        "packs": [len(g) for g in groups],
+        "weight_share": weight_share(members, groups),
+        "steps": steps,
+        "step_ms": 1000 * elapsed / steps,
+        "model_steps_per_s": spec.members * steps / elapsed,
+        "tokens_per_s": tokens / elapsed,
+        "useful_share": useful / max(computed, 1),
+        "graphs_before": before,
+        "graphs_after": sum(_captured(p) for p in packs),
+        "graphs_failed": any(p.graphs is not None and p.graphs.failed for p in packs),
+    }
+
+
+def _time_pack(data: TaskData, device: torch.device, spec: Spec, steps: int) -> dict:
+    runs = _runs(data, spec)
     path = spec.path
     pack = start_pack(list(enumerate(runs)), device, static=path != "eager")
     compile_s = None
@@ -229,6 +276,9 @@ def _time_pack(data: TaskData, device: torch.device, spec: Spec, steps: int) -> 
         "model_steps_per_s": spec.members * steps / elapsed,
         "tokens_per_s": tokens / elapsed,
         "useful_share": share,
+        "weight_share": weight_share(
+            [(r.model_cfg, r.cfg) for r in runs], [list(range(len(runs)))]
+        ),
         # the graphs captured before and after the timed steps: equal, or a capture was timed
         "graphs_before": before,
         "graphs_after": _captured(pack),

@@ -18,10 +18,21 @@ from threshold.config import ModelConfig, TrainConfig, param_count
 from threshold.errors import ConfigError
 from threshold.train.ensemble import shape_key
 
-__all__ = ["available_bytes", "pack_bytes", "plan_packs", "plan_waves"]
+__all__ = [
+    "WIDTH_RATIO",
+    "available_bytes",
+    "pack_bytes",
+    "plan_packs",
+    "plan_waves",
+    "weight_share",
+]
 
 FLOAT = 4  # bytes: everything trains in float32
 MARGIN = 1.5  # allocator slack, temporaries of the optimizer step, the batch tensors
+# A shared pack's width (its widest member's d) is at most this times a member's own d: one d 256
+# run padded a lend's pack of 16 to 256, its weights then 80% padding (issue 69). The issue's
+# guess; a lend's throughput rows ("planned" against one padded pack) are to measure a better one
+WIDTH_RATIO = 1.3
 
 
 def pack_bytes(members: list[tuple[ModelConfig, TrainConfig]]) -> int:
@@ -59,6 +70,7 @@ def plan_packs(
     device: torch.device,
     memory_bytes: int | None = None,
     share: bool | None = None,
+    width_ratio: float | None = WIDTH_RATIO,
 ) -> list[list[int]]:
     """Positions of ``members`` (model and train config each) grouped into packs that stack
     together and fit in memory.
@@ -71,8 +83,10 @@ def plan_packs(
     the pack and its width to the widest, which moves the rounding of the matmul and LayerNorm
     reductions (about 1e-8 in a step's gradients), so a run's weights would depend on its
     pack-mates. Alone, a member's arithmetic is that of a run trained alone, bit for bit. Within
-    a shared pack larger d go first, so each pack pads to a width close to its members' own. A
-    member that alone would not fit is refused before anything trains.
+    a shared pack larger d go first, and a member joins a pack only where the pack's width is at
+    most ``width_ratio`` times its own d (:data:`WIDTH_RATIO`; None: any width), so a pack's
+    weights are mostly its members' own (:func:`weight_share`). A member that alone would not
+    fit is refused before anything trains.
     """
     if share is None:
         share = device.type == "cuda"
@@ -86,7 +100,9 @@ def plan_packs(
         positions.sort(key=lambda i: -members[i][0].d_model)
         pack: list[int] = []
         for i in positions:
-            if pack and _need(members, [*pack, i]) <= budget:
+            wide = members[pack[0]][0].d_model if pack else 0  # the pack's width: its first
+            near = width_ratio is None or wide <= width_ratio * members[i][0].d_model
+            if pack and near and _need(members, [*pack, i]) <= budget:
                 pack.append(i)
                 continue
             if pack:
@@ -124,6 +140,17 @@ def plan_waves(
         waves[-1].append(pack)
         used += need
     return waves
+
+
+def weight_share(members: list[tuple[ModelConfig, TrainConfig]], packs: list[list[int]]) -> float:
+    """The share of the packs' stacked weights that are their members' own, not padding: each
+    member's parameters over its pack's width's, summed over every member."""
+    own = padded = 0
+    for pack in packs:
+        cfg = replace(members[pack[0]][0], d_model=max(members[i][0].d_model for i in pack))
+        padded += len(pack) * param_count(cfg)["total"]
+        own += sum(param_count(members[i][0])["total"] for i in pack)
+    return own / padded if padded else 1.0
 
 
 def _words(n: int) -> str:

@@ -52,6 +52,7 @@ from threshold.train.engine import start_pack, train_runs
 from threshold.train.evaluate import chance_rate
 from threshold.train.gpu import Spec, check_engine, throughput
 from threshold.train.graphs import capture_counts, capture_words
+from threshold.train.memory import plan_packs
 from threshold.train.run import Run
 
 __all__ = ["SEEDS", "SIZES", "bench_gpu", "science_pair", "summary_markdown"]
@@ -96,13 +97,15 @@ def throughput_specs(tiny: bool) -> list[Spec]:
             Spec("eager", 4, p),
             Spec("graphs", 4, p, precision="bf16"),
             Spec("graphs", 4, p, recipe="paper"),
+            Spec("planned", 4, (8, 12), recipe="paper"),
         ]
     p, paper = tuple(PADDED), (16, 24, 32, 48)
     specs = [Spec("graphs", m, p) for m in MEMBERS]
     specs += [Spec("peer vmap", 512, (40,)), Spec("peer plain", 1, (40,))]
     specs += [Spec("eager", 512, p), Spec("graphs", 512, p, precision="bf16")]
     specs += [Spec("graphs", m, paper, "paper", x) for x in ("fp32", "bf16") for m in (16, 64)]
-    specs += [Spec("graphs", len(LEND_PACK), LEND_PACK, "paper")]
+    # the lend's own pack: padded to its widest, and as the engine now packs it (by width)
+    specs += [Spec(path, len(LEND_PACK), LEND_PACK, "paper") for path in ("graphs", "planned")]
     specs += [Spec("graphs", 512, (40,)), Spec("eager", 64, p)]
     specs += [Spec("graphs", m, p, precision="tf32") for m in (128, 512)]
     specs += [Spec("graphs", 128, p, precision="bf16"), Spec("peer vmap", 512, (16,))]
@@ -342,9 +345,13 @@ def _seconds_per_step(runs: list[Run], device: torch.device, steps: int = 20) ->
     before does not set the plan (the likely reason ten steps timed together read 1.3x the
     training's pace in run13 of reports/gpu)."""
     static = device.type == "cuda"
-    pack = start_pack(list(enumerate(runs)), device, static)
-    timed_steps(pack, 0, 5, device)  # the warm-up
-    return float(np.median([timed_steps(pack, 1, 0, device)[0] for _ in range(steps)]))
+    total = 0.0
+    members = [(r.model_cfg, r.cfg) for r in runs]
+    for group in plan_packs(members, device, share=static):  # the packs train_runs trains
+        pack = start_pack([(i, runs[i]) for i in group], device, static)
+        timed_steps(pack, 0, 5, device)  # the warm-up
+        total += float(np.median([timed_steps(pack, 1, 0, device)[0] for _ in range(steps)]))
+    return total
 
 
 def _estimates(tasks, keys, results, runs, made) -> list[dict]:
@@ -437,18 +444,20 @@ def summary_markdown(record: dict) -> str:
     else:
         lines += [
             "| path | recipe | precision | members | d | model-steps/s | tokens/s | useful share "
-            "| step ms | host ms | device ms | peak MiB |",
-            "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+            "| own weights | step ms | host ms | device ms | peak MiB |",
+            "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in rows:
             d = ",".join(map(str, r["d_models"]))
             head = f"| {r['path']} | {r.get('recipe', 'fast')} | {r.get('precision', 'fp32')} "
+            members = f"{r['members']}" + (f" in {len(r['packs'])} packs" if "packs" in r else "")
             if "error" in r:
-                lines.append(f"{head}| {r['members']} | {d} | {r['error'][:60]} |||||||")
+                lines.append(f"{head}| {members} | {d} | {r['error'][:60]} ||||||||")
                 continue
             lines.append(
-                f"{head}| {r['members']} | {d} | {r['model_steps_per_s']:,.0f} | "
+                f"{head}| {members} | {d} | {r['model_steps_per_s']:,.0f} | "
                 f"{r['tokens_per_s']:,.0f} | {_cell(r.get('useful_share'), '.0%')} | "
+                f"{_cell(r.get('weight_share'), '.0%')} | "
                 f"{r['step_ms']:.2f} | {_cell(r.get('host_batch_ms'), '.2f')} | "
                 f"{_cell(r.get('device_step_ms'), '.2f')} | "
                 f"{_cell((r.get('peak_memory') or 0) / 2**20 or None, ',.0f')} |"
