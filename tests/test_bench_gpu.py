@@ -21,6 +21,7 @@ from threshold.search.bench.gpu import (
     _seconds_per_step,
     _steps_to_learn,
     _time_limited,
+    _timed_captures,
 )
 from threshold.tasks import TaskConfig, load_task_data
 from threshold.train.bench import timed_steps
@@ -84,6 +85,7 @@ def test_bench_gpu_on_the_cpu_writes_its_record_and_summary(tmp_path, cli):
     summary = record_path.with_suffix(".md").read_text()
     assert record["capture"] == {"graphs": 0, "failed": 0}  # no CUDA graphs on the CPU
     assert "capture: 0 graphs, 0 failed." in summary
+    assert "No row captured a CUDA graph inside its timed steps." in summary
     assert "## Engine against the CPU" in summary and "## Science pair" in summary
     assert "| graphs |" in summary and "only bounds it" in summary
     assert "Steps to learn ADD" in summary and "| 16 |" in summary
@@ -283,3 +285,14 @@ def test_the_throughput_part_cuts_its_row_in_flight_at_its_deadline(tmp_path):
                       time.perf_counter() + 2)  # fmt: skip
     assert rows[0]["error"].startswith("cut at the part's deadline after ")
     assert rows[1]["error"] == "skipped: the part's minutes were spent"
+
+
+def test_the_summary_names_the_rows_that_captured_inside_their_timed_steps():
+    rows = [
+        {"path": "graphs", "members": 64, "graphs_before": 12, "graphs_after": 12},
+        {"path": "graphs", "members": 512, "graphs_before": 9, "graphs_after": 11},
+        {"path": "peer vmap", "members": 512},
+    ]
+    assert _timed_captures(rows).endswith("(slower than replays): graphs 512.")
+    assert _timed_captures(rows[:1]) == "No row captured a CUDA graph inside its timed steps."
+    assert "did not count" in _timed_captures(rows[2:])  # peers, and records before issue 69

@@ -15,6 +15,7 @@ from threshold.errors import ConfigError
 from threshold.search.bench.gpu import PARTS, SCIENCE_RECIPES, SEEDS, SIZES
 from threshold.search.bench.gpu import bench_gpu as run
 from threshold.train.device import resolve_device
+from threshold.train.graphs import capture_words
 
 
 def bench_gpu(
@@ -100,6 +101,8 @@ def bench_gpu(
         not_run = {"error", "skipped"} & record["checks"].keys()  # else: a result per check
         checks = {} if not_run else record["checks"]
         failed += [f"check {k}" for k, v in checks.items() if not v.get("ok")]
+        if record["capture"]["failed"]:  # a pack fell back to eager steps: not the graphed engine
+            failed.append(capture_words(record["capture"]))
         if failed:
             raise ConfigError(f"bench gpu: {', '.join(failed)} failed (see {json_path})")
 

@@ -462,6 +462,7 @@ def summary_markdown(record: dict) -> str:
                 f"{_cell(r.get('device_step_ms'), '.2f')} | "
                 f"{_cell((r.get('peak_memory') or 0) / 2**20 or None, ',.0f')} |"
             )
+        lines += ["", _timed_captures(rows)]
     sci = record.get("science", {})
     split = f", split {sci['split']}" if "split" in sci else ""  # records before it: groups
     lines += ["", f"## Science pair ({sci.get('recipe', 'small')} recipe{split})", ""]
@@ -496,6 +497,21 @@ def summary_markdown(record: dict) -> str:
             *_steps_to_learn(sci),
         ]
     return "\n".join(lines) + "\n"
+
+
+def _timed_captures(rows: list[dict]) -> str:
+    """Whether any row captured a CUDA graph inside its timed steps (records before issue 69
+    kept no count before timing: said so)."""
+    counted = [r for r in rows if "graphs_before" in r]
+    if not counted:
+        return "The rows did not count their graphs before timing."
+    timed = [r for r in counted if r["graphs_after"] != r["graphs_before"]]
+    if not timed:
+        return "No row captured a CUDA graph inside its timed steps."
+    which = ", ".join(f"{r['path']} {r['members']}" for r in timed)
+    return (
+        f"Rows that captured CUDA graphs inside their timed steps (slower than replays): {which}."
+    )
 
 
 def _steps_to_learn(sci: dict) -> list[str]:
