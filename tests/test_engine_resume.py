@@ -22,7 +22,9 @@ def max5(tmp_path_factory):
 
 
 def _run(data, recipe: str, d: int = 12, seed: int = 7, **train) -> Run:
-    extra = {"window": 32} if recipe == "paper" else {}
+    # the whole budget trained (paper never stops early; fast's 6-step warm-up at 60 steps learns
+    # before its end), so that a continued run has steps left to continue
+    extra = {"window": 32} if recipe == "paper" else {"early_stop": "never"}
     made = make_recipe(recipe, max_steps=60, decay_steps=60, **extra, **train)
     cfg = replace(made.train, eval_every=10, checkpoints=(0.25, 0.5, 1.0), seed=seed)
     return Run(model_config_for(data.config, d, cfg, **made.model_kwargs), data, cfg)
