@@ -19,6 +19,7 @@ ORDER = (
     (
         "threshold.allocator",
         "threshold.errors",
+        "threshold.fields",
         "threshold.files",
         "threshold.interrupt",
         "threshold.meta",
@@ -277,6 +278,47 @@ def test_upper_layers_hold_no_optuna_object():
         "                getattr(value, '__module__', None) or ''\n"
         "            if owner.split('.')[0] == 'optuna':\n"
         "                bad.append(f'{name}.{key}')\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# The search core: the posterior, the policy, the search's settings, the objective's settings
+# and the sampler that serves any objective. It knows no task and no training run.
+SEARCH_CORE = (
+    "threshold.search.posterior",
+    "threshold.search.policy",
+    "threshold.search.settings",
+    "threshold.search.objective",
+    "threshold.search.sampler",
+    "threshold.search.runs",
+)
+TASK_AND_TRAINING = ("threshold.tasks", "threshold.train", "threshold.model", "threshold.config")
+
+
+def _reach(module: str) -> set[str]:
+    """Every package module ``module`` imports, directly or through others (the AST graph)."""
+    seen, todo = set(), [module]
+    while todo:
+        m = todo.pop()
+        for target in GRAPH.get(m, ()):
+            while target not in GRAPH and "." in target:  # a name inside a module
+                target = target.rsplit(".", 1)[0]
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+@pytest.mark.parametrize("module", SEARCH_CORE)
+def test_search_core_imports_no_task_nor_training(module):
+    """Read from the source (imports inside functions too, and those of the modules it
+    imports), then loaded: none of the testbeds, the training, the model or their config."""
+    bad = sorted(m for m in _reach(module) for t in TASK_AND_TRAINING if m.startswith(t))
+    assert not bad, f"{module} reaches {bad}"
+    code = (
+        f"import sys, {module}\n"
+        f"bad = [m for m in sys.modules if m.startswith({TASK_AND_TRAINING!r})]\n"
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

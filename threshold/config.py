@@ -31,13 +31,13 @@ sets, and :func:`make_recipe` splits a user's overrides between the two.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from functools import cached_property
 from pathlib import Path
 
 from threshold.errors import ConfigError
+from threshold.fields import check_finite, checked_field, field_kind
 from threshold.meta import stored_dict
 from threshold.tasks import TaskConfig
 
@@ -70,16 +70,6 @@ __all__ = [
 
 
 MAX_D_MODEL = 4096
-
-
-def check_finite(settings) -> None:
-    """Refuse an infinite or NaN number in any field of the dataclass ``settings`` (alone or in a
-    tuple): ``inf`` passes every range check that only has a lower bound (``lr > 0``)."""
-    for f in fields(settings):
-        value = getattr(settings, f.name)
-        values = value if isinstance(value, tuple) else (value,)
-        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
-            raise ConfigError(f"{f.name} {value} is not allowed: give a finite number", f.name)
 
 
 # Trials a worker trains at once on a GPU unless told: a pack of 8 steps about as fast as one
@@ -400,35 +390,6 @@ _STORED_TRAIN = frozenset([
     "learned_acc", "early_stop", "stuck_after", "stuck_margin", "stuck_window", "eval_batch_size",
     "decoding", "checkpoints", "threads", "precision", "time_limit_s",
 ])  # fmt: skip
-
-
-_KINDS = {"int": int, "float": float, "bool": bool, "str": str}
-
-
-def field_kind(cls, key: str) -> tuple[type | None, bool]:
-    """The kind of field ``key`` of dataclass ``cls``, read off its annotation, and whether the
-    field is a tuple of that kind: ``int | None`` is (int, False), ``tuple[float, ...]`` (float,
-    True); None for a kind it does not name (a nested dataclass, a tuple of pairs)."""
-    text = next(f.type for f in fields(cls) if f.name == key).removesuffix(" | None")
-    listed = text.startswith("tuple[")
-    name = text.removeprefix("tuple[").split(",")[0].rstrip("]") if listed else text
-    return _KINDS.get(name), listed
-
-
-def checked_field(cls, key: str, value):
-    """``value`` if its kind fits field ``key`` of dataclass ``cls`` (:func:`field_kind`: an int
-    where a float goes, a list of numbers where a tuple goes, as TOML and JSON give them), a
-    list as a tuple; else a one-line ConfigError naming it."""
-    kind, listed = field_kind(cls, key)
-    if listed and isinstance(value, list | tuple):
-        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
-            return tuple(value)
-    elif kind is not None and not listed:
-        allowed = (int, float) if kind is float else (kind,)
-        if isinstance(value, allowed) and (kind is bool or not isinstance(value, bool)):
-            return value
-    annotation = next(f.type for f in fields(cls) if f.name == key)
-    raise ConfigError(f"{key} {value!r} is not allowed: give a value of type {annotation}", key)
 
 
 def model_config_for(

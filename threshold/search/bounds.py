@@ -51,6 +51,7 @@ __all__ = [
     "locate",
     "near_chance_words",
     "sizes_only",
+    "with_size_words",
 ]
 
 NEAR_CHANCE = 0.1  # the level's accuracy this close above chance: a run at chance nearly meets it
@@ -185,12 +186,21 @@ def answer_words(ans: dict | None) -> str:
     """An :func:`answer` in one line: ``80% point 9,120 params (d 24.0), 90% interval 4,031 -
     17,960`` where the runs locate it; else the bound first, ``> 4,752 params (d > 16), not
     located: no run reached the 80% level (accuracy 0.606)``, and the posterior only after it,
-    as context; ``no estimate yet`` for None."""
+    as context; ``no estimate yet`` for None. An answer with ``size_name`` (an objective's
+    study: :func:`with_size_words`) names its size so, and where ``counted`` is False (no
+    parameter counts given: the size is the axis) says the size alone."""
     if ans is None:
         return "no estimate yet"
+    size, counted = ans.get("size_name", "d"), ans.get("counted", True)
+
+    def at(value: float, sign: str = "") -> str:  # params (size), or the size alone
+        if counted:
+            return f"{sign}{value:,.0f} params"
+        return f"{size} {sign}{value:,.1f}" if value < 100 else f"{size} {sign}{value:,.0f}"
+
     point = f"{ans['level']:.0%} point"
-    d = "" if ans["median_d"] is None else f" (d {ans['median_d']:.1f})"
-    median = f"{ans['median']:,.0f} params{d}"
+    d = "" if ans["median_d"] is None or not counted else f" ({size} {ans['median_d']:.1f})"
+    median = f"{at(ans['median'])}{d}"
     if ans["interval"] is not None:  # an estimate stored without it (older, or by hand)
         median += ", 90% interval {:,.0f} - {:,.0f}".format(*ans["interval"])
     if ans["located"]:
@@ -199,17 +209,13 @@ def answer_words(ans: dict | None) -> str:
     level = f"the {ans['level']:.0%} level"
     if ans["target"] is not None:
         level += f" (accuracy {ans['target']:.3f})"
-    if ans["kind"] == LOWER:
-        reached = "no run" if ans["first_d"] is None else "no run up to that size"
-        return (
-            f"> {ans['params']:,.0f} params (d > {ans['d']}), not located: {reached} "
-            f"reached {level}{context}"
-        )
-    if ans["kind"] == UPPER:
-        return (
-            f"<= {ans['params']:,.0f} params (d <= {ans['d']}), not located: every run from "
-            f"that size up reached {level}{context}"
-        )
+    if ans["kind"] in (LOWER, UPPER):
+        sign = "> " if ans["kind"] == LOWER else "<= "
+        where = at(ans["params"], sign) + (f" ({size} {sign}{ans['d']})" if counted else "")
+        if ans["kind"] == LOWER:
+            reached = "no run" if ans["first_d"] is None else "no run up to that size"
+            return f"{where}, not located: {reached} reached {level}{context}"
+        return f"{where}, not located: every run from that size up reached {level}{context}"
     if not ans["checked"]:
         why = f"fewer than {LOCATING_RUNS} runs on a side of the posterior's median"
     else:
@@ -219,6 +225,12 @@ def answer_words(ans: dict | None) -> str:
             "bound either side"
         )
     return f"{point} not located: {why}{context}"
+
+
+def with_size_words(ans: dict | None, size_name: str, counted: bool) -> dict | None:
+    """``ans`` with the size axis in a user's words: its ``size_name`` and whether the sizes
+    have parameter counts of their own (``counted``), as :func:`answer_words` reads them."""
+    return None if ans is None else ans | {"size_name": size_name, "counted": counted}
 
 
 def near_chance_words(estimate: dict | None) -> str | None:

@@ -26,6 +26,7 @@ from optuna.storages import BaseStorage
 from threshold.config import Execution
 from threshold.errors import ConfigError, ThresholdError
 from threshold.interrupt import raise_if_interrupted
+from threshold.search.objective import ObjectiveSettings
 from threshold.search.record import read_study
 from threshold.search.sampler import policy_settings
 from threshold.search.spec import StudySettings
@@ -114,7 +115,7 @@ def run_search(
         )
     procs: list[subprocess.Popen] = []
     try:
-        procs = start_workers(name, execution)
+        procs = start_workers(name, execution, isinstance(settings, ObjectiveSettings))
         db = open_storage(url, create=False)  # one connection pool for the whole run
         follow = _Follower(db, name, on_update, on_run)
         while any(p.poll() is None for p in procs):
@@ -254,10 +255,14 @@ def probe_device(name: str) -> dict:
     return answer
 
 
-def start_workers(name: str, execution: Execution) -> list[subprocess.Popen]:
-    """``execution.workers`` processes of ``threshold worker``, each with one torch thread (and on
-    CUDA a GPU of its own). Interrupted while starting them, it stops the ones it started; each
-    worker also ends with this process (Linux), so none is left behind whatever stops this one."""
+def start_workers(
+    name: str, execution: Execution, objective: bool = False
+) -> list[subprocess.Popen]:
+    """``execution.workers`` processes of ``threshold worker``, each with one torch thread (and
+    on CUDA a GPU of its own); ``objective``: the study is an objective's, which each imports by
+    its path and calls (:func:`threshold.search.objective_run.run_objective_worker`).
+    Interrupted while starting them, it stops the ones it started; each worker also ends with
+    this process (Linux), so none is left behind whatever stops this one."""
     devices = worker_devices(execution)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env[PARENT_ENV] = str(os.getpid())
@@ -265,7 +270,7 @@ def start_workers(name: str, execution: Execution) -> list[subprocess.Popen]:
     try:
         for dev in devices:
             own = replace(execution, workers=1, device=dev)
-            job = {"study_name": name, "execution": own.to_json()}
+            job = {"study_name": name, "execution": own.to_json(), "objective": objective}
             command = [sys.executable, "-m", "threshold.cli.worker_process", json.dumps(job)]
             procs.append(subprocess.Popen(command, env=env))
     except BaseException:
@@ -327,4 +332,5 @@ def snapshot(storage: BaseStorage | str, name: str) -> dict:
         "answer": view.answer,
         "n_trials": len(view.completed),
         "budget": view.settings.search.budget,
+        "size_name": getattr(view.settings, "size_name", "d"),  # an objective's, in its words
     }

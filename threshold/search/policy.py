@@ -60,7 +60,7 @@ from threshold.search.posterior import (
     spread_out,
     summarize,
 )
-from threshold.search.settings import SearchSettings
+from threshold.search.settings import SearchSettings, stop_reason
 
 __all__ = [
     "Decision",
@@ -417,12 +417,12 @@ def decide(settings: SearchSettings, completed, pending: Sequence[int]) -> Decis
     for slot, d in enumerate(bracket(settings)):
         if counts[d] == 0:
             return run(d, "bracket", slot=slot)
-    if ds and observed.ratio <= settings.precision:
-        return stop("precision")
-    if d_range[1] == settings.d_max and observed.mass_above >= settings.give_up_mass:
-        return stop("above_range")
-    if d_range[0] == settings.d_min and observed.mass_below >= settings.give_up_mass:
-        return stop("below_range")
+    limits, beyond = (settings.d_min, settings.d_max), (observed.mass_below, observed.mass_above)
+    reason = stop_reason(
+        settings, observed.ratio if ds else None, d_range, limits, beyond, settings.give_up_mass
+    )
+    if reason is not None:
+        return stop(reason)
 
     def fantasised(grid: Grid, log_w: np.ndarray) -> np.ndarray:
         for d in sorted(pending):  # sorted: the same fantasy whatever the order pending came in

@@ -25,9 +25,38 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 
 from threshold.errors import ConfigError, ThresholdError
-from threshold.search.bounds import answer
-from threshold.search.settings import SearchSettings
-from threshold.search.spec import StudySettings
+from threshold.search.bounds import answer, with_size_words
+from threshold.search.objective import ObjectiveSettings
+from threshold.search.runs import (
+    ACCURACY,
+    BUDGET,
+    CHECKPOINT,
+    CHECKPOINT_SHA256,
+    CPU_S,
+    D_MODEL,
+    PARAMS_NON_EMBEDDING,
+    PARAMS_TOTAL,
+    PRETRAIN_ACCURACY,
+    PRETRAIN_STEPS,
+    REPLICATE,
+    SAMPLED_ACCURACY,
+    SEED,
+    STEPS,
+    STOP_REASON,
+    STRICT_ACCURACY,
+    TRAIN_S,
+    WORKER,
+    RunRecord,
+    json_attr,
+    read_run,
+    read_seed,
+    split_runs,
+    write_cancel,
+    write_decision,
+    write_seed,
+)
+from threshold.search.settings import stop_reason
+from threshold.search.spec import StudySettings, read_settings
 from threshold.search.study import check_study_name, open_storage
 
 __all__ = [
@@ -61,139 +90,18 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Trial user attributes (written by the sampler, then the worker).
-D_MODEL = "d_model"  # the size: also the Optuna parameter, kept as an attribute for retries
-REPLICATE, SEED, DECISION, CANCELLED = "replicate", "seed", "decision", "cancelled"
-WORKER, PARAMS_TOTAL, PARAMS_NON_EMBEDDING = "worker", "params_total", "params_non_embedding"
-PRETRAIN_ACCURACY, PRETRAIN_STEPS = "pretrain_accuracy", "pretrain_steps"
-CHECKPOINT, CHECKPOINT_SHA256 = "checkpoint_artifact", "checkpoint_sha256"
-ACCURACY, STRICT_ACCURACY = "accuracy", "strict_accuracy"
-SAMPLED_ACCURACY = "sampled_accuracy"  # per op, decoded at temperature 1
-BUDGET = "budget"  # the measured op's accuracy at the recipe's checkpoints (TrainResult.budget)
-STEPS, STOP_REASON, TRAIN_S = "steps", "stop_reason", "train_s"
-CPU_S = "cpu_s"  # the run's CPU seconds (TrainResult.cpu_s); absent where not known
 # Study user attributes besides the settings, which StudySettings writes and reads whole
 # (to_attrs, from_attrs: task, train, search, pretrain) with version and git_commit beside them.
 ESTIMATE, CHANCE = "estimate", "chance"
 GRID = "grid"  # a dense grid's sizes and seeds (threshold.search.grid): its workers run the queue
 ANALYSIS_PREFIX = "analysis:"  # analysis:N holds the summary of trial N's analysis
 
-_PENDING = ("RUNNING", "WAITING")
 _STOP_WORDS = {
     "precision": "the 90% interval is within the precision",
     "budget": "the budget of runs is used",
     "above_range": "the transition lies above the largest allowed size",
     "below_range": "the transition lies below the smallest allowed size",
 }
-
-
-def _json(raw: Any) -> Any:
-    """A JSON attribute's value; None when missing or unreadable (a hand-edited study)."""
-    if raw is None or not isinstance(raw, str):
-        return raw
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return None
-
-
-def _int(raw: Any) -> int | None:
-    return None if raw is None else int(raw)
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """One trial of a study: its size, seed, counts and results (None where not recorded)."""
-
-    number: int
-    state: str  # COMPLETE, RUNNING, WAITING, FAIL, PRUNED
-    d_model: int | None  # None until the sampler decided
-    value: float | None  # the measured op's test accuracy (COMPLETE trials)
-    params_total: int | None = None
-    params_non_embedding: int | None = None
-    seed: int | None = None
-    replicate: int | None = None
-    accuracy: dict = field(default_factory=dict)  # greedy test accuracy per op
-    strict_accuracy: dict = field(default_factory=dict)  # whole chain of thought right, per op
-    sampled_accuracy: dict = field(default_factory=dict)  # sampled at temperature 1, per op
-    budget: tuple = ()  # {"step", "tokens", "accuracy", "sampled_accuracy", "reached"} dicts
-    steps: int | None = None
-    stop_reason: str | None = None  # why training ended: max_steps, learned, stuck, time_limit
-    train_s: float | None = None  # wall seconds of the run (TrainResult.wall_s)
-    cpu_s: float | None = None  # its CPU seconds; None where not recorded
-    worker: str | None = None  # host:pid
-    checkpoint: str | None = None  # the artifact id of its checkpoint
-    checkpoint_sha256: str | None = None
-    decision: dict | None = None  # the policy's reasons for this size
-    cancelled: str | None = None  # the policy stopped the study after this trial began
-    pretrain_accuracy: dict | None = None
-    pretrain_steps: int | None = None
-    seconds: float | None = None  # wall time from start to end, None while running
-    last_step: int | None = None  # the last reported step and its validation accuracy
-    val_accuracy: float | None = None
-
-    @property
-    def complete(self) -> bool:
-        """A finished run with a size and a value: one the estimate is made from."""
-        return self.state == "COMPLETE" and self.value is not None and self.d_model is not None
-
-    @property
-    def pending(self) -> bool:
-        return self.state in _PENDING
-
-
-def read_run(t: FrozenTrial) -> RunRecord:
-    """The run of an Optuna trial."""
-    a = t.user_attrs
-    d = t.params.get(D_MODEL, a.get(D_MODEL))
-    seconds = None
-    if t.datetime_start is not None and t.datetime_complete is not None:
-        seconds = (t.datetime_complete - t.datetime_start).total_seconds()
-    last = max(t.intermediate_values, default=None)
-    return RunRecord(
-        number=t.number,
-        state=t.state.name,
-        d_model=_int(d),
-        value=None if t.value is None else float(t.value),
-        params_total=_int(a.get(PARAMS_TOTAL)),
-        params_non_embedding=_int(a.get(PARAMS_NON_EMBEDDING)),
-        seed=_int(a.get(SEED)),
-        replicate=_int(a.get(REPLICATE)),
-        accuracy=_json(a.get(ACCURACY)) or {},
-        strict_accuracy=_json(a.get(STRICT_ACCURACY)) or {},
-        sampled_accuracy=_json(a.get(SAMPLED_ACCURACY)) or {},
-        budget=tuple(_json(a.get(BUDGET)) or ()),
-        steps=_int(a.get(STEPS)),
-        stop_reason=a.get(STOP_REASON),
-        train_s=a.get(TRAIN_S),
-        cpu_s=a.get(CPU_S),
-        worker=a.get(WORKER),
-        checkpoint=a.get(CHECKPOINT),
-        checkpoint_sha256=a.get(CHECKPOINT_SHA256),
-        decision=_json(a.get(DECISION)),
-        cancelled=a.get(CANCELLED),
-        pretrain_accuracy=_json(a.get(PRETRAIN_ACCURACY)),
-        pretrain_steps=_int(a.get(PRETRAIN_STEPS)),
-        seconds=seconds,
-        last_step=last,
-        val_accuracy=t.intermediate_values.get(last) if last is not None else None,
-    )
-
-
-def split_runs(
-    runs: Iterable[RunRecord], exclude: int | None = None
-) -> tuple[list[tuple[int, float]], list[int]]:
-    """Completed (d, accuracy) pairs and the sizes of pending runs, leaving out ``exclude``:
-    what the policy and the posterior take."""
-    completed, pending = [], []
-    for r in runs:
-        if r.number == exclude or r.d_model is None:
-            continue
-        if r.complete:
-            completed.append((r.d_model, r.value))
-        elif r.pending:
-            pending.append(r.d_model)
-    return completed, pending
 
 
 @dataclass(frozen=True)
@@ -255,7 +163,7 @@ class StudyView:
     """A threshold study as stored: settings, runs in trial order, estimate, chance, analyses."""
 
     name: str
-    settings: StudySettings
+    settings: StudySettings | ObjectiveSettings  # a testbed's study, or an objective's
     runs: tuple[RunRecord, ...]
     estimate: Estimate | None
     chance: float | None  # the measured op's majority rate, which the policy was built with
@@ -286,7 +194,8 @@ class StudyView:
     def answer(self) -> dict | None:
         """The study's answer, located or bound (:func:`threshold.search.bounds.answer`): what
         every view of it shows; None before an estimate."""
-        return _answer(self.runs, self.estimate.raw if self.estimate is not None else None)
+        estimate = self.estimate.raw if self.estimate is not None else None
+        return _answer(self.runs, estimate, self.settings)
 
     def split(self) -> tuple[list[tuple[int, float]], list[int]]:
         """(d, accuracy) of completed runs and sizes of pending ones (:func:`split_runs`)."""
@@ -318,9 +227,12 @@ class StudyView:
         raise ThresholdError(f"trial {number} is not in study {self.name!r} (trials 0..{last})")
 
 
-def _answer(runs: Iterable[RunRecord], estimate: dict | None) -> dict | None:
+def _answer(runs: Iterable[RunRecord], estimate: dict | None, settings=None) -> dict | None:
     rows = [(r.d_model, r.params_total, r.value) for r in runs if r.complete and r.params_total]
-    return answer(rows, estimate)
+    ans = answer(rows, estimate)
+    if isinstance(settings, ObjectiveSettings):  # the size axis in the user's words
+        ans = with_size_words(ans, settings.size_name, settings.counted)
+    return ans
 
 
 def stop_status(
@@ -344,15 +256,10 @@ def stop_status(
     elif estimate is None:
         return StopStatus(None, "searching: no estimate stored yet")
     elif estimate.n_runs == n_done and n_done >= 3:  # past the bracket of 3 runs
-        give_up = SearchSettings.give_up_mass  # the policy's default: studies do not set it
-        below, above = estimate.mass_beyond_range or (0.0, 0.0)
-        lo, hi = estimate.range_d or (search.d_lo, search.d_hi)
-        if estimate.interval_ratio is not None and estimate.interval_ratio <= search.precision:
-            reason = "precision"
-        elif hi == search.d_max and above >= give_up:
-            reason = "above_range"
-        elif lo == search.d_min and below >= give_up:
-            reason = "below_range"
+        beyond = estimate.mass_beyond_range or (0.0, 0.0)
+        d_range = estimate.range_d or (search.d_lo, search.d_hi)
+        limits = (search.d_min, search.d_max)  # give_up_mass: the policy's default
+        reason = stop_reason(search, estimate.interval_ratio, d_range, limits, beyond)
     if reason is None:
         ratio = estimate.interval_ratio if estimate is not None else None
         width = "" if ratio is None else f", 90% interval {ratio:.3g}x wide"
@@ -383,15 +290,15 @@ def _storage(storage_or_url: BaseStorage | optuna.Study | str | None) -> BaseSto
 
 
 def _view(name: str, user_attrs: dict, trials: list[FrozenTrial], storage) -> StudyView:
-    settings = StudySettings.from_attrs(user_attrs)
+    settings = read_settings(user_attrs)
     attrs = {k: v for k, v in user_attrs.items() if not k.startswith(ANALYSIS_PREFIX)}
-    raw = _json(attrs.pop(ESTIMATE, None))
+    raw = json_attr(attrs.pop(ESTIMATE, None))
     estimate = Estimate.from_dict(raw) if isinstance(raw, dict) else None
     chance = attrs.pop(CHANCE, None)
     if chance is None and estimate is not None:  # written before the chance had its attribute
         chance = estimate.chance
     analyses = {
-        int(k[len(ANALYSIS_PREFIX) :]): _json(v)
+        int(k[len(ANALYSIS_PREFIX) :]): json_attr(v)
         for k, v in user_attrs.items()
         if k.startswith(ANALYSIS_PREFIX)
     }
@@ -461,7 +368,7 @@ def study_rows(storage_or_url: BaseStorage | str | None) -> list[dict]:
     for s in storage.get_all_studies():
         runs = [read_run(t) for t in storage.get_all_trials(s._study_id, deepcopy=False)]
         states = [r.state for r in runs]
-        estimate = _json(s.user_attrs.get(ESTIMATE))
+        estimate = json_attr(s.user_attrs.get(ESTIMATE))
         estimate = estimate if isinstance(estimate, dict) else None
         rows.append(
             {
@@ -469,10 +376,17 @@ def study_rows(storage_or_url: BaseStorage | str | None) -> list[dict]:
                 "n_complete": states.count("COMPLETE"),
                 "n_running": states.count("RUNNING"),
                 "estimate": estimate,
-                "answer": _answer(runs, estimate),
+                "answer": _answer(runs, estimate, _settings_or_none(s.user_attrs)),
             }
         )
     return rows
+
+
+def _settings_or_none(attrs: dict):
+    try:
+        return read_settings(attrs)
+    except ThresholdError:  # not a threshold study: its answer in the testbed's words
+        return None
 
 
 def storage_log_level(level: int) -> None:
@@ -482,32 +396,6 @@ def storage_log_level(level: int) -> None:
 
 
 # Writing -------------------------------------------------------------------------------------
-
-
-def write_decision(
-    storage: BaseStorage, trial_id: int, d: int, replicate: int, seed: int, info: dict
-) -> None:
-    """The sampler's decision for a trial: its size, replicate index, seed and reasons."""
-    storage.set_trial_user_attr(trial_id, D_MODEL, d)
-    storage.set_trial_user_attr(trial_id, REPLICATE, replicate)
-    storage.set_trial_user_attr(trial_id, SEED, seed)
-    storage.set_trial_user_attr(trial_id, DECISION, json.dumps(info, sort_keys=True))
-
-
-def write_cancel(storage: BaseStorage, trial_id: int, reason: str) -> None:
-    """The policy stopped the study after this trial began: it will not be trained."""
-    storage.set_trial_user_attr(trial_id, CANCELLED, f"study done ({reason})")
-
-
-def read_seed(trial: optuna.Trial) -> int | None:
-    """The seed recorded on a running trial, read from storage: ``trial.user_attrs`` is a copy
-    taken when the trial was made, before its sampler wrote the decision's seed."""
-    return _int(trial.storage.get_trial_user_attrs(trial._trial_id).get(SEED))
-
-
-def write_seed(trial: optuna.Trial, seed: int) -> None:
-    """The seed of a trial enqueued by hand (the sampler writes the others')."""
-    trial.set_user_attr(SEED, seed)
 
 
 def write_size(trial: optuna.Trial, worker: str, counts: dict) -> None:
@@ -581,7 +469,7 @@ def write_grid(study: optuna.Study, grid: dict) -> None:
 
 def read_grid(attrs: dict) -> dict | None:
     """A study's grid (its user attributes), or None for a study the sampler places."""
-    grid = _json(attrs.get(GRID))
+    grid = json_attr(attrs.get(GRID))
     return grid if isinstance(grid, dict) else None
 
 

@@ -10,7 +10,6 @@ already carry a size (a retried trial, or one enqueued by hand) bypass the polic
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 
@@ -19,10 +18,9 @@ from optuna.distributions import IntDistribution
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
-from threshold.config import param_count
-from threshold.search import record
+from threshold.search import runs
 from threshold.search.policy import SearchSettings, decide
-from threshold.search.spec import StudySettings
+from threshold.search.settings import run_seed
 
 __all__ = [
     "PARAM",
@@ -40,43 +38,29 @@ CANCEL = "threshold:cancel"  # system attribute: the policy said stop after this
 _PENDING = (TrialState.RUNNING, TrialState.WAITING)
 
 
-def run_seed(base_seed: int, ops: tuple[str, ...], d_model: int, replicate: int) -> int:
-    """The training seed of one run, from (base seed, mixture, d, replicate)."""
-    blob = repr((base_seed, tuple(ops), d_model, replicate)).encode()
-    return int.from_bytes(hashlib.sha256(blob).digest()[:4], "little")
-
-
-def policy_settings(settings: StudySettings, chance: float) -> SearchSettings:
-    """The policy's view of a study: sizes with their parameter counts, bracket, stop rule."""
-    search = settings.search
-    table = tuple(
-        (d, param_count(settings.model_config(d))["total"])
-        for d in range(search.d_min, search.d_max + 1)
-    )
-    return SearchSettings(
-        params_of_d=table,
-        d_lo=search.d_lo,
-        d_hi=search.d_hi,
-        chance=chance,
-        level=search.level,
-        chance_corrected=search.chance_corrected,
-        precision=search.precision,
-        budget=search.budget,
-    )
+def policy_settings(settings, chance: float) -> SearchSettings:
+    """The policy's view of a study (:class:`~threshold.search.spec.StudySettings`, or an
+    objective's :class:`~threshold.search.objective.ObjectiveSettings`): its ``policy(chance)``,
+    sizes with their parameter counts, bracket, stop rule."""
+    return settings.policy(chance)
 
 
 def split_trials(
     trials: list[FrozenTrial], exclude: int | None = None
 ) -> tuple[list[tuple[int, float]], list[int]]:
     """Completed (d, accuracy) pairs and the sizes of pending trials, leaving out ``exclude``."""
-    return record.split_runs(map(record.read_run, trials), exclude)
+    return runs.split_runs(map(runs.read_run, trials), exclude)
 
 
 class TransitionSampler(BaseSampler):
-    def __init__(self, settings: StudySettings, chance: float, wait_s: float = 30.0) -> None:
+    """The policy's next size for each trial. ``settings``: a study's settings, anything with
+    ``policy(chance)`` (the :class:`SearchSettings` it is searched by) and ``seed_key`` (what
+    its run seeds derive from beside the size: a mixture's ops, an objective's name)."""
+
+    def __init__(self, settings, chance: float, wait_s: float = 30.0) -> None:
         self.settings = settings
-        self.policy = policy_settings(settings, chance)
-        self.distribution = IntDistribution(settings.search.d_min, settings.search.d_max)
+        self.policy = settings.policy(chance)
+        self.distribution = IntDistribution(self.policy.d_min, self.policy.d_max)
         # Longest wait for an earlier trial's decision (its worker may have died).
         self.wait_s = wait_s
 
@@ -86,7 +70,7 @@ class TransitionSampler(BaseSampler):
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial, search_space) -> dict:
         if PARAM not in search_space or PARAM in trial.params:
             return {}
-        if record.SEED in trial.user_attrs:  # decided already: the retry of a trial whose
+        if runs.SEED in trial.user_attrs:  # decided already: the retry of a trial whose
             # worker died after the decision, before the size became a parameter
             return {PARAM: trial.user_attrs[PARAM]} if PARAM in trial.user_attrs else {}
         trials = self._after_earlier_decisions(study, trial.number)
@@ -95,12 +79,10 @@ class TransitionSampler(BaseSampler):
         storage, tid = study._storage, trial._trial_id
         if decision.stop:  # another worker's trial began first and used the last slot
             storage.set_trial_system_attr(tid, CANCEL, decision.reason)
-            record.write_cancel(storage, tid, decision.reason)
-            return {PARAM: self.settings.search.d_hi}
-        seed = run_seed(
-            self.settings.search.base_seed, self.settings.task.ops, decision.d, decision.replicate
-        )
-        record.write_decision(storage, tid, decision.d, decision.replicate, seed, decision.info)
+            runs.write_cancel(storage, tid, decision.reason)
+            return {PARAM: self.policy.d_hi}
+        seed = self.policy.run_seed(self.settings.seed_key, decision.d, decision.replicate)
+        runs.write_decision(storage, tid, decision.d, decision.replicate, seed, decision.info)
         return {PARAM: decision.d}
 
     def _after_earlier_decisions(self, study: optuna.Study, number: int) -> list[FrozenTrial]:
@@ -142,5 +124,5 @@ class QueueOnly(BaseSampler):
     def sample_independent(self, study, trial, param_name, param_distribution):
         storage, tid = study._storage, trial._trial_id
         storage.set_trial_system_attr(tid, CANCEL, "grid: nothing left to run")
-        record.write_cancel(storage, tid, "grid: nothing left to run")
+        runs.write_cancel(storage, tid, "grid: nothing left to run")
         return param_distribution.low

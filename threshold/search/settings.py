@@ -8,18 +8,30 @@ x = ln(total parameters), read off the ``params_of_d`` table the caller computes
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 
 import numpy as np
 
-from threshold.config import check_finite, checked_field
 from threshold.errors import ConfigError
+from threshold.fields import check_finite, checked_field
 from threshold.meta import stored_dict
 from threshold.search.posterior import PosteriorSettings, level_fraction
 
-__all__ = ["COST_A", "COST_B", "STEP_S", "SearchConfig", "SearchSettings", "with_overrides"]
+__all__ = [
+    "COST_A",
+    "COST_B",
+    "GIVE_UP_MASS",
+    "STEP_S",
+    "SearchConfig",
+    "SearchSettings",
+    "check_search",
+    "run_seed",
+    "stop_reason",
+    "with_overrides",
+]
 
 # Seconds per training step measured by `threshold bench train` on this project's CPU: about
 # 8.7 ms + 0.004 ms * d^2 (d = 16: 9.7 ms, d = 128: 74 ms), in units of the 8.7 ms: the one cost
@@ -48,29 +60,64 @@ class SearchConfig:
 
     def __post_init__(self) -> None:
         check_finite(self)
-        if not 1 <= self.d_min <= self.d_lo < self.d_hi <= self.d_max:
-            raise ConfigError(
-                f"d range {self.d_lo}..{self.d_hi} is not allowed: use d_lo (--d-lo) below d_hi "
-                f"(--d-hi), both within the limits {self.d_min}..{self.d_max}",
-                "d_lo",
-                "d_hi",
-            )
-        if not self.precision > 1:
-            raise ConfigError(
-                f"precision {self.precision} is not allowed: use a factor above 1", "precision"
-            )
-        if not 0 < self.level < 1:
-            raise ConfigError(f"level {self.level} is not allowed: use a value in (0, 1)", "level")
-        if self.budget < 3:
-            raise ConfigError(
-                f"budget {self.budget} is below the initial bracket of 3 runs: use 3 or more",
-                "budget",
-            )
+        check_search(self.d_lo, self.d_hi, self.d_min, self.d_max, self)
 
     def to_dict(self) -> dict:
         """The fields as a dict, any field added after :data:`_STORED_SEARCH` left out at its
         default (:func:`threshold.meta.stored_dict`): a new search option renames no study."""
         return stored_dict(self, _STORED_SEARCH)
+
+
+def check_search(d_lo: int, d_hi: int, d_min: int, d_max: int, rules) -> None:
+    """The rules every search's settings keep, checked in this one place (for
+    :class:`SearchConfig`, the stored settings a user sets, and :class:`SearchSettings`, the
+    policy's view): a bracket inside the allowed sizes, a precision above 1, a level in (0, 1)
+    and a budget of at least the bracket's 3 runs. ``rules`` has ``precision``, ``level`` and
+    ``budget``."""
+    if not 1 <= d_min <= d_lo < d_hi <= d_max:
+        raise ConfigError(
+            f"d range {d_lo}..{d_hi} is not allowed: use d_lo (--d-lo) below d_hi "
+            f"(--d-hi), both within the limits {d_min}..{d_max}",
+            "d_lo",
+            "d_hi",
+        )
+    if not rules.precision > 1:
+        raise ConfigError(
+            f"precision {rules.precision} is not allowed: use a factor above 1", "precision"
+        )
+    if not 0 < rules.level < 1:
+        raise ConfigError(f"level {rules.level} is not allowed: use a value in (0, 1)", "level")
+    if rules.budget < 3:
+        raise ConfigError(
+            f"budget {rules.budget} is below the initial bracket of 3 runs: use 3 or more",
+            "budget",
+        )
+
+
+def stop_reason(
+    rules, ratio: float | None, d_range, d_limits, mass_beyond, give_up_mass: float | None = None
+) -> str | None:
+    """Why a search whose bracket is run stops on its posterior, or None: ``precision`` (the
+    90% interval spans at most ``rules.precision``), ``above_range`` / ``below_range`` (the
+    range has reached the largest / smallest allowed size, and at least ``give_up_mass`` of
+    the posterior lies beyond it). The one statement of the stop, read by the policy
+    (:func:`threshold.search.policy.decide`) and by a study's status
+    (:func:`threshold.search.record.stop_status`); the budget's stop, ``budget``, is the
+    count of runs reaching ``rules.budget``, checked first by both."""
+    give_up = GIVE_UP_MASS if give_up_mass is None else give_up_mass
+    below, above = mass_beyond
+    if ratio is not None and ratio <= rules.precision:
+        return "precision"
+    if d_range[1] == d_limits[1] and above >= give_up:
+        return "above_range"
+    if d_range[0] == d_limits[0] and below >= give_up:
+        return "below_range"
+    return None
+
+
+# Stop when the range has reached d_min (d_max) and this much mass lies below (above) it: the
+# transition is outside the allowed sizes, and more runs cannot find it.
+GIVE_UP_MASS = 0.95
 
 
 # The fields a search has always stored; a field added to SearchConfig is not named here, and
@@ -86,8 +133,8 @@ class SearchSettings:
     # (d, total parameters) for every allowed d, increasing; no default: it depends on the
     # task's vocabulary and context (compute it with threshold.model.param_count).
     params_of_d: tuple[tuple[int, int], ...]
-    # The settings a user sets have SearchConfig's defaults (policy_settings derives this view
-    # from a study's SearchConfig); the rest tunes the maths.
+    # The settings a user sets have SearchConfig's defaults (``of`` derives this view from a
+    # study's SearchConfig); the rest tunes the maths.
     d_lo: int = SearchConfig.d_lo
     d_hi: int = SearchConfig.d_hi
     chance: float = 0.1  # accuracy unlearned runs sit at: 1/n, or the majority rate if higher
@@ -99,6 +146,7 @@ class SearchSettings:
     # clearly; 2.0 costs about 1.4x the compute, and the runs needed grow as 1/ln(precision)^2.
     precision: float = SearchConfig.precision
     budget: int = SearchConfig.budget
+    base_seed: int = SearchConfig.base_seed  # run seeds derive from it (run_seed)
     cost_a: float = COST_A  # cost units per run at d -> 0: per-step overhead
     cost_b: float = COST_B  # cost units per d^2: the matrix work
     # The look-ahead scores a size by its gain over cost ** cost_power: 1 buys the most sharpness
@@ -118,9 +166,7 @@ class SearchSettings:
     n_candidates: int = 16  # log-spaced sizes scored per decision (plus the sizes already run)
     widen_mass: float = 0.15  # widen the range when this posterior mass of x80 lies beyond an edge
     widen_factor: float = 2.0  # each widening moves an edge by this factor in d
-    # Stop when the range has reached d_min (d_max) and this much mass lies below (above) it: the
-    # transition is outside the allowed sizes, and more runs cannot find it.
-    give_up_mass: float = 0.95
+    give_up_mass: float = GIVE_UP_MASS
     posterior: PosteriorSettings = field(default_factory=PosteriorSettings)
 
     def __post_init__(self) -> None:
@@ -142,16 +188,9 @@ class SearchSettings:
                     f"{name} {getattr(self, name)} is not an allowed d ({ds[0]}..{ds[-1]}):"
                     " choose a d listed in params_of_d"
                 )
-        if not self.d_lo < self.d_hi:
-            raise ConfigError(f"d_lo {self.d_lo} must be below d_hi {self.d_hi}")
-        if self.budget < 3:
-            raise ConfigError(
-                f"budget {self.budget} is below the 3 runs of the initial bracket: use 3 or more"
-            )
+        check_search(self.d_lo, self.d_hi, self.d_min, self.d_max, self)
         if not 0 <= self.chance < 1:
             raise ConfigError(f"chance {self.chance} is not allowed: use a value in [0, 1)")
-        if not 0 < self.level < 1:
-            raise ConfigError(f"level {self.level} is not allowed: use a value in (0, 1)")
         asym = self.posterior.asymptotes
         frac = level_fraction(asym, self.chance, self.level, self.chance_corrected)
         if not np.any((frac > 0.01) & (frac < 0.99)) and self.chance_corrected:
@@ -171,8 +210,6 @@ class SearchSettings:
                 f"level {self.level} is not between chance {self.chance} and any asymptote: {fix}",
                 "level",
             )
-        if not self.precision > 1:
-            raise ConfigError(f"precision {self.precision} is not allowed: use a ratio above 1")
         if self.cost_a < 0 or self.cost_b < 0 or self.cost_a + self.cost_b <= 0:
             raise ConfigError("cost_a and cost_b must be 0 or more, and not both 0")
         if self.cost_power < 0:
@@ -187,6 +224,29 @@ class SearchSettings:
             raise ConfigError("widen_mass must lie in (0, 1) and give_up_mass in (0, 1]")
         if not self.widen_factor > 1:
             raise ConfigError(f"widen_factor {self.widen_factor} is not allowed: use above 1")
+
+    @classmethod
+    def of(cls, config: SearchConfig, params_of_d, chance: float, **maths) -> SearchSettings:
+        """The policy's view of a study searched as ``config`` says, over the sizes of
+        ``params_of_d`` (each allowed size with its parameter count), unlearned runs at
+        ``chance``; ``maths``: other fields of this class (the cost model, say)."""
+        return cls(
+            params_of_d=tuple(params_of_d),
+            d_lo=config.d_lo,
+            d_hi=config.d_hi,
+            chance=chance,
+            level=config.level,
+            chance_corrected=config.chance_corrected,
+            precision=config.precision,
+            budget=config.budget,
+            base_seed=config.base_seed,
+            **maths,
+        )
+
+    def run_seed(self, key: tuple, d: int, replicate: int) -> int:
+        """The seed of the run ``replicate`` at size ``d`` of the study ``key`` names (its
+        mixture's ops, or its objective): :func:`run_seed` of the base seed."""
+        return run_seed(self.base_seed, key, d, replicate)
 
     @cached_property
     def sizes(self) -> np.ndarray:
@@ -235,6 +295,13 @@ class SearchSettings:
         """Expected cost of one run at d, in cost units."""
         d = np.asarray(d, dtype=float)
         return self.cost_a + self.cost_b * d**2
+
+
+def run_seed(base_seed: int, key: tuple, d_model: int, replicate: int) -> int:
+    """The training seed of one run, from (base seed, the study's key: its mixture's ops, or
+    its objective, d, replicate)."""
+    blob = repr((base_seed, tuple(key), d_model, replicate)).encode()
+    return int.from_bytes(hashlib.sha256(blob).digest()[:4], "little")
 
 
 def with_overrides(settings: SearchSettings, overrides: Mapping[str, object]) -> SearchSettings:

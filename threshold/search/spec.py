@@ -18,16 +18,18 @@ from threshold.config import (
     ModelConfig,
     Recipe,
     TrainConfig,
+    param_count,
     pretrain_task,
     transfer_model_config,
 )
 from threshold.errors import ConfigError, ThresholdError
 from threshold.options import RECIPE, SEARCH, SETTINGS, TASK, recipe_of
-from threshold.search.settings import SearchConfig
+from threshold.search.objective import OBJECTIVE_ATTR, ObjectiveSettings
+from threshold.search.settings import SearchConfig, SearchSettings
 from threshold.tasks import TaskConfig
 from threshold.tasks.generate import split_ops
 
-__all__ = ["StudySettings"]
+__all__ = ["StudySettings", "read_settings"]
 
 _SEARCH_FIELD = {"seed": "base_seed"}  # search options named otherwise than their field
 
@@ -58,6 +60,25 @@ class StudySettings:
         task = self.task
         n_ctx = self.train.context(task.max_len)
         return ModelConfig(len(task.vocab), n_ctx, d_model, **dict(self.model))
+
+    @property
+    def seed_key(self) -> tuple[str, ...]:
+        """What a run's seed derives from beside the base seed, d and replicate: the mixture."""
+        return self.task.ops
+
+    def policy(self, chance: float) -> SearchSettings:
+        """The policy's view of the study: each allowed d with its model's parameter count, the
+        search as stored, unlearned runs at ``chance``."""
+        search = self.search
+        table = (
+            (d, param_count(self.model_config(d))["total"])
+            for d in range(search.d_min, search.d_max + 1)
+        )
+        return SearchSettings.of(search, table, chance)
+
+    def value_name(self) -> str:
+        """What a trial's value is, as Optuna and optuna-dashboard show it."""
+        return f"{self.task.measured_op} test accuracy ({self.train.decoding})"
 
     @classmethod
     def build(
@@ -162,6 +183,14 @@ class StudySettings:
         source = f"from-{'+'.join(self.pretrain)}-" if self.pretrain else ""
         mix = "+".join(task.ops)
         return f"{task.testbed}{task.n}-{mix}-{task.measured_op}-{source}{self.recipe}-{digest}"
+
+
+def read_settings(attrs: dict) -> StudySettings | ObjectiveSettings:
+    """A study's settings from its user attributes: an objective's study
+    (:class:`~threshold.search.objective.ObjectiveSettings`) or a testbed's."""
+    if OBJECTIVE_ATTR in attrs:
+        return ObjectiveSettings.from_attrs(attrs)
+    return StudySettings.from_attrs(attrs)
 
 
 def _check_source(task: TaskConfig, recipe: Recipe, pretrain: tuple[str, ...], d: int) -> None:

@@ -39,7 +39,7 @@ from threshold.errors import ConfigError, ThresholdError
 from threshold.files import atomic_write
 from threshold.meta import git_commit, version
 from threshold.search.settings import STOP_RULES, SearchConfig
-from threshold.search.spec import StudySettings
+from threshold.search.spec import StudySettings, read_settings
 
 __all__ = [
     "RESULT_ATTR",
@@ -375,7 +375,7 @@ def create_or_load_study(
 
 def metric_name(settings: StudySettings) -> str:
     """What a trial's value is, as Optuna and optuna-dashboard show it (not "Objective 0")."""
-    return f"{settings.task.measured_op} test accuracy ({settings.train.decoding})"
+    return settings.value_name()
 
 
 def name_metric(study: optuna.Study, settings: StudySettings) -> None:
@@ -421,4 +421,4 @@ def load_study(name: str, storage: RDBStorage, sampler=None) -> tuple[optuna.Stu
         known = ", ".join(names[:5]) or "none"
         raise ThresholdError(f"study {name!r} is not in this storage (studies: {known})")
     study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
-    return study, StudySettings.from_attrs(study.user_attrs)
+    return study, read_settings(study.user_attrs)

@@ -20,7 +20,6 @@ import logging
 import os
 import socket
 import tempfile
-import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -29,32 +28,31 @@ from pathlib import Path
 
 import optuna
 from optuna.artifacts import upload_artifact
-from optuna.storages import fail_stale_trials
 from optuna.trial import TrialState
 
 from threshold.config import Execution, ModelConfig, TrainConfig, param_count, pretrain_task
-from threshold.errors import ThresholdError
 from threshold.files import atomic_write
 from threshold.interrupt import interrupted, raise_if_interrupted
 from threshold.model import RecurrentTransformer
 from threshold.search import record
-from threshold.search.fit import transition_estimate
-from threshold.search.notes import NoteRender, write_note
-from threshold.search.policy import decide
-from threshold.search.sampler import (
-    CANCEL,
-    PARAM,
-    QueueOnly,
-    TransitionSampler,
-    run_seed,
-    split_trials,
-)
+from threshold.search.notes import NoteRender
+from threshold.search.sampler import PARAM, QueueOnly, TransitionSampler, run_seed
 from threshold.search.spec import StudySettings
 from threshold.search.study import (
     artifact_store,
     load_study,
     open_storage,
     training_state_path,
+)
+from threshold.search.trials import (
+    Cancelled,
+    Heartbeats,
+    decided_size,
+    enqueue_again,
+    finished,
+    next_step,
+    quiet_storage_log,
+    refresh_estimate,
 )
 from threshold.tasks import TaskData, load_task_data
 from threshold.train import Run, TrainResult, chance_rate, train_runs
@@ -75,30 +73,6 @@ HOLD_ENV = "THRESHOLD_TEST_HOLD"  # tests only: see _hold
 HOLD_AT_ENV = "THRESHOLD_TEST_HOLD_AT"  # where: "training" (default), "evaluating", "writing"
 
 
-def quiet_storage_log() -> None:
-    """Optuna's log at warnings only (a worker process: its trials are the study's record)."""
-    optuna.logging.set_verbosity(logging.WARNING)
-
-
-class Cancelled(ThresholdError):
-    """The policy decided to stop after this trial began (another worker finished the study)."""
-
-
-def refresh_estimate(
-    study: optuna.Study, sampler: TransitionSampler, notes: NoteRender | None = None
-) -> dict | None:
-    """Fit the transition to the completed trials and store it on the study (and its
-    dashboard note, worded by ``notes``, when given)."""
-    completed, _ = split_trials(study.get_trials(deepcopy=False))
-    if not completed:
-        return None
-    estimate = transition_estimate(sampler.policy, completed)
-    record.write_estimate(study, estimate, sampler.policy.chance)
-    if notes is not None:
-        write_note(study, sampler.settings, sampler.policy, estimate, notes)
-    return estimate
-
-
 @dataclass
 class _Trial:
     """A trial whose size, seed and model are decided, ready to train."""
@@ -112,10 +86,7 @@ class _Trial:
 def _begin(trial: optuna.Trial, settings: StudySettings, sampler) -> _Trial:
     """Size (from the sampler, or fixed by a retry), seed and model config of ``trial``, recorded
     on it; :class:`Cancelled` when the policy stopped the study after the trial was made."""
-    d = trial.suggest_int(PARAM, sampler.distribution.low, sampler.distribution.high)
-    cancel = trial.storage.get_trial_system_attrs(trial._trial_id).get(CANCEL)
-    if cancel is not None:
-        raise Cancelled(cancel)
+    d = decided_size(trial, sampler)
     seed = record.read_seed(trial)  # the decision's (or, on a retry, the failed trial's)
     if seed is None:  # enqueued by hand: derive a seed that no earlier run at d used
         earlier = [
@@ -204,7 +175,7 @@ def run_worker(
     store = artifact_store(execution.storage_url)
     ran = 0
     while max_trials is None or ran < max_trials:
-        step = _next_step(study, sampler, grid)
+        step = next_step(study, sampler, grid)
         if step == "wait":  # the budget counts running trials: wait for them (or their retry)
             time.sleep(min(5, execution.heartbeat_s))
             continue
@@ -221,30 +192,6 @@ def run_worker(
             break
     refresh_estimate(study, sampler, notes)
     return ran
-
-
-def _next_step(study: optuna.Study, sampler: TransitionSampler, grid: bool = False) -> str:
-    """``run`` another trial, ``wait`` for running ones, or ``stop``: stale trials of dead
-    workers are failed (and retried) first; a waiting (retried or enqueued) trial always runs.
-    A ``grid`` runs its queue only: with nothing waiting it waits for running trials (one may
-    fail and come back), then stops."""
-    raise_if_interrupted()
-    with warnings.catch_warnings():  # "experimental" since Optuna 2.9
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        fail_stale_trials(study)
-    trials = study.get_trials(deepcopy=False)
-    if any(t.state == TrialState.WAITING for t in trials):
-        return "run"
-    if grid:
-        return "wait" if any(t.state == TrialState.RUNNING for t in trials) else "stop"
-    completed, pending = split_trials(trials)
-    decision = decide(sampler.policy, completed, pending)
-    if not decision.stop:
-        return "run"
-    if decision.reason == "budget" and any(t.state == TrialState.RUNNING for t in trials):
-        return "wait"
-    log.info("study %s: stop (%s)", study.study_name, decision.reason)
-    return "stop"
 
 
 def _run_batch(study, settings, data, store, sampler, k, execution, device, notes, grid=False):
@@ -284,9 +231,9 @@ def _run_batch(study, settings, data, store, sampler, k, execution, device, note
         beats.forget(run.trial)
         refresh_estimate(study, sampler, notes)
 
-    with _Heartbeats(study, execution.heartbeat_s) as beats:
+    with Heartbeats(study, execution.heartbeat_s) as beats:
         try:
-            while len(runs) < k and (not runs or _next_step(study, sampler, grid) == "run"):
+            while len(runs) < k and (not runs or next_step(study, sampler, grid) == "run"):
                 with warnings.catch_warnings():  # heartbeats without optimize: ours, below
                     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
                     trial = study.ask()
@@ -319,21 +266,15 @@ def _run_batch(study, settings, data, store, sampler, k, execution, device, note
             cut = interrupted(e)
             # a signal can strike between a run's tell and its del; with no run live (the error
             # came before any began: the storage, say) the storage is not asked again
-            told = _finished(study) if live else set()
+            told = finished(study) if live else set()
             for run in (r for r in live.values() if r.trial.number not in told):
                 study.tell(run.trial, state=TrialState.FAIL)
                 if cut:
-                    _enqueue_again(study, run.trial)
+                    enqueue_again(study, run.trial)
             if cut and not isinstance(e, KeyboardInterrupt):
                 raise KeyboardInterrupt from e  # the process ends as the signal asked
             raise
     return len(runs), cancelled
-
-
-def _finished(study: optuna.Study) -> set[int]:
-    """The numbers of the study's trials that are told (complete, failed or pruned)."""
-    done = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
-    return {t.number for t in study.get_trials(deepcopy=False, states=done)}
 
 
 def _progress_every(runs: list[_Trial]) -> int:
@@ -387,63 +328,3 @@ def _hold(study: optuna.Study, runs: int, path: Path) -> None:
 def _state_path(execution: Execution, run: _Trial) -> Path:
     study = run.trial.study.study_name
     return training_state_path(execution.storage_url, study, run.model_cfg.d_model, run.cfg.seed)
-
-
-def _enqueue_again(study: optuna.Study, trial: optuna.Trial) -> None:
-    """A waiting copy of interrupted ``trial`` (its size, seed, attributes and the accuracies it
-    reported so far, so the dashboard's curve has no gap), which the next worker runs first and
-    continues from the trial's saved state. Unlike the retry of a stale trial, an interruption
-    is no fault, so it does not count against that retry's limit."""
-    frozen = study._storage.get_trial(trial._trial_id)
-    study.add_trial(
-        optuna.create_trial(
-            state=TrialState.WAITING,
-            params=frozen.params,
-            distributions=frozen.distributions,
-            user_attrs=frozen.user_attrs,
-            system_attrs=frozen.system_attrs | {"interrupted_trial": frozen.number},
-            intermediate_values=frozen.intermediate_values,
-        )
-    )
-
-
-class _Heartbeats:
-    """Heartbeats of a batch's running trials from a thread (``study.optimize`` has its own for
-    one trial; ask-and-tell has none), so a killed batch worker's trials go stale and retry."""
-
-    def __init__(self, study: optuna.Study, interval_s: float) -> None:
-        self.storage, self.interval_s = study._storage, interval_s
-        self.enabled = self.storage.get_heartbeat_interval() is not None  # RDB storage: yes
-        self.ids: set[int] = set()
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._beat, daemon=True)
-
-    def _beat(self) -> None:
-        while True:
-            with self.lock:
-                ids = list(self.ids)
-            for trial_id in ids:
-                self.storage.record_heartbeat(trial_id)
-            if self.stop.wait(self.interval_s):
-                return
-
-    def add(self, trial) -> None:
-        if self.enabled:
-            self.storage.record_heartbeat(trial._trial_id)
-        with self.lock:
-            self.ids.add(trial._trial_id)
-
-    def forget(self, trial) -> None:
-        with self.lock:
-            self.ids.discard(trial._trial_id)
-
-    def __enter__(self):
-        if self.enabled:
-            self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        if self.thread.is_alive():
-            self.thread.join()
