@@ -1,4 +1,6 @@
-"""The Python API's one call: :func:`find_threshold`, ``threshold find`` without the command line.
+"""The Python API: :func:`find_threshold`, ``threshold find`` without the command line, and
+:func:`find_transition` for anyone's objective, with :func:`ask` and :func:`tell` for runs
+launched elsewhere.
 
 It loads the search (Optuna, SQLAlchemy, scipy) at import; the package's front door
 (``threshold/__init__.py``), which every module of the package runs first, hands it out on first
@@ -7,17 +9,19 @@ use so that ``import threshold.tasks`` loads none of it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from threshold.config import Execution
+from threshold.config import Execution, resolve_storage
 from threshold.errors import ConfigError
 from threshold.options import EXAMPLES, SETTINGS, Option
+from threshold.search import objective_run
 from threshold.search.bounds import answer_words
-from threshold.search.find import run_search
+from threshold.search.find import Interrupted, prepare_study, run_search, snapshot
+from threshold.search.objective import ObjectiveSettings, load_objective, objective_path
 from threshold.search.spec import StudySettings
 
-__all__ = ["find_threshold"]
+__all__ = ["ask", "find_threshold", "find_transition", "tell"]
 
 
 def find_threshold(
@@ -81,12 +85,122 @@ def find_threshold(
         cache_dir=cache_dir,
     )
     outcome = run_search(settings, execution, study, poll_s=1.0, on_run=on_run)
-    if outcome.estimate is None:
+    return _result(outcome.estimate, outcome.answer)
+
+
+def _result(estimate: dict | None, ans: dict | None) -> dict | None:
+    """The estimate with whether the runs locate it, its bound if not, and its one line."""
+    if estimate is None:
         return None
-    ans = outcome.answer
     located = bool(ans and ans["located"])
     bound = None if located or ans is None else {k: ans[k] for k in ("kind", "params", "d")}
-    return outcome.estimate | {"located": located, "bound": bound, "answer": answer_words(ans)}
+    return estimate | {"located": located, "bound": bound, "answer": answer_words(ans)}
+
+
+def find_transition(
+    objective: Callable | str,
+    sizes: str | Iterable[int],
+    *,
+    params: Iterable[int] | Callable[[int], int] | None = None,
+    chance: float,
+    level: float = 0.8,
+    chance_corrected: bool = False,
+    precision: float = 2.5,
+    budget: int = 40,
+    bracket: tuple[int, int] | None = None,
+    seed: int = 0,
+    size_name: str = "size",
+    storage: str | None = None,
+    study: str | None = None,
+    workers: int = 1,
+    heartbeat_s: int | None = None,
+    oversubscribe: bool = False,
+) -> dict:
+    """Locate the transition of anyone's experiment: the smallest size at which
+    ``objective(size, seed)`` reaches ``level`` x its asymptotic accuracy, with the sampler,
+    posterior and stop of :func:`find_threshold`.
+
+    ``objective`` trains a model of ``size`` with ``seed`` and returns its accuracy (a number
+    in [0, 1], or a dict with ``accuracy`` and other metrics, recorded on the trial); a function
+    or its import path ``"pkg.module:function"``. ``sizes``: ``"4..256"``, ``"4,8,16"`` or the
+    integers; ``params`` the parameter count of each size (a list in their order, or a function
+    of the size; default the size itself: the search works in ln of it); ``chance`` the accuracy
+    of a run that learns nothing; ``bracket`` the first sizes run (default the smallest and the
+    largest); ``size_name`` the size axis in your words, as reports show it. The study lives in
+    ``storage`` (default: ``$THRESHOLD_STORAGE`` or one SQLite file) under ``study`` (default:
+    derived from the settings); calling again resumes it. ``workers`` 1 calls the objective in
+    this process; K > 1 starts K processes that import it by its path; 0 creates the study and
+    runs nothing (:func:`ask` and :func:`tell`, or ``threshold worker`` elsewhere, run it).
+
+    Returns the estimate, as :func:`find_threshold`'s (``params_p80``, ``interval_params``,
+    ``d_p80`` the size, ``located`` or ``bound``, ``answer``), with ``study``: its name (alone
+    where no run completed). An interrupt fails the running trial, to be run again on resuming,
+    and raises KeyboardInterrupt.
+    """
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
+        raise ConfigError(f"workers {workers!r} is not allowed: give 0 or more")
+    if isinstance(objective, str) and workers == 0 and ":" not in objective:
+        path = objective  # a name for runs launched elsewhere: nothing imports it
+    else:
+        path = objective_path(objective)
+    if path is None:
+        if workers > 1:
+            raise ConfigError(
+                f"objective {objective!r} cannot be imported by a worker process: give its "
+                "import path, 'pkg.module:function', of a function in a module, or workers=1"
+            )
+        path = f"{getattr(objective, '__module__', '')}:{getattr(objective, '__qualname__', '')}"
+    settings = ObjectiveSettings.make(
+        path,
+        sizes,
+        params,
+        chance=chance,
+        level=level,
+        chance_corrected=chance_corrected,
+        precision=precision,
+        budget=budget,
+        bracket=bracket,
+        seed=seed,
+        size_name=size_name,
+    )
+    execution = Execution().but(
+        storage=storage,
+        workers=max(workers, 1),
+        device="cpu",
+        heartbeat_s=heartbeat_s,
+        oversubscribe=oversubscribe,
+    )
+    if workers != 1:
+        outcome = run_search(settings, execution, study, poll_s=1.0, create_only=workers == 0)
+        return (_result(outcome.estimate, outcome.answer) or {}) | {"study": outcome.study}
+    name, url = prepare_study(settings, execution, study)
+    fn = objective if callable(objective) else load_objective(path)
+    try:
+        objective_run.run_objective_worker(name, url, fn, execution.heartbeat_s)
+    except KeyboardInterrupt:
+        raise Interrupted(name) from None
+    final = snapshot(url, name)
+    return (_result(final["estimate"], final["answer"]) or {}) | {"study": name}
+
+
+def ask(study: str, storage: str | None = None, n: int = 1) -> dict:
+    """The next ``n`` runs of an objective's study (made by :func:`find_transition` or
+    ``threshold find --objective``), each ``{"trial", "size", "seed", "params"}``: train
+    them anywhere, then :func:`tell` each. ``stop`` says why fewer came (else None)."""
+    return objective_run.ask(study, resolve_storage(storage), n)
+
+
+def tell(
+    study: str,
+    trial: int,
+    accuracy: float | dict | None = None,
+    storage: str | None = None,
+    failed: bool = False,
+) -> dict:
+    """Record trial ``trial``'s accuracy (or a dict with ``accuracy`` and metrics), or that
+    it ``failed``; returns the study's estimate, its answer, located or bound, and status."""
+    out = objective_run.tell(study, resolve_storage(storage), trial, accuracy, failed)
+    return out | {"answer_words": answer_words(out["answer"])}
 
 
 _KIND_WORDS = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}

@@ -56,6 +56,14 @@ COMMANDS = {
         "threshold.cli.data_cmd:data",
         "Print example sequences exactly as the model sees them.",
     ),
+    "ask": Command(
+        "threshold.cli.objective_cmds:ask",
+        "Print the next sizes and seeds to train in an objective's study.",
+    ),
+    "tell": Command(
+        "threshold.cli.objective_cmds:tell",
+        "Record a run's accuracy in an objective's study, and print the answer so far.",
+    ),
     "worker": Command(
         "threshold.cli.worker_cmd:worker",
         "Join a study (from this or another machine) and run its trials until it is done.",

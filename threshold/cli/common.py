@@ -161,15 +161,17 @@ def wide_console(*texts: str, rest: int = 60):
     return console if console.width >= need else Console(width=need)
 
 
-def run_words(row: dict) -> str:
+def run_words(row: dict, size_name: str = "d") -> str:
     """``d = 16 (4,816 params) accuracy 0.912 (learned, 21 s)``: one finished run of a study
-    (a row of :func:`threshold.search.find.snapshot`), as each command following a study says it."""
+    (a row of :func:`threshold.search.find.snapshot`), as each command following a study says it;
+    an objective's run names its size as the study does, its parameters where it counts them."""
+    size = f"{size_name} = {row['d_model']}"
     if row["state"] == "COMPLETE":
-        return (
-            f"d = {row['d_model']} ({row['params_total'] or 0:,} params) accuracy "
-            f"{row['accuracy']:.3f} ({row['stop_reason']}, {row['seconds'] or 0:.0f} s)"
-        )
-    return f"d = {row['d_model']} failed (retried if its worker died)"
+        params = row["params_total"] or 0
+        counts = "" if params == row["d_model"] else f" ({params:,} params)"
+        why = f"{row['stop_reason']}, " if row["stop_reason"] is not None else ""
+        return f"{size}{counts} accuracy {row['accuracy']:.3f} ({why}{row['seconds'] or 0:.0f} s)"
+    return f"{size} failed (retried if its worker died)"
 
 
 def pace_words(snap: dict, slots: int) -> str | None:

@@ -23,6 +23,15 @@ from threshold.cli.common import (
     run_words,
     takes,
 )
+from threshold.cli.objective_cmds import (
+    Bracket,
+    Chance,
+    Objective,
+    Params,
+    SizeName,
+    Sizes,
+    objective_settings,
+)
 from threshold.config import Execution, fitted_words
 from threshold.interrupt import exit_status
 from threshold.options import EXECUTION, RECIPE, SEARCH, TASK, execution_of
@@ -43,6 +52,12 @@ def find(
     study: Annotated[str | None, typer.Option(help="Study name \\[default: derived].")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     batch: OldBatch = None,
+    objective: Objective = None,
+    sizes: Sizes = None,
+    params: Params = None,
+    chance: Chance = None,
+    size_name: SizeName = "size",
+    bracket: Bracket = None,
 ) -> None:
     """Locate the learning transition of a mixture with an Optuna study."""
 
@@ -50,9 +65,16 @@ def find(
         refuse_old_batch(batch)
         workers = execution["workers"]  # 0: the study only (run_search's create_only)
         runs = execution_of(execution | {"workers": workers or 1})  # checked before the study
-        settings = StudySettings.from_options(**task, **search, **recipe)
-        typed = {k for k, v in recipe.items() if v is not None}
-        notes = [f"note: {words}" for words in fitted_words(settings.train, typed)]
+        if objective is None:
+            settings = StudySettings.from_options(**task, **search, **recipe)
+            typed = {k for k, v in recipe.items() if v is not None}
+            notes = [f"note: {words}" for words in fitted_words(settings.train, typed)]
+        else:  # anyone's experiment, its sizes in its own words
+            values = {"objective": objective, "sizes": sizes, "params": params}
+            values |= {"chance": chance, "size_name": size_name, "bracket": bracket}
+            defaults = StudySettings.defaults()
+            given = [k for k, v in (task | recipe).items() if v is not None and v != defaults[k]]
+            settings, notes = objective_settings(values, search, given), []
         storage_log_level(logging.WARNING)  # not Optuna's "A new study created": the lines below
         slots = runs.workers * worker_trials(runs)
         try:
@@ -115,7 +137,8 @@ class _LiveView:
     def run_ended(self, row: dict, snap: dict) -> None:
         if self.plain:
             typer.echo(
-                f"trial {row['number']}: {run_words(row)}; {answer_words(snap['answer'])}",
+                f"trial {row['number']}: {run_words(row, snap['size_name'])}; "
+                f"{answer_words(snap['answer'])}",
                 err=True,
             )
             self._pace(snap)
@@ -173,7 +196,7 @@ def _trials_table(snap: dict, slots: int = 1):
             " (90 s at the default --heartbeat 30)"
         )
     table = Table(title=f"study {snap['study']}", caption=caption)
-    for col in ("trial", "d", "params", "seed", "accuracy", "time", "state"):
+    for col in ("trial", snap["size_name"], "params", "seed", "accuracy", "time", "state"):
         table.add_column(col, justify="right")
     for r in snap["trials"][-20:]:
         if r["accuracy"] is not None:
@@ -210,7 +233,7 @@ def _print_summary(report: dict) -> None:
     else:
         runs = f"{n} runs, {new} of them new, in {report['wall_s']:.0f} s"
     lines = [f"study {report['study']}: {runs}"]
-    if ans["located"]:
+    if ans["located"] and not ans.get("size_name"):
         lo, hi = est["interval_params"]
         lines += [
             f"80% point: {est['params_p80']:,.0f} parameters (d = {est['d_p80']:.1f}), "

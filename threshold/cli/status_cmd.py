@@ -34,7 +34,14 @@ def status(
             return
         table = Table(title="studies")
         table.add_column("study", no_wrap=True)
-        for col in ("runs", "running", "80% point (params)", "90% interval", "d"):
+        named = any((r["answer"] or {}).get("size_name") for r in rows)  # objectives' studies
+        for col in (
+            "runs",
+            "running",
+            "80% point (params)",
+            "90% interval",
+            "size" if named else "d",
+        ):
             table.add_column(col, justify="right")
         for r in rows:
             table.add_row(r["study"], str(r["n_complete"]), str(r["n_running"]), *_cells(r))
@@ -58,8 +65,11 @@ def _cells(row: dict) -> tuple[str, str, str]:
     if ans["located"]:
         interval = "-" if ans["interval"] is None else "{:,.0f} - {:,.0f}".format(*ans["interval"])
         d = f"{ans['median_d']:.1f}" if ans["median_d"] is not None else "-"
+        if ans.get("size_name") and d != "-":  # an objective's: the size in its words
+            d = f"{ans['size_name']} {d}"
         return f"{ans['median']:,.0f}", interval, d
     if ans["kind"] in ("lower bound", "upper bound"):
         sign = ">" if ans["kind"] == "lower bound" else "<="
-        return f"{sign} {ans['params']:,.0f}", "not located", f"{sign} {ans['d']}"
+        size = f"{ans['size_name']} " if ans.get("size_name") else ""
+        return f"{sign} {ans['params']:,.0f}", "not located", f"{size}{sign} {ans['d']}"
     return "not located", "not located", "-"

@@ -22,6 +22,7 @@ from threshold.errors import ThresholdError
 from threshold.interrupt import exit_status, install
 from threshold.report.notes import NOTE_RENDER
 from threshold.search.find import die_with_parent
+from threshold.search.objective_run import run_objective_worker
 from threshold.search.worker import quiet_storage_log, run_worker
 from threshold.train.graphs import write_capture_counts
 
@@ -39,7 +40,12 @@ def main(argv: list[str]) -> int:
     quiet_storage_log()
     try:
         job = json.loads(argv[0])
-        run_worker(job["study_name"], Execution(**job["execution"]), notes=NOTE_RENDER)
+        execution = Execution(**job["execution"])
+        if job.get("objective"):  # an objective's study: call it, train nothing ourselves
+            url, beat = execution.storage_url, execution.heartbeat_s
+            run_objective_worker(job["study_name"], url, heartbeat_s=beat)
+        else:
+            run_worker(job["study_name"], execution, notes=NOTE_RENDER)
     except ThresholdError as e:
         log.error("error: %s", e)
         return 2

@@ -19,6 +19,9 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from threshold.search import runs
+from threshold.search.bounds import answer, answer_words, with_size_words
+from threshold.search.fit import transition_estimate
+from threshold.search.objective import ObjectiveSettings
 from threshold.search.policy import SearchSettings, decide
 from threshold.search.settings import run_seed
 
@@ -104,6 +107,53 @@ class TransitionSampler(BaseSampler):
                     log.warning("trials %s recorded no decision in time; going on", undecided)
                 return trials
             time.sleep(0.1)
+
+    # A plain Optuna study: ``optuna.create_study(sampler=TransitionSampler(...))`` with the
+    # user's own loop (docs/your-own-experiment.md#your-own-optuna-loop).
+
+    @classmethod
+    def for_objective(cls, name: str, sizes, params=None, **search) -> TransitionSampler:
+        """A sampler for a plain Optuna study of objective ``name`` over ``sizes`` (with
+        ``params`` a count a size, and ``chance`` and the search's other settings as
+        :meth:`ObjectiveSettings.make` takes them)."""
+        settings = ObjectiveSettings.make(name, sizes, params, **search)
+        return cls(settings, settings.chance)
+
+    def suggest(self, trial: optuna.Trial) -> tuple[int, int]:
+        """In an objective: the size and the seed to run (the size suggested as ``d_model``);
+        ``optuna.TrialPruned`` where the policy stopped the study after the trial began (a
+        parallel worker took the last slot), which ``optimize`` records and goes on from."""
+        size = trial.suggest_int(PARAM, self.distribution.low, self.distribution.high)
+        if CANCEL in trial.storage.get_trial_system_attrs(trial._trial_id):
+            raise optuna.TrialPruned("the study is done")
+        seed = runs.read_seed(trial)
+        if seed is None:  # enqueued by hand: a replicate past every earlier one
+            seed = self.policy.run_seed(self.settings.seed_key, size, trial.number)
+            runs.write_seed(trial, seed)
+        params = dict(self.policy.params_of_d)[size]
+        trial.storage.set_trial_user_attr(trial._trial_id, runs.PARAMS_TOTAL, params)
+        return size, seed
+
+    def stop(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        """An ``optimize`` callback: ``study.stop()`` once the policy stops (its precision, its
+        budget, or a transition beyond the sizes)."""
+        completed, pending = split_trials(study.get_trials(deepcopy=False))
+        if decide(self.policy, completed, pending).stop:
+            study.stop()
+
+    def answer(self, study: optuna.Study) -> dict | None:
+        """The study's estimate (as :func:`threshold.find_transition` returns it, without
+        ``study``): the 80% point, its 90% interval, located or a bound; None before a run."""
+        trials = study.get_trials(deepcopy=False)
+        completed, _ = split_trials(trials)
+        if not completed:
+            return None
+        estimate = transition_estimate(self.policy, completed)
+        rows = [(r.d_model, r.params_total, r.value) for r in map(runs.read_run, trials)]
+        found = answer([row for row in rows if row[1] and row[2] is not None], estimate)
+        found = with_size_words(found, self.settings.size_name, self.settings.counted)
+        located = bool(found and found["located"])
+        return estimate | {"located": located, "answer": answer_words(found)}
 
     def sample_independent(self, study, trial, param_name, param_distribution):
         # Only reached for parameters outside the relative space: this study has none.
