@@ -137,7 +137,7 @@ class _LiveView:
     def run_ended(self, row: dict, snap: dict) -> None:
         if self.plain:
             typer.echo(
-                f"trial {row['number']}: {run_words(row, snap['size_name'])}; "
+                f"trial {row['number']}: {run_words(row, snap.get('size_name', 'd'))}; "
                 f"{answer_words(snap['answer'])}",
                 err=True,
             )
@@ -196,7 +196,7 @@ def _trials_table(snap: dict, slots: int = 1):
             " (90 s at the default --heartbeat 30)"
         )
     table = Table(title=f"study {snap['study']}", caption=caption)
-    for col in ("trial", snap["size_name"], "params", "seed", "accuracy", "time", "state"):
+    for col in ("trial", snap.get("size_name", "d"), "params", "seed", "accuracy", "time", "state"):
         table.add_column(col, justify="right")
     for r in snap["trials"][-20:]:
         if r["accuracy"] is not None:

@@ -8,7 +8,7 @@ The page lists the studies in the order of the transitions table, and every list
 
 from __future__ import annotations
 
-from threshold.report.data import Collected, StudyData, study_title
+from threshold.report.data import Collected, StudyData, measured_words, other_ops, study_title
 from threshold.report.results import FORMAT
 from threshold.report.sentences import bound_phrase, bound_words, findings, transition_text
 from threshold.report.settings_table import recipes, settings_rows
@@ -74,7 +74,7 @@ def _row(s: StudyData) -> Row:
         name=s.name,
         label=s.label,
         anchor=anchor(s.name),
-        measured_op=s.settings.task.measured_op.upper(),
+        measured_op=measured_words(s.settings),
         n_runs=len(s.runs),
         status=s.status,
         params_p80=est.params_p80,
@@ -142,7 +142,7 @@ def _study(
     typed = _estimate(s)
     est = typed.to_dict()  # the keys the record does not type: midpoint, fit, seed spread
     fit = est.get("fit") or {}
-    others = tuple(op for op in s.settings.task.ops if op != s.settings.task.measured_op)
+    others = other_ops(s.settings)
     spread = est.get("seed_spread") or {}
     near = near_transition_words(est) if est else None
     chance = Estimate.from_dict(s.estimate or {}).chance  # also of a study with too few runs
@@ -299,7 +299,9 @@ def build(
         transfer=tuple(
             _transfer(t, f) for t, f in zip(collected.transfer, transfer_figures, strict=True)
         ),
-        efficiency=tuple(_efficiency(by_name[n][0]) for n in order),
+        efficiency=tuple(  # an objective's study: its compute is the user's, not known here
+            _efficiency(by_name[n][0]) for n in order if by_name[n][0].efficiency
+        ),
         pretraining_excluded=any(s.settings.pretrain for s in studies),
         budget=tuple(row for n in order for row in _budget_rows(by_name[n][0])),
         recipes=recipes(studies),

@@ -17,6 +17,7 @@ from threshold.config import recipe_words
 from threshold.search.bounds import near_chance_words
 from threshold.search.fit import PLATEAU_GAP, stray_mass, strays
 from threshold.search.notes import MIN_RUNS
+from threshold.search.objective import ObjectiveSettings
 from threshold.search.settings import SearchSettings
 from threshold.search.spec import StudySettings
 
@@ -90,6 +91,7 @@ class StudyData:
             "warning": self.warning or None,
             "search_status": self.search_status,
             "settings": self.stored_settings
+            or _objective_json(s)
             or {
                 "task": s.task.to_dict(),
                 "train": s.train.to_dict(),
@@ -133,10 +135,33 @@ class Collected:
     git_commit: str = ""
 
 
+def _objective_json(settings) -> dict | None:
+    """An objective study's settings as results.json holds them; None for a testbed's."""
+    if not isinstance(settings, ObjectiveSettings):
+        return None
+    return {k: json.loads(v) for k, v in settings.to_attrs().items()}
+
+
+def measured_words(settings) -> str:
+    """What a study's value measures: its op (``ADD``), or an objective's ``accuracy``."""
+    if isinstance(settings, ObjectiveSettings):
+        return "accuracy"
+    return settings.task.measured_op.upper()
+
+
+def other_ops(settings) -> tuple[str, ...]:
+    """The ops of a study's mixture besides the one measured (none for an objective's)."""
+    if isinstance(settings, ObjectiveSettings):
+        return ()
+    return tuple(op for op in settings.task.ops if op != settings.task.measured_op)
+
+
 def study_title(settings: StudySettings, recipe: str | None = None) -> str:
     """``ADD in MAX+MED+ADD, mod 10``; ``ADD after MAX+MED, mod 10`` with pretraining; the recipe
     (``recipe``, default: its words, nothing for plain ``fast``), weights and exposure control in
-    brackets."""
+    brackets. An objective's study: its objective, by the size axis's name."""
+    if isinstance(settings, ObjectiveSettings):
+        return f"{settings.objective} by {settings.size_name}"
     task = settings.task
     measured = task.measured_op.upper()
     where = f"mod {task.n}" if task.testbed == "listops" else f"{task.testbed} S_{task.n}"
@@ -154,7 +179,9 @@ def study_title(settings: StudySettings, recipe: str | None = None) -> str:
 
 def recipe_of(settings: StudySettings) -> str:
     """The recipe in words: ``fast``, or ``fast + init_std 0.02, weight_decay 0.01`` (``paper +
-    split groups``: a split other than the recipe's)."""
+    split groups``: a split other than the recipe's); ``objective``: the user's own runs."""
+    if isinstance(settings, ObjectiveSettings):
+        return "objective"
     return recipe_words(settings.train, dict(settings.model), settings.task) or "fast"
 
 

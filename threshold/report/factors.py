@@ -14,9 +14,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from threshold.report.data import StudyData
+from threshold.report.data import StudyData, measured_words
 from threshold.search.bounds import LOCATING_RUNS, NONE, POINT, factor_bound, locate, sizes_only
 from threshold.search.fit import reduction_factor
+from threshold.search.objective import ObjectiveSettings
 from threshold.search.posterior import difference_distribution, weighted_quantiles
 
 __all__ = [
@@ -71,7 +72,10 @@ def factor(base: dict, study: dict) -> dict:
 
 
 def where(s: StudyData) -> tuple[str, int]:
-    """A study's testbed and modulus (degree for permutations): what a baseline must share."""
+    """A study's testbed and modulus (degree for permutations): what a baseline must share;
+    an objective's study shares with every other objective's (their sizes are the user's)."""
+    if isinstance(s.settings, ObjectiveSettings):
+        return "objective", 0
     return s.settings.task.testbed, s.settings.task.n
 
 
@@ -193,9 +197,12 @@ def locate_transitions(s: StudyData) -> None:
 
 
 def _measured(s: StudyData) -> str:
-    return s.settings.task.measured_op
+    return measured_words(s.settings)
 
 
 def _recipe(s: StudyData) -> tuple:
-    """What a study's runs train with: its training settings and model side, seed aside."""
+    """What a study's runs train with: its training settings and model side, seed aside (an
+    objective's: the user's, not known here)."""
+    if isinstance(s.settings, ObjectiveSettings):
+        return ("objective",)
     return s.settings.train.to_dict(), s.settings.model

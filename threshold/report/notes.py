@@ -22,6 +22,7 @@ from threshold.report.text import near_transition_words
 from threshold.search.bounds import answer, answer_words, near_chance_words
 from threshold.search.fit import MIN_POINTS
 from threshold.search.notes import MIN_RUNS, NoteRender, NoteRun, curve_sizes, fit_accuracy
+from threshold.search.objective import ObjectiveSettings
 from threshold.search.spec import StudySettings
 
 __all__ = [
@@ -67,6 +68,8 @@ class Note:
 
 
 def _title(settings: StudySettings) -> str:
+    if isinstance(settings, ObjectiveSettings):
+        return f"{settings.objective} by {settings.size_name}"
     task = settings.task
     where = f"listops mod {task.n}" if task.testbed == "listops" else f"{task.testbed} S_{task.n}"
     recipe = recipe_words(settings.train, dict(settings.model), task)
@@ -77,7 +80,29 @@ def _title(settings: StudySettings) -> str:
     return f"{measured} in {'+'.join(op.upper() for op in task.ops)} ({where})"
 
 
+def _objective_lines(settings: ObjectiveSettings) -> list[str]:
+    """An objective's study: the objective, its sizes, the model analyses not applying."""
+    o = settings
+    counts = "with their parameter counts" if o.counted else "no parameter counts (the size)"
+    return [
+        f"- **Objective**: {o.objective}(size, seed), the runs your own; {o.size_name} "
+        f"{o.sizes[0]}..{o.sizes[-1]} ({len(o.sizes)} sizes, {counts}); chance {o.chance:g}",
+        "- **Analyses**: do not apply (they read threshold's own model checkpoints)",
+    ]
+
+
 def _settings_lines(settings: StudySettings, attrs: dict) -> tuple[str, ...]:
+    if isinstance(settings, ObjectiveSettings):
+        search = settings.search
+        lines = [
+            *_objective_lines(settings),
+            f"- **Search**: precision {search.precision:g}x, budget {search.budget} runs, first "
+            f"bracket {search.d_lo}-{search.d_hi}, level {search.level:g}, base seed "
+            f"{search.base_seed}",
+        ]
+        version, commit = attrs.get("version"), attrs.get("git_commit")
+        lines.append(f"- threshold {version or '?'}, commit {str(commit or '?')[:10]}")
+        return tuple(lines)
     task, train, search = settings.task, settings.train, settings.search
     n_train = task.n_train if task.n_train is not None else 5000 * task.n
     level = (

@@ -30,6 +30,7 @@ from threshold.report.efficiency import efficiency
 from threshold.report.factors import compare, x80_marginal
 from threshold.search.fit import transition_posterior, transition_reading
 from threshold.search.notes import MIN_RUNS, curve_sizes
+from threshold.search.objective import ObjectiveSettings
 from threshold.search.posterior import curve_quantiles
 from threshold.search.record import (
     Estimate,
@@ -167,7 +168,8 @@ def _public_url(url: str) -> str:
 
 def _run_rows(view: StudyView) -> list[dict]:
     """The completed runs (with a size and a value): those the estimate is made from."""
-    measure = view.settings.task.measured_op
+    task = getattr(view.settings, "task", None)  # an objective's study has none
+    measure = task.measured_op if task is not None else None
     return [
         {
             "trial": r.number,
@@ -286,7 +288,8 @@ def _study_data(view: StudyView, analysis_dir: Path) -> StudyData:
         min([settings.search.d_lo, *[r["d"] for r in runs]]),
         max([settings.search.d_hi, *[r["d"] for r in runs]]),
     ]
-    data.efficiency = efficiency(runs, settings, d_range, view.n_failed)
+    if not isinstance(settings, ObjectiveSettings):  # an objective's cost is the user's own
+        data.efficiency = efficiency(runs, settings, d_range, view.n_failed)
     data.analyses = _analyses(view, runs, analysis_dir)
     if data.ok:
         data.budget = _budget(view, policy)

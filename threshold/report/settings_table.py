@@ -7,6 +7,7 @@ from __future__ import annotations
 from threshold.config import recipe_fields
 from threshold.report.data import StudyData, recipe_of, recipe_tags
 from threshold.report.view import RecipeView
+from threshold.search.objective import ObjectiveSettings
 
 __all__ = ["recipe_table_words", "recipes", "settings_rows"]
 
@@ -22,6 +23,8 @@ def recipes(studies: list[StudyData]) -> tuple[RecipeView, ...]:
     out = []
     for words, tag in tags.items():
         mine = [s for s in studies if recipe_of(s.settings) == words]
+        if isinstance(mine[0].settings, ObjectiveSettings):  # the user's own runs: no recipe
+            continue
         each = [recipe_fields(s.settings.train, dict(s.settings.model)) for s in mine]
         fields = tuple(
             (k, _value_words(each[0][k]) if all(e[k] == each[0][k] for e in each) else "varies")
@@ -41,6 +44,8 @@ def recipe_table_words(train, model: dict) -> str:
 
 def settings_rows(s: StudyData, chance: float | None) -> tuple[tuple[str, str], ...]:
     """(setting, value) pairs that define a study."""
+    if isinstance(s.settings, ObjectiveSettings):
+        return _objective_rows(s, chance)
     task, train, search = s.settings.task, s.settings.train, s.settings.search
     n_train = task.n_train if task.n_train is not None else 5000 * task.n
     level = (
@@ -78,6 +83,35 @@ def settings_rows(s: StudyData, chance: float | None) -> tuple[tuple[str, str], 
         ),
         ("transition", level),
         ("chance", "-" if chance is None else f"{chance:.3f} (majority answer or 1/n)"),
+        (
+            "threshold",
+            f"{s.attrs.get('version') or '?'}, commit {str(s.attrs.get('git_commit') or '?')[:10]}",
+        ),
+    )
+
+
+def _objective_rows(s: StudyData, chance: float | None) -> tuple[tuple[str, str], ...]:
+    """An objective's study: its objective, its sizes, and the search; the model analyses
+    (embeddings, layer usage) do not apply, its runs keeping no model of ours."""
+    o, search = s.settings, s.settings.search
+    counts = "its parameter counts given" if o.counted else "no parameter counts: the size itself"
+    level = (
+        f"chance + {search.level:g} x (asymptote - chance)"
+        if search.chance_corrected
+        else f"{search.level:g} x asymptote (the paper's wording)"
+    )
+    return (
+        ("study", s.name),
+        ("objective", f"{o.objective}(size, seed), its runs your own"),
+        ("size", f"{o.size_name}: {len(o.sizes)} sizes {o.sizes[0]}..{o.sizes[-1]}, {counts}"),
+        (
+            "search",
+            f"precision {search.precision:g}x, budget {search.budget} runs, first bracket "
+            f"{search.d_lo}-{search.d_hi}, base seed {search.base_seed}, each run costing one",
+        ),
+        ("transition", level),
+        ("chance", "-" if chance is None else f"{chance:.3f} (as given)"),
+        ("analyses", "do not apply: the model analyses read threshold's own checkpoints"),
         (
             "threshold",
             f"{s.attrs.get('version') or '?'}, commit {str(s.attrs.get('git_commit') or '?')[:10]}",

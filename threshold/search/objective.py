@@ -19,6 +19,7 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from threshold.errors import ConfigError, ThresholdError
 from threshold.search.settings import SearchConfig, SearchSettings
@@ -76,6 +77,7 @@ class ObjectiveSettings:
     chance: float  # the accuracy a run that learns nothing sits at
     search: SearchConfig  # its d_min and d_max are the smallest and largest size
     size_name: str = "size"  # the size axis in the user's words ("hidden width")
+    pretrain: ClassVar[tuple[str, ...]] = ()  # as a testbed study's: no run is pretrained
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sizes", tuple(int(s) for s in self.sizes))

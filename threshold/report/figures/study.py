@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
-from threshold.report.data import StudyData
+from threshold.report.data import StudyData, other_ops
 from threshold.report.figures.common import (
     COLORS,
     is_located,
@@ -21,6 +21,7 @@ from threshold.report.figures.common import (
     save_png,
 )
 from threshold.search.notes import fit_accuracy
+from threshold.search.objective import ObjectiveSettings
 
 __all__ = ["study_figure"]
 
@@ -43,7 +44,8 @@ def _d_axis(ax, s: StudyData) -> None:
         return np.exp(np.where(u < log_d[0], below, np.where(u > log_d[-1], above, inside)))
 
     top = ax.secondary_xaxis("top", functions=(to_d, to_params))
-    top.set_xlabel("embedding size d", fontsize=9)
+    words = getattr(s.settings, "size_name", "embedding size d")  # an objective's, its own
+    top.set_xlabel(words, fontsize=9)
     lo, hi = policy.sizes[0], policy.sizes[-1]  # beyond the size table d is not defined
 
     def ticks(values):
@@ -61,14 +63,12 @@ def study_figure(s: StudyData, path: Path) -> Path:
     their 90% intervals; the other ops of the mixture as faint points."""
     fig = Figure(figsize=(8.2, 4.9), layout="constrained")
     ax = fig.subplots()
-    task = s.settings.task
-    measure = task.measured_op
+    objective = isinstance(s.settings, ObjectiveSettings)  # anyone's: its own axis words
+    measure = "accuracy" if objective else s.settings.task.measured_op.upper()
     runs = [r for r in s.runs if r["params"]]
     params = np.array([r["params"] for r in runs], dtype=float)  # (N,)
     markers = iter("s^vP*X")
-    for op in task.ops:
-        if op == measure:
-            continue
+    for op in other_ops(s.settings):
         ys = [r["accuracy_ops"].get(op) for r in runs]
         keep = [i for i, y in enumerate(ys) if y is not None]
         if keep:
@@ -158,7 +158,7 @@ def study_figure(s: StudyData, path: Path) -> Path:
         s=26,
         alpha=0.8,
         zorder=4,
-        label=f"{measure.upper()} test accuracy, one point per run",
+        label=f"{measure} {'' if objective else 'test accuracy'}, one point per run",
     )
     if est is None:
         ax.text(
@@ -176,8 +176,13 @@ def study_figure(s: StudyData, path: Path) -> Path:
     log_params_axis(ax)
     _d_axis(ax, s)
     ax.set_ylim(0, 1.02)
-    ax.set_xlabel("total parameters (log scale)")
-    ax.set_ylabel(f"{measure.upper()} test accuracy (greedy)")
+    if objective and not s.settings.counted:
+        ax.set_xlabel(f"{s.settings.size_name} (log scale)")
+    else:
+        ax.set_xlabel("total parameters (log scale)")
+    ax.set_ylabel(
+        f"{measure} (the objective's)" if objective else f"{measure} test accuracy (greedy)"
+    )
     ax.set_title(s.label, fontsize=11)
     ax.legend(fontsize=7.5, loc="lower right", framealpha=0.85)
     return save_png(fig, path)
