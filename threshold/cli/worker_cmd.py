@@ -8,10 +8,13 @@ from typing import Annotated
 import typer
 
 from threshold.cli.common import OldBatch, refuse_old_batch, run_guarded, takes
+from threshold.cli.objective_cmds import import_here
 from threshold.options import EXECUTION, execution_of, only
 from threshold.report.notes import NOTE_RENDER
 from threshold.search.bounds import answer_words
 from threshold.search.find import die_with_parent
+from threshold.search.objective import ObjectiveSettings
+from threshold.search.objective_run import run_objective_worker
 from threshold.search.record import read_study, storage_log_level
 from threshold.search.worker import run_worker
 
@@ -33,7 +36,12 @@ def worker(
         logging.basicConfig(level=level, format="%(asctime)s worker %(process)d %(message)s")
         storage_log_level(level)
         runs = execution_of(execution)
-        run_worker(study, runs, max_trials, notes=NOTE_RENDER)
+        if isinstance(read_study(runs.storage_url, study).settings, ObjectiveSettings):
+            import_here()  # its objective by its path, found in this folder too
+            url, beat = runs.storage_url, runs.heartbeat_s
+            run_objective_worker(study, url, heartbeat_s=beat, max_trials=max_trials)
+        else:
+            run_worker(study, runs, max_trials, notes=NOTE_RENDER)
         # where the study stands now, as find ends with it
         view = read_study(runs.storage_url, study)
         done = len(view.completed)

@@ -172,7 +172,8 @@ def prepare_study(
     """Create (or check and reuse) the study; returns its name and the storage URL."""
     if name is not None:
         check_study_name(name)  # before the storage is created
-    check_searchable(settings)
+    if not isinstance(settings, ObjectiveSettings):  # an objective's is checked as it is made
+        check_searchable(settings)
     url = execution.storage_url
     storage = open_storage(url, execution.heartbeat_s)
     study = create_or_load_study(settings, storage, name)
