@@ -229,3 +229,27 @@ def test_coverage_of_the_90_interval_over_20_studies(objective, truth, tmp_path)
     """The 90% interval holds the known 80% point in at least 85% of 20 studies: bimodal
     seeds (as the posterior assumes) and a graded ramp it does not assume."""
     assert _coverage(objective, truth, 20, tmp_path) >= 0.85
+
+
+@pytest.mark.slow  # two reports drawn: about a minute on a loaded 2-core machine
+def test_report_reads_an_objective_study_and_renders_it_again(tmp_path):
+    """`threshold report`: the objective by its size axis, its settings, the analyses said not
+    to apply; `--from` its results.json renders the same studies again without the storage."""
+    url = _url(tmp_path)
+    found = threshold.find_transition(
+        BIMODAL, "4..256", chance=0.1, storage=url, budget=6, size_name="hidden width"
+    )
+    out = tmp_path / "report"
+    done = CliRunner().invoke(app, ["report", "--storage", url, "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    summary = (out / "summary.md").read_text()
+    assert f"{BIMODAL} by hidden width" in summary and "do not apply" in summary
+    (study,) = json.loads((out / "results.json").read_text())["studies"]
+    assert study["row"]["name"] == found["study"]
+    again = tmp_path / "again"
+    done = CliRunner().invoke(
+        app, ["report", "--from", str(out / "results.json"), "-o", str(again)]
+    )
+    assert done.exit_code == 0, done.output
+    (study_again,) = json.loads((again / "results.json").read_text())["studies"]
+    assert study_again == study

@@ -21,6 +21,7 @@ from threshold.errors import ConfigError, ThresholdError
 from threshold.report.data import Collected, StudyData, judge, label
 from threshold.report.factors import compare, x80_marginal
 from threshold.search.fit import transition_posterior
+from threshold.search.objective import OBJECTIVE_ATTR, ObjectiveSettings
 from threshold.search.sampler import policy_settings
 from threshold.search.spec import StudySettings
 
@@ -32,8 +33,10 @@ FORMATS = ("threshold-report/1", FORMAT)
 MATCH = 0.005  # a rebuilt posterior's median x80 within this of the stored one (4 digits kept)
 
 
-def _settings(entry: dict) -> StudySettings:
+def _settings(entry: dict) -> StudySettings | ObjectiveSettings:
     st = entry["settings"]
+    if OBJECTIVE_ATTR in st:  # an objective's study: its attributes as stored
+        return ObjectiveSettings.from_attrs({k: json.dumps(v) for k, v in st.items()})
     return StudySettings.from_attrs(
         {
             "task": json.dumps(st["task"]),
