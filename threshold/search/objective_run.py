@@ -113,9 +113,7 @@ def run_objective_worker(
         if step == "stop":
             break
         with Heartbeats(study, heartbeat_s) as beats:
-            with warnings.catch_warnings():  # heartbeats without optimize: ours, Heartbeats
-                warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
-                trial = study.ask()
+            trial = _ask(study)
             beats.add(trial)
             try:
                 run = _begin(study, trial, settings, sampler)
@@ -157,7 +155,7 @@ def ask(study_name: str, storage_url: str, n: int = 1) -> dict:
         if step != "run":
             stop = "budget held by runs not yet told" if step == "wait" else _stop_reason(study)
             break
-        trial = study.ask()
+        trial = _ask(study)
         try:
             asked.append(_begin(study, trial, settings, sampler))
         except Cancelled as e:
@@ -165,6 +163,15 @@ def ask(study_name: str, storage_url: str, n: int = 1) -> dict:
             stop = str(e)
             break
     return {"study": study_name, "runs": asked, "stop": stop}
+
+
+def _ask(study: optuna.Study) -> optuna.Trial:
+    """A new trial, without Optuna's warning that heartbeats want ``optimize``: the worker's
+    beat from :class:`Heartbeats`, and an asked run launched elsewhere beats none (it is never
+    failed as stale: tell it failed to free it)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
+        return study.ask()
 
 
 def _stop_reason(study: optuna.Study) -> str:
