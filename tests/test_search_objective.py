@@ -194,6 +194,34 @@ def test_interrupted_run_is_run_again_on_resume(tmp_path, monkeypatch):
     )
 
 
+@pytest.mark.slow  # the stale heartbeat and the retry: half a minute
+def test_a_killed_run_is_retried_with_its_size_and_seed(tmp_path, monkeypatch):
+    """A worker killed outright (SIGKILL) mid-run leaves its trial running; its heartbeats stop,
+    and the next search fails it and runs it again, with the same size and seed."""
+    flag = tmp_path / "stall"
+    monkeypatch.setenv("SYNTHETIC_STALL", str(flag))
+    url = _url(tmp_path)
+    args = {"chance": 0.1, "storage": url, "budget": 6, "heartbeat_s": 1}
+    call = f"threshold.find_transition('synthetic_objectives:stalling', '4..256', **{args!r})"
+    proc = subprocess.Popen([sys.executable, "-c", f"import threshold\n{call}"], env=os.environ)
+    for _ in range(600):
+        if flag.exists():
+            break
+        assert proc.poll() is None
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait(timeout=60)
+    (tmp_path / "stall.done").touch()
+    flag.unlink()
+    time.sleep(4)  # three missed heartbeats of 1 s: the trial is stale
+    found = threshold.find_transition("synthetic_objectives:stalling", "4..256", **args)
+    view = read_study(url, found["study"])
+    assert not view.n_running and len(view.completed) == 6
+    (failed,) = [r for r in view.runs if r.state == "FAIL"]
+    first = view.completed[0]
+    assert (failed.d_model, failed.seed) == (first.d_model, first.seed)
+
+
 def test_two_workers_on_postgresql_finish_without_duplicates(postgres_url):
     """Two worker processes importing the objective by its path share one PostgreSQL study:
     every replicate at a size has its own seed, and the study stops once."""
