@@ -74,7 +74,7 @@ def find(
             values |= {"chance": chance, "size_name": size_name, "bracket": bracket}
             defaults = StudySettings.defaults()
             given = [k for k, v in (task | recipe).items() if v is not None and v != defaults[k]]
-            settings, notes = objective_settings(values, search, given), []
+            settings, notes = objective_settings(values, search, given, workers == 0), []
         storage_log_level(logging.WARNING)  # not Optuna's "A new study created": the lines below
         slots = runs.workers * worker_trials(runs)
         try:
@@ -89,6 +89,13 @@ def find(
         _say_outcome(outcome.to_json(), as_json)
         if workers == 0:  # the study only: say how its trials get run
             typer.echo(_no_worker_words(outcome.study, runs), err=True)
+            if objective is not None:  # or by the user's own launcher
+                where = "" if runs.storage is None else f" --storage {runs.storage}"
+                typer.echo(
+                    f"or `threshold ask --study {outcome.study}{where}` for the next runs and "
+                    "`threshold tell` for each result, from your own launcher",
+                    err=True,
+                )
 
     run_guarded(body)
 

@@ -75,10 +75,13 @@ def import_here() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, path) if p)
 
 
-def objective_settings(values: dict, search: dict, given: list[str]) -> ObjectiveSettings:
-    """The study of ``find --objective``'s options (``values``: :data:`OBJECTIVE_OPTIONS`),
-    with the search's budget, precision, level and seed; ``given``: the testbed's and recipe's
-    options set, refused."""
+def objective_settings(
+    values: dict, search: dict, given: list[str], create_only: bool = False
+) -> ObjectiveSettings:
+    """The study of ``find --objective``'s options (``values``: objective, sizes, params,
+    chance, size_name, bracket), with the search's budget, precision, level and seed;
+    ``given``: the testbed's and recipe's options set, refused. ``create_only`` (``--workers
+    0``): the objective may be a plain name, for runs launched elsewhere."""
     if given or search.get("pretrain"):
         names = ", ".join(f"--{g.replace('_', '-')}" for g in [*given, "pretrain"][:3])
         raise ConfigError(
@@ -99,7 +102,8 @@ def objective_settings(values: dict, search: dict, given: list[str]) -> Objectiv
     bracket = None if values["bracket"] is None else tuple(_numbers(values["bracket"], "bracket"))
     if bracket is not None and len(bracket) != 2:
         raise ConfigError(f"bracket {values['bracket']!r} is not allowed: give LO,HI (8,64)")
-    load_objective(values["objective"])  # refused here, before the study is written
+    if not create_only or ":" in values["objective"]:
+        load_objective(values["objective"])  # refused here, before the study is written
     return ObjectiveSettings.make(
         values["objective"],
         values["sizes"],

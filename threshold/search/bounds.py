@@ -211,7 +211,10 @@ def answer_words(ans: dict | None) -> str:
         level += f" (accuracy {ans['target']:.3f})"
     if ans["kind"] in (LOWER, UPPER):
         sign = "> " if ans["kind"] == LOWER else "<= "
-        where = at(ans["params"], sign) + (f" ({size} {sign}{ans['d']})" if counted else "")
+        if counted:
+            where = f"{at(ans['params'], sign)} ({size} {sign}{ans['d']})"
+        else:  # the size alone, as the runs have it
+            where = f"{size} {sign}{ans['d']}"
         if ans["kind"] == LOWER:
             reached = "no run" if ans["first_d"] is None else "no run up to that size"
             return f"{where}, not located: {reached} reached {level}{context}"
