@@ -82,6 +82,8 @@ def test_metrics_are_recorded_and_a_bad_answer_is_one_line(tmp_path):
     found = threshold.find_transition(RAMP, "4..128", chance=0.1, storage=url, budget=5)
     runs = read_study(url, found["study"]).completed
     assert runs and all("noise_free" in r.metrics for r in runs)
+    said = CliRunner().invoke(app, ["analyze", found["study"], "--storage", url])
+    assert said.exit_code == 2 and "do not apply" in said.output  # one line, not a traceback
 
     def broken(size, seed):
         return {"acc": 0.5}

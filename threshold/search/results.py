@@ -12,6 +12,7 @@ import math
 import optuna
 
 from threshold.errors import ThresholdError
+from threshold.search.objective import ObjectiveSettings
 from threshold.search.record import RunRecord, StudyView, read_study, write_analysis
 
 __all__ = ["PICKS", "load_analyses", "pick_trial", "runs", "save_analysis"]
@@ -20,7 +21,14 @@ PICKS = ("at-transition", "largest")
 
 
 def runs(study: StudyView) -> list[RunRecord]:
-    """Completed runs that kept a checkpoint, in trial order."""
+    """Completed runs that kept a checkpoint, in trial order; an objective's study is refused
+    in one line (its runs are the user's own: the model analyses do not apply)."""
+    if isinstance(study.settings, ObjectiveSettings):
+        raise ThresholdError(
+            f"study {study.name!r} is an objective's ({study.settings.objective}): the model "
+            "analyses (analyze, survey, embeddings and layers) do not apply, as its runs keep "
+            "no model of threshold's"
+        )
     return study.with_checkpoint
 
 
