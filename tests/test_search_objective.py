@@ -149,7 +149,7 @@ def test_ask_several_at_once_spreads_them_and_tell_frees_a_failed_slot(tmp_path)
 def test_our_sampler_in_a_plain_optuna_study():
     """The user's own Optuna loop (docs/your-own-experiment.md): suggest, optimize, stop."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = TransitionSampler.for_objective("bimodal", "4..256", chance=0.1, budget=20)
+    sampler = TransitionSampler.for_objective("bimodal", "4..256", chance=0.1, budget=12)
     study = optuna.create_study(sampler=sampler, direction="maximize")
 
     def objective(trial):
@@ -157,10 +157,18 @@ def test_our_sampler_in_a_plain_optuna_study():
         return synth.bimodal(size, seed)
 
     study.optimize(objective, n_trials=100, callbacks=[sampler.stop])
-    assert len(study.trials) <= 20  # stopped by the policy, not by n_trials
+    assert len(study.trials) <= 12  # stopped by the policy, not by n_trials
     answer = sampler.answer(study)
     assert answer["n_runs"] == sum(t.value is not None for t in study.trials)
     assert answer["answer"].startswith(("80% point size", "size >", "size <="))
+
+
+def _wait_for(flag: Path, proc: subprocess.Popen, limit_s: float = 300) -> None:
+    """Until the objective stalls at ``flag`` (the study made, its first run begun)."""
+    deadline = time.monotonic() + limit_s  # imports and the study's creation, on a busy machine
+    while not flag.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
 
 
 def test_interrupted_run_is_run_again_on_resume(tmp_path, monkeypatch):
@@ -175,11 +183,7 @@ def test_interrupted_run_is_run_again_on_resume(tmp_path, monkeypatch):
         f"storage={url!r}, budget=6)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], env=os.environ)
-    for _ in range(600):
-        if flag.exists():
-            break
-        assert proc.poll() is None
-        time.sleep(0.1)
+    _wait_for(flag, proc)
     proc.send_signal(2)
     proc.wait(timeout=60)
     (tmp_path / "stall.done").touch()
@@ -206,11 +210,7 @@ def test_a_killed_run_is_retried_with_its_size_and_seed(tmp_path, monkeypatch):
     args = {"chance": 0.1, "storage": url, "budget": 6, "heartbeat_s": 1}
     call = f"threshold.find_transition('synthetic_objectives:stalling', '4..256', **{args!r})"
     proc = subprocess.Popen([sys.executable, "-c", f"import threshold\n{call}"], env=os.environ)
-    for _ in range(600):
-        if flag.exists():
-            break
-        assert proc.poll() is None
-        time.sleep(0.1)
+    _wait_for(flag, proc)
     proc.kill()
     proc.wait(timeout=60)
     (tmp_path / "stall.done").touch()
