@@ -334,14 +334,13 @@ def report_studies(tmp_path_factory):
 
     import optuna
 
-    from threshold.config import Execution
+    from threshold.config import Execution, make_recipe
     from threshold.search.fit import transition_estimate
     from threshold.search.sampler import PARAM, policy_settings
     from threshold.search.spec import StudySettings
     from threshold.search.study import SearchConfig, create_or_load_study, open_storage
     from threshold.search.worker import run_worker
     from threshold.tasks import TaskConfig
-    from threshold.train import TrainConfig
 
     tmp = tmp_path_factory.mktemp("report-studies")
     url = f"sqlite:///{tmp}/s.db"
@@ -356,7 +355,8 @@ def report_studies(tmp_path_factory):
         assert ran == budget
         names.append(name)
     task = TaskConfig(ops=("max", "med"), n=5, measure="max", n_train=2000, n_test=100)
-    settings = StudySettings(task, TrainConfig(max_steps=40), SearchConfig(d_lo=4, d_hi=16))
+    train = make_recipe(max_steps=REPORT_TINY["steps"]).train  # the others' (its warm-up fitted)
+    settings = StudySettings(task, train, SearchConfig(d_lo=4, d_hi=16))
     few = create_or_load_study(settings, storage)
     policy = policy_settings(settings, 0.58)
     few.add_trial(

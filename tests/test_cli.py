@@ -323,7 +323,7 @@ def test_train_interrupted_continues_from_its_training_state(tmp_path, cli, monk
 
     out = tmp_path / "models"
     args = ["train", *TINY, "--d-model", "8,12", "--steps", "60", "--eval-every", "20"]
-    args += ["--out", out, "--json"]
+    args += ["--out", out, "--json", "--early-stop", "never"]  # both train on past the cut
     monkeypatch.setattr(train_cmds, "train_runs", stopped_at_25)
     first = cli(args)
     assert first.exit_code == 130, first.stderr

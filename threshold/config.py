@@ -637,7 +637,7 @@ def recipe_words(train: TrainConfig, model: dict, task: TaskConfig | None = None
     """``paper``, or ``fast + init_std 0.02, weight_decay 0.01``: the recipe's name and how the
     values depart from it (budget fields left out; with ``task``, its split too: ``paper + split
     groups``); "" for the plain ``fast`` recipe."""
-    base = make_recipe(train.recipe)
+    base = make_recipe(train.recipe, max_steps=train.max_steps)  # its warm-up fitted as the run's
     mine = recipe_fields(train, model, task)
     base_task = None if task is None else base.on(TaskConfig())  # only its TASK_FIELDS are read
     theirs = recipe_fields(base.train, base.model_kwargs, base_task)
