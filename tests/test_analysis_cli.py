@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import sqlite3
 from types import SimpleNamespace
 
 import optuna
@@ -126,6 +128,7 @@ def test_survey_scores_every_run_above_the_accuracy_and_stores_nothing(studies, 
         (["analyze", "{scratch}", "--trial", "99"], "trial 99 is not in study"),
         (["analyze", "{scratch}", "--d-model", "7"], "has no run at d = 7"),
         (["analyze", "{scratch}", "--largest", "--trial", "0"], "choose one of"),
+        (["analyze", "{scratch}", "--largest", "--seed", "-5"], "--seed -5 is not allowed"),
         (["analyze", "--compare", "{scratch}"], "--compare takes two"),
         (["analyze", "--compare", "{scratch}", "{pretrained}", "--match", "x"], "--match 'x'"),
         (["survey", "{scratch}", "--min-accuracy", "-0.5"], "--min-accuracy -0.5"),
@@ -147,6 +150,28 @@ def test_bad_input_is_one_line_and_exit_2(studies, cli, args, message):
     assert result.exit_code == 2, (result.stderr, result.exception)
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_study_name_that_is_a_path_stays_one_folder(studies, run, tmp_path):
+    """A study named ``../../etc/passwd`` (a name Optuna takes) has its figures written in one
+    folder inside studies/analysis/, nothing outside it (issue 68)."""
+    cwd, _, names = studies
+    shutil.copytree(cwd, tmp_path / "w", ignore=shutil.ignore_patterns("studies"))
+    work = tmp_path / "w"
+    with sqlite3.connect(work / "s.db") as con:
+        con.execute(
+            "UPDATE studies SET study_name = ? WHERE study_name = ?",
+            ("../../etc/passwd", names["scratch"]),
+        )
+    before = {p for p in tmp_path.rglob("*") if "studies" not in p.parts}
+    proc = run(
+        ["analyze", "../../etc/passwd", "--largest", "--storage", f"sqlite:///{work}/s.db"], work
+    )
+    assert proc.returncode == 0, proc.stderr
+    (folder,) = (work / "studies" / "analysis").iterdir()
+    assert folder.name.startswith("-..-etc-passwd-trial") and (folder / "scores.json").is_file()
+    after = {p for p in tmp_path.rglob("*") if "studies" not in p.parts}
+    assert {p for p in after - before if not p.name.startswith("s.db")} == set()
 
 
 def test_study_without_checkpoints_is_refused(studies, run):

@@ -7,6 +7,7 @@ the generator is reused but the public API and the data it returns.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import itertools
@@ -33,6 +34,7 @@ from threshold.tasks import (
     Vocabulary,
     build_task_data,
     default_cache_dir,
+    generate,
     get_testbed,
     load_task_data,
 )
@@ -700,6 +702,29 @@ def test_corrupt_cache_is_regenerated(tmp_path, caplog) -> None:
         assert digest(data) == expected, name
         assert "regenerating" in caplog.text, name
         assert digest(load_task_data(cfg, cache_dir=tmp_path)) == expected, name  # now readable
+
+
+def test_a_cache_on_a_full_disk_or_a_file_is_one_clean_outcome(tmp_path, monkeypatch, caplog):
+    """A cache folder that is a file is refused naming it; a full disk (the kernel's own ENOSPC,
+    from /dev/full) leaves the data generated and uncached, with a warning (issue 68)."""
+    cfg = TaskConfig(ops=("max",), n=5, **SMALL)
+    (tmp_path / "afile").write_text("x")
+    for folder in (tmp_path / "afile", tmp_path / "afile" / "deeper"):
+        with pytest.raises(ConfigError, match=r"afile' is a file; name a folder"):
+            load_task_data(cfg, cache_dir=folder)
+    assert (tmp_path / "afile").read_text() == "x"
+
+    @contextlib.contextmanager
+    def full_disk(path, text=False):
+        with open("/dev/full", "wb", buffering=0) as f:
+            yield f
+
+    monkeypatch.setattr(generate, "atomic_write", full_disk)
+    with caplog.at_level(logging.WARNING, logger="threshold"):
+        data = load_task_data(cfg, cache_dir=tmp_path / "cache")
+    assert digest(data) == digest(build_task_data(cfg))
+    assert "data not cached" in caplog.text and "No space left" in caplog.text
+    assert not list((tmp_path / "cache").rglob("*.npz"))
 
 
 def test_default_cache_dir_follows_the_environment(tmp_path, monkeypatch) -> None:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from threshold.errors import ConfigError
 from threshold.fields import check_finite, checked_field, field_kind
+from threshold.files import not_a_folder
 from threshold.meta import stored_dict
 from threshold.tasks import TaskConfig
 
@@ -129,6 +130,13 @@ class Execution:
             raise ConfigError(f"save_every_s {self.save_every_s!r} is not allowed: use 0 or more")
         if self.cache_dir is not None and not isinstance(self.cache_dir, Path):
             object.__setattr__(self, "cache_dir", Path(self.cache_dir))
+        blocked = None if self.cache_dir is None else not_a_folder(self.cache_dir)
+        if blocked is not None:
+            raise ConfigError(
+                f"--cache-dir {str(self.cache_dir)!r} cannot be a folder: {str(blocked)!r} is a"
+                " file; name a folder (or leave it out: $THRESHOLD_CACHE, else ~/.cache/threshold)",
+                "cache_dir",
+            )
         object.__setattr__(self, "storage_url", resolve_storage(self.storage))
 
     def trials_on(self, device_type: str) -> int:
@@ -597,9 +605,9 @@ def fitted_words(train: TrainConfig, given: set[str] = frozenset()) -> list[str]
     if theirs < train.max_steps or train.warmup_steps == theirs:
         return []
     return [
-        f"warm-up {train.warmup_steps} steps (a tenth of --steps {train.max_steps}): recipe"
-        f" {train.recipe}'s {theirs} is not below the steps, so its learning rate would never"
-        " reach its peak; --warmup-steps sets it"
+        f"warm-up {train.warmup_steps} step{'s' if train.warmup_steps != 1 else ''} (a tenth of"
+        f" --steps {train.max_steps}): recipe {train.recipe}'s {theirs} is not below the steps,"
+        " so its learning rate would never reach its peak; --warmup-steps sets it"
     ]
 
 

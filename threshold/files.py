@@ -4,6 +4,7 @@ suite records)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Iterator
@@ -11,7 +12,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_write"]
+__all__ = ["atomic_write", "not_a_folder"]
+
+# What a full, read-only or closed disk raises when a file is written: a cache may do without it.
+UNWRITABLE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 @contextmanager
@@ -34,6 +38,16 @@ def atomic_write(path: Path | str, text: bool = False) -> Iterator[IO]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def not_a_folder(path: Path | str) -> Path | None:
+    """The first of ``path`` and its parents that exists and is not a folder (a file named as a
+    folder, or a file on its way), or None: a folder there can be made."""
+    path = Path(path)
+    for p in (path, *path.parents):
+        if p.exists():
+            return None if p.is_dir() else p
+    return None
 
 
 def _umask() -> int:

@@ -181,6 +181,14 @@ CASES = {
         "--split triples",
     ),
     "find: a negative split seed": (["find", "--split-seed", "-1"], "split_seed -1"),
+    "find: --cache-dir a file": (
+        ["find", "--cache-dir", "{tmp}/notes.txt"],
+        "notes.txt' is a file",
+    ),
+    "train: --cache-dir under a file": (
+        ["train", "--cache-dir", "{tmp}/notes.txt/c"],
+        "notes.txt' is a file",
+    ),
     # Suite files (`threshold run studies/X.toml`, issue 6) add their cases here: a missing file,
     # TOML that does not parse, an unknown key, a study of the suite with a bad setting.
 }

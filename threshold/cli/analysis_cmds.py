@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from threshold.analysis import ANALYSIS_DIR
+from threshold.analysis import ANALYSIS_DIR, analysis_folder
 from threshold.analysis.studies import analyze_checkpoint, analyze_trial, matched_pair
 from threshold.analysis.studies import survey as survey_study
 from threshold.analysis.transfer import summarize, transfer_experiment
@@ -159,6 +159,8 @@ def analyze(
     def body():
         if threads < 1:
             raise ConfigError(f"--threads {threads} is not allowed: use 1 or more")
+        if not 0 <= seed < 2**32:  # numpy's SeedSequence takes no negative seed
+            raise ConfigError(f"--seed {seed} is not allowed: use 0 to 2**32 - 1")
         torch.set_num_threads(threads)  # one thread: several threads spin on a busy machine
 
         console = Console(stderr=True, quiet=as_json)
@@ -196,7 +198,7 @@ def analyze(
                 how = "largest" if largest else "at-transition"
                 numbers = (pick_trial(loaded[0], how, d_model),)
             for study, number in zip(loaded, numbers, strict=True):
-                folder = base / f"{study.name}-trial{number}"
+                folder = analysis_folder(study.name, number, base)
                 if out is not None and not compare:
                     folder = out
                 with console.status(f"analysing {study.name} trial {number}"):

@@ -86,6 +86,7 @@ def find(
         except Interrupted as e:
             typer.echo(f"interrupted: run the same command to resume study {e.study!r}", err=True)
             raise typer.Exit(exit_status()) from None
+        view.say_notes()  # --workers 0: no look at the study said them
         _say_outcome(outcome.to_json(), as_json)
         if workers == 0:  # the study only: say how its trials get run
             typer.echo(_no_worker_words(outcome.study, runs), err=True)
@@ -167,10 +168,13 @@ class _LiveView:
             return self.live.__exit__(*exc)
         return None
 
-    def update(self, snap: dict) -> None:
+    def say_notes(self) -> None:
         for words in self.notes:
             typer.echo(words, err=True)
         self.notes = []
+
+    def update(self, snap: dict) -> None:
+        self.say_notes()
         if self.plain and self.first:  # before this search's workers (still loading) ask any
             held = [r["number"] for r in snap["trials"] if r["state"] == "RUNNING"]
             if held:

@@ -88,9 +88,9 @@ def train(
         dev, memory = resolve_device(device), _memory_bytes(memory_gb)
         plan_packs(runs, dev, memory)  # a model too large for memory is refused here
         paths = _checkpoint_paths(out, runs, force)  # before training
+        data = load_task_data(task_cfg, cache_dir)
         for words in fitted_words(runs[0][1], {k for k, v in recipe.items() if v is not None}):
             typer.echo(f"note: {words}", err=True)  # once the command is known to run
-        data = load_task_data(task_cfg, cache_dir)
         members = [
             Run(model_cfg, data, cfg, state=None if path is None else _state_path(path))
             for (model_cfg, cfg), path in zip(runs, paths, strict=True)

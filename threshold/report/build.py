@@ -8,6 +8,7 @@ The page lists the studies in the order of the transitions table, and every list
 
 from __future__ import annotations
 
+from threshold.analysis import folder_name
 from threshold.report.data import Collected, StudyData, measured_words, other_ops, study_title
 from threshold.report.results import FORMAT
 from threshold.report.sentences import bound_phrase, bound_words, findings, transition_text
@@ -181,7 +182,7 @@ def _analyses(s: StudyData, entry: dict, analysis_dir: str) -> list[AnalysisView
         abl = summ.get("ablation") or {}
         missing = None
         if not a["report_figures"] and a.get("folder") is None:
-            missing = f"{analysis_dir}/{s.name}-trial{a['trial']}"
+            missing = f"{analysis_dir}/{folder_name(s.name, a['trial'])}"
         out.append(
             AnalysisView(
                 study=s.label,

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy.engine import make_url
 
-from threshold.analysis import ANALYSIS_DIR
+from threshold.analysis import ANALYSIS_DIR, folder_name
 from threshold.analysis.headline import summary as summarize_scores
 from threshold.errors import ConfigError, ThresholdError
 from threshold.meta import git_commit, version
@@ -194,7 +194,7 @@ def _analyses(view: StudyView, runs: list[dict], analysis_dir: Path) -> list[dic
     stored, name = view.analyses, view.name
     folders = {}
     if analysis_dir.is_dir():
-        pattern = re.compile(re.escape(name) + r"-trial(\d+)$")
+        pattern = re.compile(re.escape(folder_name(name, 0)[: -len("0")]) + r"(\d+)$")
         for folder in analysis_dir.iterdir():
             match = pattern.match(folder.name)
             if match and folder.is_dir():

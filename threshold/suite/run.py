@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from threshold.analysis import ANALYSIS_DIR
+from threshold.analysis import ANALYSIS_DIR, analysis_folder
 from threshold.analysis.studies import (
     SURVEY_FORMAT,
     analyze_trial,
@@ -273,7 +273,7 @@ def _run_analyses(
                 numbers = list(matched_pair(studies[0], studies[1], job.match, job.d))
             trials = []
             for lb, study, number in zip(labels, studies, numbers, strict=True):
-                folder = ANALYSIS_DIR / f"{study.name}-trial{number}"
+                folder = analysis_folder(study.name, number)
                 done = number in load_analyses(study) and (folder / "scores.json").is_file()
                 trials.append(
                     {"study": lb, "trial": number, "folder": str(folder), "ran": not done}

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from threshold.errors import ConfigError
-from threshold.files import atomic_write
+from threshold.files import UNWRITABLE, atomic_write, not_a_folder
 from threshold.meta import stored_dict
 from threshold.tasks.ops import BUILTIN, module_ops, ops_fingerprint, ops_module_of
 from threshold.tasks.sequences import SequenceSet
@@ -640,12 +640,24 @@ def load_task_data(cfg: TaskConfig, cache_dir: Path | None = None) -> TaskData:
                 return _from_arrays(cfg, dict(arrays))
         except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as e:
             log.warning("regenerating %s: cached file is unreadable (%s)", path, e)
+    blocked = not_a_folder(path.parent)
+    if blocked is not None:
+        raise ConfigError(
+            f"data cache {str(cache_dir)!r} cannot be a folder: {str(blocked)!r} is a file; name"
+            " a folder with --cache-dir (or $THRESHOLD_CACHE)",
+            "cache_dir",
+        )
     data = build_task_data(cfg)
     arrays = data.train.to_arrays("train")
     for op in cfg.ops:
         arrays |= data.val[op].to_arrays(f"val.{op}") | data.test[op].to_arrays(f"test.{op}")
-    with atomic_write(path) as f:
-        np.savez(f, **arrays)
+    try:
+        with atomic_write(path) as f:
+            np.savez(f, **arrays)
+    except OSError as e:
+        if e.errno not in UNWRITABLE:
+            raise
+        log.warning("data not cached in %s (%s): generated again next time", cache_dir, e.strerror)
     return data
 
 
