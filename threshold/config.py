@@ -71,6 +71,7 @@ __all__ = [
 
 
 MAX_D_MODEL = 4096
+MAX_STEPS = 10_000_000  # steps a run: days of a GPU; the paper's longest runs are 100,000
 
 
 # Trials a worker trains at once on a GPU unless told: a pack of 8 steps about as fast as one
@@ -331,6 +332,12 @@ class TrainConfig:
             )
 
     def _check_ranges(self) -> None:
+        if self.max_steps > MAX_STEPS:
+            raise ConfigError(
+                f"max_steps {self.max_steps:,} is not allowed: use 1 to {MAX_STEPS:,} (a GPU at"
+                " ~100 steps/s takes a day for 10 million)",
+                "max_steps",
+            )
         if not 0 <= self.weight_decay < 1:
             raise ConfigError(f"weight_decay {self.weight_decay} is not allowed: use 0 to below 1")
         if not (len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas)):

@@ -25,6 +25,7 @@ from threshold.search.study import create_or_load_study, open_storage
 from threshold.train.checkpoint import MAGIC, load_checkpoint
 
 LONG_NAME = "x" * 600
+SLURM = ["cluster", "slurm", "--study", "x", "--storage", "postgresql://u@h/db"]
 
 # (arguments, text the error line must contain). "{db}" is the existing storage's URL, "{tmp}" the
 # test's directory, which holds notes.txt (a text file) and adir/ (a directory).
@@ -188,6 +189,18 @@ CASES = {
     "train: --cache-dir under a file": (
         ["train", "--cache-dir", "{tmp}/notes.txt/c"],
         "notes.txt' is a file",
+    ),
+    # Absurd values (issue 68): refused naming the limit, not run on.
+    "train: 10^30 steps": (["find", "--steps", "1" + "0" * 30], "use 1 to 10,000,000"),
+    "search: 10^20 runs": (["find", "--budget", "1" + "0" * 20], "use 3 to 10,000"),
+    "train: threads beyond the cores": (["train", "--threads", "100000"], "--threads 100000 is"),
+    "cluster: a time SLURM cannot read": (
+        [*SLURM, "--time", "abc"],
+        "--time 'abc' is not a SLURM time",
+    ),
+    "cluster: an array of 10^8 workers": (
+        [*SLURM, "--workers", "100000000"],
+        "--workers 100,000,000 array tasks is not allowed",
     ),
     # Suite files (`threshold run studies/X.toml`, issue 6) add their cases here: a missing file,
     # TOML that does not parse, an unknown key, a study of the suite with a bad setting.

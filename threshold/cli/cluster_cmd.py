@@ -36,6 +36,25 @@ class Array:
     setup: tuple[str, ...] = ()  # shell lines run before the worker
     command: str = "threshold"  # how the task starts threshold, e.g. 'python -m threshold'
 
+    def __post_init__(self) -> None:
+        if not _SLURM_TIME.fullmatch(self.time):
+            raise ConfigError(
+                f"--time {self.time!r} is not a SLURM time: use minutes (90), H:MM:SS (24:00:00)"
+                " or D-HH[:MM[:SS]] (2-00)"
+            )
+        if self.cpus < 1:
+            raise ConfigError(f"--cpus {self.cpus} is not allowed: use 1 or more")
+        if not re.fullmatch(r"[1-9][0-9]*[KMGT]?", self.mem):
+            raise ConfigError(f"--mem {self.mem!r} is not a SLURM size: use e.g. 16G or 4000M")
+
+
+# sbatch --time's forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (and no limit).
+_SLURM_TIME = re.compile(
+    r"\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|unlimited|infinite"
+)
+# Most array tasks a script asks for: SLURM's MaxArraySize is 1,001 unless a site raises it.
+MAX_ARRAY = 10_000
+
 
 def slurm_script(
     study: str, execution: Execution, array: Array, max_trials: int | None = None
@@ -45,6 +64,11 @@ def slurm_script(
 
     check_study_name(study)
     storage, workers, device = execution.storage, execution.workers, execution.device
+    if workers > MAX_ARRAY:
+        raise ConfigError(
+            f"--workers {workers:,} array tasks is not allowed: use 1 to {MAX_ARRAY:,} (SLURM's"
+            " MaxArraySize is 1,001 unless a site raises it; each task is one GPU)"
+        )
     trials_at_once, cache_dir = execution.trials_at_once, execution.cache_dir
     if storage is not None and storage.startswith("sqlite"):
         raise ConfigError(

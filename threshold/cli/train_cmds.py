@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -129,6 +130,12 @@ def _planned(task: dict, recipe: dict, d_model: str, seeds: list[int], eval_ever
              threads: int, time_limit: float | None):  # fmt: skip
     """The task, and a (model, training) config for every size x seed, as the options say."""
     made = recipe_of(recipe)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if threads > (cores or 1):
+        raise ConfigError(
+            f"--threads {threads} is more than this machine's {cores} cores: use 1 to {cores}"
+            " (threads beyond the cores only wait for each other)"
+        )
     task_cfg = made.on(TaskConfig.from_options(**task))  # the recipe's split (paper: the group's)
     base = made.train.to_dict() | {
         "eval_every": eval_every,

@@ -44,6 +44,9 @@ COST_B = 1.0 / 2200
 STOP_RULES = ("budget", "precision")  # when a study stops, not what it measures: may change
 
 
+MAX_BUDGET = 10_000  # runs a study: a transition is located in tens of them
+
+
 @dataclass(frozen=True)
 class SearchConfig:
     """How the transition is searched; with the task and training settings it defines a study."""
@@ -90,6 +93,12 @@ def check_search(d_lo: int, d_hi: int, d_min: int, d_max: int, rules) -> None:
     if rules.budget < 3:
         raise ConfigError(
             f"budget {rules.budget} is below the initial bracket of 3 runs: use 3 or more",
+            "budget",
+        )
+    if rules.budget > MAX_BUDGET:
+        raise ConfigError(
+            f"budget {rules.budget:,} runs is not allowed: use 3 to {MAX_BUDGET:,} (a study"
+            " locates a transition in 10 to 60)",
             "budget",
         )
 
