@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import sqlite3
 from pathlib import Path
 
 import optuna
@@ -231,3 +232,60 @@ def test_a_new_field_with_a_default_renames_no_study(part, tmp_path):
     before = create_or_load_study(settings, storage)
     after = create_or_load_study(with_new_field(settings, part), storage)
     assert after.study_name == before.study_name and len(storage.get_all_studies()) == 1
+
+
+# --- Another application's database (issue 68) -------------------------------------------------
+
+READERS = [["status"], ["refit"], ["report", "-o", "rep"], ["survey", "s"], ["analyze", "s"]]
+
+
+@pytest.mark.parametrize("contents", ["another application's", "empty"])
+def test_a_view_of_a_file_without_studies_writes_nothing_to_it(contents, tmp_path, cli):
+    """status, refit, report, survey and analyze on another application's SQLite file, or on an
+    empty one: one line, exit 2, the file byte for byte as it was and nothing beside it."""
+    path = tmp_path / "other.db"
+    if contents == "empty":
+        path.touch()
+    else:
+        with sqlite3.connect(path) as con:
+            con.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+            con.execute("INSERT INTO customers VALUES (1, 'Ada')")
+        con.close()
+    before = path.read_bytes()
+    for args in READERS:
+        result = cli([*args, "--storage", f"sqlite:///{path}"])
+        assert result.exit_code == 2, (args, result.stderr, result.exception)
+        assert "holds no studies" in result.stderr and "nothing was written" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert path.read_bytes() == before, args
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"], args
+
+
+def test_find_writes_into_another_applications_file_only_when_told(tmp_path, cli):
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as con:
+        con.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY)")
+    con.close()
+    before = path.read_bytes()
+    args = ["find", "--tasks", "max", "--mod", "5", "--d-lo", "4", "--d-hi", "16", "--workers"]
+    args += ["0", "--storage", f"sqlite:///{path}"]
+    refused = cli(args)
+    assert refused.exit_code == 2 and "not Optuna's (customers)" in refused.stderr
+    assert "--other-tables" in refused.stderr and path.read_bytes() == before
+    told = cli([*args, "--other-tables"])
+    assert told.exit_code == 0, told.stderr
+    with sqlite3.connect(path) as con:
+        tables = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    con.close()
+    assert {"customers", "studies", "trials"} <= tables
+    assert cli(["status", "--storage", f"sqlite:///{path}"]).exit_code == 0
+
+
+def test_a_view_of_a_study_storage_leaves_its_file_as_it_was(tmp_path, cli):
+    """status on a plain Optuna file (its journal not WAL) changes no byte of it."""
+    url = f"sqlite:///{tmp_path}/plain.db"
+    optuna.create_study(storage=url, study_name="p").add_trial(optuna.trial.create_trial(value=0.5))
+    before = (tmp_path / "plain.db").read_bytes()
+    result = cli(["status", "--storage", url])
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "plain.db").read_bytes() == before

@@ -112,6 +112,9 @@ class Execution:
     heartbeat_s: int = 30  # a running trial's beat; one silent for several beats is retried
     cache_dir: Path | None = None  # task data (None: $THRESHOLD_CACHE, else ~/.cache/threshold)
     oversubscribe: bool = False  # start more workers than cores (CPU) or GPUs (CUDA)
+    # add the study's tables to a SQLite file that holds another application's tables; else such
+    # a file is refused, as a mistyped --storage would write into another program's data
+    other_tables: bool = False
     save_every_s: float = 60.0  # a running trial's training state is saved this often, for a retry
 
     def __post_init__(self) -> None:

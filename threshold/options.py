@@ -147,6 +147,12 @@ EXECUTION = (
     Option("heartbeat", int, "Seconds between heartbeats; a trial silent for 3 is retried."),
     Option("cache_dir", Path, "Data cache [default: $THRESHOLD_CACHE or ~/.cache/threshold]."),
     Option("oversubscribe", bool, "Start more workers than cores (CPU) or GPUs (CUDA)."),
+    Option(
+        "other_tables",
+        bool,
+        "Add the study's tables to a SQLite file that holds another application's tables (else"
+        " refused).",
+    ),
 )
 
 

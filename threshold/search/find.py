@@ -175,7 +175,7 @@ def prepare_study(
     if not isinstance(settings, ObjectiveSettings):  # an objective's is checked as it is made
         check_searchable(settings)
     url = execution.storage_url
-    storage = open_storage(url, execution.heartbeat_s)
+    storage = open_storage(url, execution.heartbeat_s, other_tables=execution.other_tables)
     study = create_or_load_study(settings, storage, name)
     return study.study_name, url
 

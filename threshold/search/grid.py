@@ -198,7 +198,9 @@ def prepare_grid(
     and queue every cell that has no run yet; returns its name and the runs queued now.
     ``settings`` must be :func:`grid_settings`'s."""
     name = name or grid_name(settings, spec)
-    storage = open_storage(execution.storage_url, execution.heartbeat_s)
+    storage = open_storage(
+        execution.storage_url, execution.heartbeat_s, other_tables=execution.other_tables
+    )
     study = create_or_load_study(settings, storage, name)
     stored = record.read_grid(study.user_attrs)
     if stored is None:

@@ -24,6 +24,7 @@ import re
 import shutil
 import sqlite3
 import warnings
+from contextlib import closing
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -94,6 +95,38 @@ def sqlite_missing(url: str) -> bool:
     """True when ``url`` names a SQLite file that does not exist (yet): a storage with no study."""
     path = sqlite_path(url)
     return path is not None and not path.exists()
+
+
+# Optuna's 13 tables, and SQLite's own (AUTOINCREMENT's counters, ANALYZE's statistics).
+_OPTUNA_TABLES = frozenset(TrialHeartbeatModel.metadata.tables) | {"alembic_version"}
+_SQLITE_TABLES = frozenset(("sqlite_sequence", "sqlite_stat1", "sqlite_stat4"))
+
+
+def _sqlite_uri(path: Path, writes: bool) -> str:
+    """The file's URI for sqlite3: read-only (``mode=ro``) unless the caller writes."""
+    return path.resolve().as_uri() + ("" if writes else "?mode=ro")
+
+
+def _check_tables(path: Path, url: str, create: bool, other_tables: bool) -> None:
+    """Read the file's tables (read-only): one to read must hold Optuna's; one to create a study
+    in may not hold another application's, unless ``other_tables``."""
+    with closing(sqlite3.connect(_sqlite_uri(path, False), uri=True)) as con:
+        rows = con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    tables = {name for (name,) in rows}
+    foreign = sorted(tables - _OPTUNA_TABLES - _SQLITE_TABLES)
+    named = ", ".join(foreign[:4]) + (", ..." if len(foreign) > 4 else "")
+    if not create and "studies" not in tables:
+        what = f"another application's tables ({named})" if foreign else "no tables"
+        raise StorageError(
+            f"storage {url!r} holds no studies: it has {what}, not Optuna's; nothing was written"
+            " to it. Name the storage `threshold find` wrote (--storage)"
+        )
+    if create and foreign and not other_tables:
+        raise StorageError(
+            f"storage {url!r} holds tables that are not Optuna's ({named}): another"
+            " application's database? Name a file of its own (--storage), or pass --other-tables"
+            " to add the studies' tables beside them"
+        )
 
 
 def _check_writable(con: sqlite3.Connection, url: str) -> None:
@@ -183,6 +216,7 @@ def open_storage(
     heartbeat_s: int = Execution.heartbeat_s,
     create: bool = True,
     write: bool | None = None,
+    other_tables: bool = False,
 ) -> RDBStorage:
     """An RDB storage with heartbeats and retry of stale trials; SQLite files in WAL mode.
 
@@ -190,6 +224,12 @@ def open_storage(
     read (its mode, its owner, a read-only mount) is refused here, in one line, before anything
     runs; SQLite would only say so at the first write, deep in a study. ``url`` None: the one
     :func:`threshold.config.resolve_storage` chooses.
+
+    A SQLite file opened to read (neither ``create`` nor ``write``: ``status``, ``report``,
+    ``dashboard``, ``refit``) is opened read-only and must hold Optuna's tables: an empty file or
+    another application's database is refused with nothing written (no table, no journal mode).
+    One opened to create a study that holds tables that are not Optuna's is refused unless
+    ``other_tables`` (``--other-tables``).
     """
     url = resolve_storage(url)
     if "://" not in url:
@@ -214,15 +254,19 @@ def open_storage(
                 f"storage {url!r} cannot be made: folder {str(path.parent)!r} does not exist;"
                 " create it first, or check the path"
             )
+        writes = create if write is None else write
         try:
+            if not create or path.exists():
+                _check_tables(path, url, create, other_tables)
             path.parent.mkdir(parents=True, exist_ok=True)
-            with sqlite3.connect(path) as con:  # WAL is a property of the file: set it once
-                con.execute("PRAGMA journal_mode=WAL")
+            with closing(sqlite3.connect(_sqlite_uri(path, writes or create), uri=True)) as con:
+                if writes or create:  # WAL is a property of the file: set it once
+                    con.execute("PRAGMA journal_mode=WAL")
                 damage = _damage(con)
-                if create if write is None else write:
+                if writes and not damage:  # a damaged file is left as it is
                     _check_writable(con, url)
         except sqlite3.OperationalError as e:  # WAL set on a file not yet in it is a write too
-            if "readonly" in str(e) and (create if write is None else write):
+            if "readonly" in str(e) and writes:
                 raise _read_only(url, e) from None
             raise StorageError(f"storage {url!r} cannot be opened: {e}") from None
         except (OSError, sqlite3.Error) as e:  # not a database, no permission, a file as parent

@@ -106,7 +106,7 @@ def run_suite(
     url = execution.storage_url
     emit = on_event or (lambda event: None)
     started, t0 = datetime.now(UTC), time.perf_counter()
-    db = open_storage(url, execution.heartbeat_s)
+    db = open_storage(url, execution.heartbeat_s, other_tables=execution.other_tables)
     cache_dir = execution.cache_dir
     record: dict = {"studies": [], "transfers": [], "analyses": []}
     for i, study in enumerate(selected.studies):
