@@ -501,3 +501,34 @@ def test_find_says_when_a_trial_waits_for_a_dead_workers_heartbeat(capsys):
         "trial 3 of study s is marked running by a worker that may have died: retried after 3 "
         "missed heartbeats (about 6 s at --heartbeat 2); other sizes run meanwhile"
     ]
+
+
+def test_a_runs_line_waits_for_the_estimate_that_counts_it(tmp_path):
+    """find's follower holds a finished run's line until its worker has written the estimate
+    that counts it (it tells the trial first): trial 2's line never shows trial 1's posterior
+    (issue 68)."""
+    from threshold.search.find import _Follower
+    from threshold.search.record import write_estimate
+    from threshold.search.study import create_or_load_study, open_storage
+
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db")
+    study = create_or_load_study(SETTINGS, storage, "s")
+    follow_lines = []
+    follow = _Follower(storage, "s", None, lambda row, snap: follow_lines.append((row, snap)))
+    estimate = {"n_runs": 2, "params_p80": 1000.0, "d_p80": 8.0}
+    for number, d in enumerate((16, 4, 8)):
+        study.add_trial(
+            optuna.trial.create_trial(
+                value=0.5,
+                params={"d_model": d},
+                distributions={"d_model": optuna.distributions.IntDistribution(2, 512)},
+                user_attrs={"seed": number, "replicate": 0},
+            )
+        )
+        if number == 1:
+            write_estimate(study, estimate, 0.2)
+    assert follow.poll() is None and not follow_lines  # 3 runs done, the estimate counts 2
+    write_estimate(study, estimate | {"n_runs": 3, "params_p80": 2000.0}, 0.2)
+    assert follow.poll() is not None
+    assert [r["number"] for r, _ in follow_lines] == [0, 1, 2]
+    assert all(snap["estimate"]["params_p80"] == 2000.0 for _, snap in follow_lines)

@@ -139,6 +139,11 @@ def run_search(
     )
 
 
+# Longest a finished run's line waits for the estimate its worker writes next (a worker killed
+# between the two never writes it).
+ESTIMATE_WAIT_S = 10.0
+
+
 class _Follower:
     """What the search's callbacks see: the study every poll, and each run once as it ends."""
 
@@ -146,20 +151,36 @@ class _Follower:
         self.db, self.name, self.on_update, self.on_run = db, name, on_update, on_run
         self.seen = {r["number"] for r in snapshot(db, name)["trials"] if _ended(r)}
         self.completed = 0  # runs completed during this search
+        self.behind_since: float | None = None  # when a run was seen before its estimate
 
     def poll(self, last: bool = False) -> dict | None:
         if not (last or self.on_update or self.on_run):
             return None
         snap = snapshot(self.db, self.name)
-        for row in snap["trials"]:
+        if not last and self._estimate_behind(snap):
+            snap = None  # a run's line waits for the estimate its worker writes after it
+        for row in snap["trials"] if snap is not None else ():
             if _ended(row) and row["number"] not in self.seen:
                 self.seen.add(row["number"])
                 self.completed += row["state"] == "COMPLETE"
                 if self.on_run is not None:
                     self.on_run(row, snap)
-        if self.on_update is not None:
+        if self.on_update is not None and snap is not None:
             self.on_update(snap)
         return snap
+
+    def _estimate_behind(self, snap: dict) -> bool:
+        """Whether a run has completed whose worker has not yet written the estimate that counts
+        it (it tells the trial, then writes the estimate): its line would show the posterior of
+        the runs before it. Waited for at most :data:`ESTIMATE_WAIT_S` from when it is seen."""
+        done = sum(r["state"] == "COMPLETE" for r in snap["trials"])
+        est = snap["estimate"]
+        if est is None or int(est.get("n_runs", 0)) >= done:
+            self.behind_since = None
+            return False
+        now = time.monotonic()
+        self.behind_since = self.behind_since or now
+        return now - self.behind_since < ESTIMATE_WAIT_S
 
 
 def _ended(row: dict) -> bool:
