@@ -46,6 +46,17 @@ TINY = ["--mod", "5", "--n-train", "2000", "--n-test", "100"]
         (["bench", "search", "--set", "size_sd"], "NAME=VALUE"),
         (["bench", "search", "--read-set", "size_sd"], "--read-set 'size_sd'"),
         (["bench", "search", "--methods", "--read-set", "size_sd=0"], "leave out --methods"),
+        # The parser's own errors (issue 68): one line too, not a boxed panel.
+        (["train", "--steps", "1e30"], "Invalid value for '--steps'"),
+        (["train", "--nope"], "No such option: --nope"),
+        (["data", "--n"], "Option '--n' requires an argument"),
+        (["worker"], "Missing option '--study'"),
+        (["cluster", "slurm"], "Missing option '--study'"),
+        (["nope"], "No such command 'nope'"),
+        (["bench", "nope"], "No such command 'nope'. (see `threshold bench --help`)"),
+        (["train", "--no-decay-all"], "No such option"),
+        (["find", "--workers", "two"], "Invalid value for '--workers'"),
+        (["data", "extra"], "unexpected extra argument(s) (extra) (see `threshold data --help`)"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, cli, args, named):

@@ -484,7 +484,8 @@ RECIPE_HELP = {
     "warmup_steps": "Steps of linear warm-up",
     "schedule": "Learning-rate schedule: cosine, exponential or constant",
     "min_lr_ratio": "Fraction of --lr the decay ends at",
-    "decay_steps": "Steps the decay spans (fixed: needed for --checkpoints) [default: budget].",
+    "decay_steps": "Training steps the decay spans (fixed: needed for --checkpoints) [default:"
+    " --steps less the warm-up].",
     "grad_clip": "Largest gradient norm",
     "loss_on": "Loss on the completion or on all tokens",
     "batches": "Batches of whole sequences, or windows of the concatenated stream (--loss-on all)",

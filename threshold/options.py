@@ -87,9 +87,19 @@ _CHANCE = (
 )
 SEARCH = (
     Option("budget", int, "Most training runs."),
-    Option("precision", float, "Stop when the 90% interval of the 80% point is this narrow."),
-    Option("d_lo", int, "Smallest d of the initial bracket."),
-    Option("d_hi", int, "Largest d of the initial bracket."),
+    Option(
+        "precision",
+        float,
+        "Stop when the 90% interval of the 80% point is this narrow: its high end over its low"
+        " end, a factor in parameters (2.5: 1,000 - 2,500).",
+    ),
+    Option(
+        "d_lo",
+        int,
+        "Smallest d of the initial bracket; d is the model's width (d_model), the size the search"
+        " varies (parameters grow about as d squared).",
+    ),
+    Option("d_hi", int, "Largest d of the initial bracket (d: the model's width, d_model)."),
     Option("level", float, "Transition: the curve reaches level x A (the paper's wording)."),
     Option("chance_corrected", bool, _CHANCE, flag="--chance-corrected/--paper-level"),
     Option("seed", int, "Base seed; run seeds derive from it."),

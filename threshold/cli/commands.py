@@ -12,11 +12,13 @@ file imports typer alone: a command module that fails to import fails its own co
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from typing import Annotated
 
 import typer
 import typer.main
+from typer import _click as click  # typer 0.29 parses with its own copy of click
 from typer.core import TyperCommand, TyperGroup
 
 
@@ -156,6 +158,29 @@ class LazyGroup(TyperGroup):
         if isinstance(command, _Listed) and not self.listing:
             command = self.commands[cmd_name] = command.load()
         return command
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        """Click's main, where a parser error (an unknown option, a value not of its kind, a
+        missing one) is one line ``error: ...`` and exit 2, as every other bad input is, not a
+        boxed panel; help asked by no arguments is shown as it was."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as e:
+            click.echo(e.ctx.get_help())
+            sys.exit(e.exit_code)
+        except click.exceptions.ClickException as e:
+            words = " ".join(e.format_message().split())
+            ctx = getattr(e, "ctx", None)
+            path = ["threshold", *ctx.command_path.split()[1:]] if ctx is not None else []
+            hint = f" (see `{' '.join(path)} --help`)" if path else ""
+            click.echo(f"error: {words}{hint}", err=True)
+            sys.exit(e.exit_code)
+        except typer.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def format_help(self, ctx, formatter) -> None:
         self.listing = True  # the listing reads names and lines: no command module is imported

@@ -205,7 +205,10 @@ def answer_words(ans: dict | None) -> str:
         median += ", 90% interval {:,.0f} - {:,.0f}".format(*ans["interval"])
     if ans["located"]:
         return f"{point} {median}"
-    context = f"; the posterior's median {median}, context only"
+    context = (
+        f"; the posterior's median {median}, context only (the curve's guess beyond the runs,"
+        " not measured)"
+    )
     level = f"the {ans['level']:.0%} level"
     if ans["target"] is not None:
         level += f" (accuracy {ans['target']:.3f})"

@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import sqlite3
 import warnings
 from contextlib import closing
@@ -189,8 +190,30 @@ def _check_server_writable(storage: RDBStorage, url: str) -> None:
     )
 
 
+# The trial attribute naming the worker that trains it, ``host:pid`` (threshold.search.record).
+WORKER_ATTR = "worker"
+
+
+def _dead_here(worker: object) -> bool:
+    """Whether ``worker`` (``host:pid``) names a process of this host that no longer exists:
+    a worker killed outright (kill -9 of its process group), whose trial is failed and retried
+    at once rather than after its missed heartbeats, so a resumed study makes the decisions the
+    uninterrupted one made (a new size decided beside a dead trial's would differ)."""
+    host, _, pid = str(worker).rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
+
+
 class _Storage(RDBStorage):
-    """Optuna's RDB storage, where a RUNNING trial that never sent a heartbeat also goes stale.
+    """Optuna's RDB storage, where a RUNNING trial that never sent a heartbeat also goes stale,
+    and so does one whose worker, on this host, is no longer a process (:func:`_dead_here`).
 
     Optuna times a trial out only from its last heartbeat, so a trial left RUNNING before its
     first one (its worker killed between creating it and starting the heartbeat thread, or a trial
@@ -201,6 +224,8 @@ class _Storage(RDBStorage):
         stale = super()._get_stale_trial_ids(study_id)
         cutoff = datetime.now() - timedelta(seconds=self.grace_period)  # Optuna's clock: local
         running = self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+        dead = [t._trial_id for t in running if _dead_here(t.user_attrs.get(WORKER_ATTR))]
+        stale += [tid for tid in dead if tid not in stale]
         old = [t._trial_id for t in running if t.datetime_start and t.datetime_start < cutoff]
         old = [tid for tid in old if tid not in stale]
         if not old:
