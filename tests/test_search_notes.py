@@ -136,6 +136,11 @@ def test_few_runs_say_so(tmp_path, n_runs):
         headline = f"## MAX (listops mod 5): 80% point > {params[8]:,} parameters, not located"
         assert note.splitlines()[0] == headline
         assert "| 80% point (posterior median, context only) |" in note
+        # the figure marks the bound, and its posterior's line says it is context only
+        traces = {t["name"]: t for t in figure_of(study)["data"]}
+        bound = traces[f"80% point > {params[8]:,} parameters (the runs' bound)"]
+        assert bound["x"] == [params[8]] * 2
+        assert [n for n in traces if n.endswith("(posterior, context only)")]
     if n_runs == 0:
         assert "**Status**: not started: no runs yet" in note
     else:

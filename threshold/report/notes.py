@@ -232,6 +232,8 @@ def transition_figure(estimate: dict | None, runs: Sequence[NoteRun], level: flo
     point = f"{level:.0%} point"
     fig = go.Figure()
     est = estimate or {}
+    ans = study_answer(est, runs) if est.get("interval_params") and len(runs) >= MIN_RUNS else None
+    bound = _bound(ans)
     if est.get("interval_params") and len(runs) >= MIN_RUNS:
         lo, hi = est["interval_params"]
         fig.add_trace(
@@ -251,7 +253,18 @@ def transition_figure(estimate: dict | None, runs: Sequence[NoteRun], level: flo
                 y=[0, 1],
                 mode="lines",
                 line={"color": "rgb(99, 110, 250)", "dash": "dash"},
-                name=f"{point} {_n(est['params_p80'])} (posterior)",
+                name=f"{point} {_n(est['params_p80'])} (posterior"
+                + (", context only)" if bound is not None else ")"),
+            )
+        )
+    if bound is not None and ans.get("params") is not None:  # the bound itself, as the title says
+        fig.add_trace(
+            go.Scatter(
+                x=[ans["params"]] * 2,
+                y=[0, 1],
+                mode="lines",
+                line={"color": "black", "width": 3},
+                name=f"{point} {bound} parameters (the runs' bound)",
             )
         )
     if est.get("chance") is not None:
