@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 
 from threshold.search.spec import StudySettings
 from threshold.search.study import SearchConfig, open_storage
-from threshold.search.worker import HOLD_AT_ENV, HOLD_ENV
+from threshold.search.worker import HOLD_AFTER_ENV, HOLD_AT_ENV, HOLD_ENV
 from threshold.tasks import TaskConfig
 from threshold.train import TrainConfig
 
@@ -60,11 +60,11 @@ def wait_until(condition, timeout: float, what: str, every: float = 0.2):
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def hold_env(path: Path, at: str = "training") -> dict:
+def hold_env(path: Path, at: str = "training", after: int = 1) -> dict:
     """The environment that makes a worker stop mid-run (``at`` "training"; "writing": trained,
-    its result not yet written) once the study has a completed trial, write its process id to
-    ``path`` and wait there (``threshold.search.worker._hold``)."""
-    return {HOLD_ENV: str(path), HOLD_AT_ENV: at}
+    its result not yet written) once the study has ``after`` completed trials, write its process
+    id to ``path`` and wait there (``threshold.search.worker._hold``)."""
+    return {HOLD_ENV: str(path), HOLD_AT_ENV: at, HOLD_AFTER_ENV: str(after)}
 
 
 def wait_for_hold(path: Path, proc: subprocess.Popen, timeout: float = 180) -> int:

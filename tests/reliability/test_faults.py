@@ -142,17 +142,17 @@ def kill_group(proc) -> None:
     proc.wait()
 
 
-def find_until_a_trial_trains(tmp_path, shared_cache, at: str = "training") -> tuple:
-    """`threshold find` on the tiny study, its worker held in its second trial's run (``at``:
-    training, evaluating or writing, see :func:`support.hold_env`)."""
+def find_until_a_trial_trains(tmp_path, shared_cache, at: str = "training", after: int = 1):
+    """`threshold find` on the tiny study, its worker held in the run of the trial after the
+    first ``after`` (``at``: training, evaluating or writing, see :func:`support.hold_env`)."""
     cache_with_data(tmp_path, shared_cache)
     args = ["find", *FIND_ARGS, "--storage", f"sqlite:///{tmp_path}/s.db", "--json"]
     held = tmp_path / "held"
-    proc = popen_threshold(args, tmp_path, tmp_path / "first.log", **hold_env(held, at))
+    proc = popen_threshold(args, tmp_path, tmp_path / "first.log", **hold_env(held, at, after))
     try:
         db, name = find_study(tmp_path, proc)
         wait_for_hold(held, proc)
-        victim = running_in_training(db, name)
+        victim = running_in_training(db, name, after)
         assert victim is not None
     except BaseException:
         kill_group(proc)
@@ -179,6 +179,35 @@ def test_sigkill_find_and_its_workers_then_resume(tmp_path, shared_cache, refere
     assert report["study"] == name and report["n_trials"] == BUDGET
     assert_same_estimate(report["transition"], reference.estimate)
     check_resumed(db, name, victim, before, reference)
+
+
+KILL_POINTS = [pytest.param(at, marks=pytest.mark.slow) for at in ("evaluating", "writing")]
+
+
+@pytest.mark.parametrize("at", ["training", *KILL_POINTS])
+def test_sigkill_of_the_group_then_the_same_command_at_once(tmp_path, shared_cache, reference,
+                                                           in_process, at):  # fmt: skip
+    """`kill -9 -PGID` while the third trial trains, as it is evaluated, or once measured and
+    before its result is written, then the same command at once (its heartbeats not yet
+    missed): the dead worker's trial is retried first, with its size and seed, so the study
+    makes the uninterrupted one's decisions (issue 68: it decided a new size beside the dead
+    trial, and ended on other runs and another answer)."""
+    args, proc, db, name, victim = find_until_a_trial_trains(tmp_path, shared_cache, at, 2)
+    kill_group(proc)
+    before = completed(db, name)
+    wait_until(lambda: not pid_alive(worker_pid(victim)), 30, "the killed worker to go")
+    assert trials(db, name)[victim.number].state == TrialState.RUNNING
+    # At once, and with the default's long heartbeat: the dead trial would go stale only after
+    # 3 missed beats of 30 s, long after its resumed worker has decided the next run.
+    beat = args.index("--heartbeat") + 1
+    again = in_process([*args[:beat], "30", *args[beat + 1 :]], tmp_path)
+    assert again.exit_code == 0, (again.stderr, again.exception)
+    report = json.loads(again.stdout)
+    assert report["study"] == name and report["n_trials"] == BUDGET
+    assert_same_estimate(report["transition"], reference.estimate)
+    after = check_resumed(db, name, victim, before, reference)
+    lo, hi = SETTINGS.search.d_lo, SETTINGS.search.d_hi
+    assert all(lo <= t.params["d_model"] <= hi for t in after if t.params), after
 
 
 # about 25 s each on a busy 2-core machine: the default suite strikes while evaluating (the point

@@ -71,6 +71,7 @@ log = logging.getLogger(__name__)
 
 HOLD_ENV = "THRESHOLD_TEST_HOLD"  # tests only: see _hold
 HOLD_AT_ENV = "THRESHOLD_TEST_HOLD_AT"  # where: "training" (default), "evaluating", "writing"
+HOLD_AFTER_ENV = "THRESHOLD_TEST_HOLD_AFTER"  # completed trials before the hold (default 1)
 
 
 @dataclass
@@ -315,8 +316,11 @@ def _hold(study: optuna.Study, runs: int, path: Path) -> None:
     (``evaluating``), or once it is measured and before its result is written
     (``writing``), and the study has a completed trial or the batch trains several runs, write
     this process's id to ``path`` and wait, the runs unfinished and their trials running
-    (heartbeats beating), until a signal ends it."""
-    if runs == 1 and not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+    (heartbeats beating), until a signal ends it. ``THRESHOLD_TEST_HOLD_AFTER=N``: once the
+    study has N completed trials (default 1)."""
+    after = int(os.environ.get(HOLD_AFTER_ENV, "1"))
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if runs == 1 and len(done) < after:
         return
     with atomic_write(path, text=True) as f:  # whole when it appears
         f.write(f"{os.getpid()}\n")
