@@ -1,6 +1,9 @@
 import dataclasses
 import json
+import socket
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import optuna
@@ -289,3 +292,20 @@ def test_a_view_of_a_study_storage_leaves_its_file_as_it_was(tmp_path, cli):
     result = cli(["status", "--storage", url])
     assert result.exit_code == 0, result.stderr
     assert (tmp_path / "plain.db").read_bytes() == before
+
+
+def test_a_trial_is_dead_only_where_its_own_worker_is_gone():
+    """A RUNNING trial is retried at once only where the process that took it (host:pid, and
+    that trial's number: a retry's copy of its failed trial's attributes names no one) was on
+    this host and is no longer a process (issue 68)."""
+    from threshold.search.study import _dead_here, taken_by
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    pid = int(gone.stdout)
+    here = socket.gethostname()
+    assert _dead_here(f"{here}:{pid}:7", 7)
+    assert not _dead_here(taken_by(7), 7)  # this process: alive
+    assert not _dead_here(f"{here}:{pid}:6", 7)  # the failed trial's, copied onto its retry
+    assert not _dead_here(f"elsewhere:{pid}:7", 7)  # another machine's: its heartbeats decide
+    assert not _dead_here(None, 7) and not _dead_here("junk", 7)

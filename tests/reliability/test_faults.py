@@ -181,15 +181,18 @@ def test_sigkill_find_and_its_workers_then_resume(tmp_path, shared_cache, refere
     check_resumed(db, name, victim, before, reference)
 
 
-KILL_POINTS = [pytest.param(at, marks=pytest.mark.slow) for at in ("evaluating", "writing")]
+KILL_POINTS = [
+    pytest.param(at, marks=pytest.mark.slow) for at in ("deciding", "evaluating", "writing")
+]
 
 
 @pytest.mark.parametrize("at", ["training", *KILL_POINTS])
 def test_sigkill_of_the_group_then_the_same_command_at_once(tmp_path, shared_cache, reference,
                                                            in_process, at):  # fmt: skip
-    """`kill -9 -PGID` while the third trial trains, as it is evaluated, or once measured and
-    before its result is written, then the same command at once (its heartbeats not yet
-    missed): the dead worker's trial is retried first, with its size and seed, so the study
+    """`kill -9 -PGID` once the third trial is decided and before it trains, while it trains,
+    as it is evaluated, or once measured and before its result is written, then the same
+    command at once (its heartbeats not yet missed): the dead worker's trial is retried first,
+    with its size and seed, so the study
     makes the uninterrupted one's decisions (issue 68: it decided a new size beside the dead
     trial, and ended on other runs and another answer)."""
     args, proc, db, name, victim = find_until_a_trial_trains(tmp_path, shared_cache, at, 2)

@@ -190,17 +190,24 @@ def _check_server_writable(storage: RDBStorage, url: str) -> None:
     )
 
 
-# The trial attribute naming the worker that trains it, ``host:pid`` (threshold.search.record).
-WORKER_ATTR = "worker"
+# The system attribute a worker's sampler writes on a trial as it takes it, ``host:pid:number``:
+# the trial's number, so a retry's copy of its failed trial's attributes names no live worker.
+TAKEN_BY = "taken_by"
 
 
-def _dead_here(worker: object) -> bool:
-    """Whether ``worker`` (``host:pid``) names a process of this host that no longer exists:
-    a worker killed outright (kill -9 of its process group), whose trial is failed and retried
-    at once rather than after its missed heartbeats, so a resumed study makes the decisions the
-    uninterrupted one made (a new size decided beside a dead trial's would differ)."""
-    host, _, pid = str(worker).rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
+def taken_by(number: int) -> str:
+    """:data:`TAKEN_BY`'s value for trial ``number`` taken by this process."""
+    return f"{socket.gethostname()}:{os.getpid()}:{number}"
+
+
+def _dead_here(taken: object, number: int) -> bool:
+    """Whether ``taken`` (:func:`taken_by`, written for trial ``number``) names a process of
+    this host that no longer exists: a worker killed outright (kill -9 of its process group),
+    whose trial is failed and retried at once rather than after its missed heartbeats, so a
+    resumed study makes the decisions the uninterrupted one made (a new size decided beside a
+    dead trial's would differ)."""
+    host, pid, of = [*str(taken).rsplit(":", 2), "", ""][:3]
+    if host != socket.gethostname() or not pid.isdigit() or of != str(number):
         return False
     try:
         os.kill(int(pid), 0)
@@ -224,7 +231,7 @@ class _Storage(RDBStorage):
         stale = super()._get_stale_trial_ids(study_id)
         cutoff = datetime.now() - timedelta(seconds=self.grace_period)  # Optuna's clock: local
         running = self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
-        dead = [t._trial_id for t in running if _dead_here(t.user_attrs.get(WORKER_ATTR))]
+        dead = [t._trial_id for t in running if _dead_here(t.system_attrs.get(TAKEN_BY), t.number)]
         stale += [tid for tid in dead if tid not in stale]
         old = [t._trial_id for t in running if t.datetime_start and t.datetime_start < cutoff]
         old = [tid for tid in old if tid not in stale]

@@ -70,7 +70,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 HOLD_ENV = "THRESHOLD_TEST_HOLD"  # tests only: see _hold
-HOLD_AT_ENV = "THRESHOLD_TEST_HOLD_AT"  # where: "training" (default), "evaluating", "writing"
+HOLD_AT_ENV = "THRESHOLD_TEST_HOLD_AT"  # "deciding", "training" (default), "evaluating", "writing"
 HOLD_AFTER_ENV = "THRESHOLD_TEST_HOLD_AFTER"  # completed trials before the hold (default 1)
 
 
@@ -250,6 +250,8 @@ def _run_batch(study, settings, data, store, sampler, k, execution, device, note
                 except BaseException:
                     study.tell(trial, state=TrialState.FAIL)
                     raise
+                if os.environ.get(HOLD_ENV) and os.environ.get(HOLD_AT_ENV) == "deciding":
+                    _hold(study, 1, Path(os.environ[HOLD_ENV]))  # decided, not yet training
                 live[len(runs)] = run
                 runs.append(run)
                 reporters.append(_reporter(trial, measure))
