@@ -298,7 +298,8 @@ def test_a_trial_is_dead_only_where_its_own_worker_is_gone():
     """A RUNNING trial is retried at once only where the process that took it (host:pid, and
     that trial's number: a retry's copy of its failed trial's attributes names no one) was on
     this host and is no longer a process (issue 68)."""
-    from threshold.search.study import _dead_here, taken_by
+    from threshold.search.runs import taken_by
+    from threshold.search.study import _dead_here
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)  # fmt: skip

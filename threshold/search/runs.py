@@ -8,6 +8,8 @@ objective (:mod:`threshold.search.sampler`) builds on this alone; the study's re
 from __future__ import annotations
 
 import json
+import os
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +17,17 @@ from typing import Any
 import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
+
+# The system attribute a worker's sampler writes on a trial as it takes it, ``host:pid:number``
+# (threshold.search.study reads it to retry a killed worker's trial at once): the trial's number
+# too, so a retry's copy of its failed trial's attributes names no live worker.
+TAKEN_BY = "taken_by"
+
+
+def taken_by(number: int) -> str:
+    """:data:`TAKEN_BY`'s value for trial ``number`` taken by this process."""
+    return f"{socket.gethostname()}:{os.getpid()}:{number}"
+
 
 __all__ = [
     "RunRecord",

@@ -24,7 +24,6 @@ from threshold.search.fit import transition_estimate
 from threshold.search.objective import ObjectiveSettings
 from threshold.search.policy import SearchSettings, decide
 from threshold.search.settings import run_seed
-from threshold.search.study import TAKEN_BY, taken_by
 
 __all__ = [
     "PARAM",
@@ -75,7 +74,9 @@ class TransitionSampler(BaseSampler):
         if PARAM not in search_space or PARAM in trial.params:
             return {}
         # taken by this process: a kill -9 from here on is seen at once (study._dead_here)
-        study._storage.set_trial_system_attr(trial._trial_id, TAKEN_BY, taken_by(trial.number))
+        study._storage.set_trial_system_attr(
+            trial._trial_id, runs.TAKEN_BY, runs.taken_by(trial.number)
+        )
         if runs.SEED in trial.user_attrs:  # decided already: the retry of a trial whose
             # worker died after the decision, before the size became a parameter
             return {PARAM: trial.user_attrs[PARAM]} if PARAM in trial.user_attrs else {}

@@ -40,6 +40,7 @@ from threshold.config import DEFAULT_STORAGE, Execution, resolve_storage
 from threshold.errors import ConfigError, ThresholdError
 from threshold.files import atomic_write
 from threshold.meta import git_commit, version
+from threshold.search.runs import TAKEN_BY
 from threshold.search.settings import STOP_RULES, SearchConfig
 from threshold.search.spec import StudySettings, read_settings
 
@@ -190,22 +191,12 @@ def _check_server_writable(storage: RDBStorage, url: str) -> None:
     )
 
 
-# The system attribute a worker's sampler writes on a trial as it takes it, ``host:pid:number``:
-# the trial's number, so a retry's copy of its failed trial's attributes names no live worker.
-TAKEN_BY = "taken_by"
-
-
-def taken_by(number: int) -> str:
-    """:data:`TAKEN_BY`'s value for trial ``number`` taken by this process."""
-    return f"{socket.gethostname()}:{os.getpid()}:{number}"
-
-
 def _dead_here(taken: object, number: int) -> bool:
-    """Whether ``taken`` (:func:`taken_by`, written for trial ``number``) names a process of
-    this host that no longer exists: a worker killed outright (kill -9 of its process group),
-    whose trial is failed and retried at once rather than after its missed heartbeats, so a
-    resumed study makes the decisions the uninterrupted one made (a new size decided beside a
-    dead trial's would differ)."""
+    """Whether ``taken`` (:func:`threshold.search.runs.taken_by`, for trial ``number``) names a
+    process of this host that no longer exists: a worker killed outright (kill -9 of its
+    process group), whose trial is failed and retried at once rather than after its missed
+    heartbeats, so a resumed study makes the decisions the uninterrupted one made (a new size
+    decided beside a dead trial's would differ)."""
     host, pid, of = [*str(taken).rsplit(":", 2), "", ""][:3]
     if host != socket.gethostname() or not pid.isdigit() or of != str(number):
         return False
