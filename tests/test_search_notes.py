@@ -29,7 +29,7 @@ from threshold.train import TrainConfig
 CHANCE = 0.2
 SETTINGS = StudySettings(
     TaskConfig(ops=("max",), n=5, n_train=2000, n_test=100),
-    TrainConfig(max_steps=40),
+    TrainConfig(max_steps=40, warmup_steps=4),  # the recipe's, fitted to 40 steps
     SearchConfig(d_lo=4, d_hi=16, budget=8),
 )
 # Runs on a known curve (in ln parameters), with a little seed noise: the fit has what it needs.
