@@ -16,6 +16,7 @@ from threshold.search.find import die_with_parent
 from threshold.search.objective import ObjectiveSettings
 from threshold.search.objective_run import run_objective_worker
 from threshold.search.record import read_study, storage_log_level
+from threshold.search.study import open_storage
 from threshold.search.worker import run_worker
 
 
@@ -36,7 +37,9 @@ def worker(
         logging.basicConfig(level=level, format="%(asctime)s worker %(process)d %(message)s")
         storage_log_level(level)
         runs = execution_of(execution)
-        if isinstance(read_study(runs.storage_url, study).settings, ObjectiveSettings):
+        # opened to write first: a storage this user may only read is refused in one line here
+        storage = open_storage(runs.storage_url, runs.heartbeat_s, create=False, write=True)
+        if isinstance(read_study(storage, study).settings, ObjectiveSettings):
             import_here()  # its objective by its path, found in this folder too
             url, beat = runs.storage_url, runs.heartbeat_s
             run_objective_worker(study, url, heartbeat_s=beat, max_trials=max_trials)
