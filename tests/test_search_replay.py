@@ -133,10 +133,10 @@ def test_bench_search_replays_a_report_and_prints_its_tables(tmp_path, cli):
 
 # --- dense grids (threshold grid's records) ----------------------------------------------------
 
-DENSE = tuple(range(4, 34))  # 30 sizes
+DENSE = tuple(range(4, 24))  # 20 sizes: 16 for the user's grid, and some to spare
 
 
-def _dense_record(tmp_path, seeds: int = 5, x80: float = np.log(3000.0)):
+def _dense_record(tmp_path, seeds: int = 3, x80: float = np.log(3000.0)):
     """A dense grid's record (as threshold.search.grid.export_record writes it) of bimodal runs:
     a seed learns (0.95) with a probability rising in ln(params) through ``x80``, else stays
     near chance; read at two checkpoints, the first all at chance (a bound)."""
@@ -168,22 +168,28 @@ def test_a_dense_record_is_a_grid_at_each_checkpoint_read_in_seed_order(tmp_path
     assert sorted(grids) == ["grid-test @100", "grid-test @50"]
     early, late = grids["grid-test @50"], grids["grid-test @100"]
     assert early.dense and late.dense and late.trials == 2000
-    assert late.sizes == list(DENSE) and len(late.runs) == 5 * len(DENSE)
+    assert late.sizes == list(DENSE) and len(late.runs) == 3 * len(DENSE)
     assert all(y == 0.1 for _, y in early.runs)  # the first checkpoint's accuracies
-    assert [d for d, _ in late.runs[:6]] == [4, 4, 4, 4, 4, 5]  # by size, replicates in order
+    assert [d for d, _ in late.runs[:4]] == [4, 4, 4, 5]  # by size, replicates in order
 
 
-def test_the_users_grid_is_16_sizes_by_3_seeds_and_the_sampler_stops_sooner(tmp_path):
-    grids = {g.name: g for g in load_grids([_dense_record(tmp_path)])}
-    out = replay_grid(grids["grid-test @100"], counts=(6, 12, 24))
+def test_the_users_grid_the_samplers_stop_and_the_skeptics_figure(tmp_path):
+    result = bench_replay([_dense_record(tmp_path)], methods=("sampler", "grid48"), counts=(6, 12))
+    grids = {g["name"]: g for g in result["grids"]}
+    out = grids["grid-test @100"]
     user = out["methods"]["grid48"][0]["stop"]
     assert user["runs"] == 48
     assert out["reference"]["kind"] == "point"
     own = out["methods"]["sampler"][0]["stop"]
     assert own["runs"] < user["runs"]  # the promise: fewer runs than the grid a user would run
-    bound = replay_grid(grids["grid-test @50"], methods=("sampler", "grid48"))
+    assert {"x", "lo", "hi"} <= set(own)  # the interval the figure draws
+    bound = grids["grid-test @50"]
     assert bound["reference"]["kind"] != "point"  # no run learned by step 50: a bound
     assert not bound["methods"]["sampler"][0]["stop"]["located"]
+    path = replay_figure(result, tmp_path / "replay.png")
+    assert path is not None and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bound_only = {**result, "grids": [bound]}
+    assert replay_figure(bound_only, tmp_path / "none.png") is None
 
 
 def test_the_users_grid_needs_a_dense_grid(tmp_path):
@@ -202,13 +208,3 @@ def test_psignifit_reads_a_dense_grid_beside_ours(tmp_path):
     assert set(out["calibration"]) == {"12", "24"}
     for reading in out["calibration"]["24"].values():
         assert reading["width"] > 0
-
-
-def test_the_skeptics_figure_draws_each_located_dense_grid(tmp_path):
-    result = bench_replay([_dense_record(tmp_path)], methods=("sampler", "grid48"))
-    path = replay_figure(result, tmp_path / "replay.png")
-    assert path is not None and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    sampler = next(g for g in result["grids"] if g["name"].endswith("@100"))["methods"]["sampler"]
-    assert {"x", "lo", "hi"} <= set(sampler[0]["stop"])  # the interval the figure draws
-    bound_only = {**result, "grids": [g for g in result["grids"] if g["name"].endswith("@50")]}
-    assert replay_figure(bound_only, tmp_path / "none.png") is None
