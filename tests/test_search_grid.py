@@ -60,6 +60,8 @@ def test_sizes_and_specs_are_checked():
         GridSpec((8,))
     with pytest.raises(ConfigError, match="--seeds"):
         GridSpec((4, 8), seeds=0)
+    with pytest.raises(ConfigError, match="20,000 runs: use at most 10,000"):
+        GridSpec(parse_sizes("1..2000"), seeds=10)
     assert SPEC.cells[:3] == [(4, 0), (6, 0), (8, 0)]  # a seed at every size, then the next
 
 

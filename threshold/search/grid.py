@@ -38,6 +38,7 @@ from threshold.search import record
 from threshold.search.bounds import answer
 from threshold.search.find import SearchOutcome, run_search
 from threshold.search.sampler import PARAM, run_seed
+from threshold.search.settings import MAX_BUDGET
 from threshold.search.spec import StudySettings
 from threshold.search.study import create_or_load_study, open_storage
 
@@ -83,6 +84,13 @@ class GridSpec:
             raise ConfigError(f"grid size {self.sizes[0]} is not allowed: use d 1 or more", "sizes")
         if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
             raise ConfigError(f"--seeds {self.seeds!r} is not allowed: use 1 or more", "seeds")
+        if len(self.sizes) * self.seeds > MAX_BUDGET:
+            raise ConfigError(
+                f"a grid of {len(self.sizes)} sizes x {self.seeds} seeds is "
+                f"{len(self.sizes) * self.seeds:,} runs: use at most {MAX_BUDGET:,} (a study's"
+                " most), fewer sizes (--sizes 4..256/4) or seeds",
+                "sizes",
+            )
 
     @property
     def cells(self) -> list[tuple[int, int]]:
