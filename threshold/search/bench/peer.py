@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import warnings
 
 import numpy as np
 
@@ -44,15 +45,17 @@ def psignifit_reading(
     x = np.log([params[d] for d, _ in runs])
     acc = np.array([y for _, y in runs])
     data = np.c_[x, np.round(acc * trials), np.full(len(runs), trials)]
-    result = psignifit.psignifit(
-        data,
-        sigmoid="logistic",
-        experiment_type="yes/no",
-        fixed_parameters={"gamma": settings.chance},
-        pool_max_blocks=len(runs) + 1,  # every run its own block: no pooling
-        verbose=False,
-        debug=True,  # keeps the posterior, to sample
-    )
+    with warnings.catch_warnings():  # "gamma unusually high": a majority rate, not a human's
+        warnings.simplefilter("ignore", UserWarning)
+        result = psignifit.psignifit(
+            data,
+            sigmoid="logistic",
+            experiment_type="yes/no",
+            fixed_parameters={"gamma": settings.chance},
+            pool_max_blocks=len(runs) + 1,  # every run its own block: no pooling
+            verbose=False,
+            debug=True,  # keeps the posterior, to sample
+        )
     draws = result.posterior_samples(SAMPLES, random_state=np.random.default_rng(seed))
     lapse, chance = draws["lambda"], settings.chance
     ceiling = 1.0 - lapse
