@@ -18,6 +18,9 @@ grid --tasks min --mod 10 --steps 2000 --sizes 3..30 --seeds 5
 # transition is near d 40): every third d below 36 and every fourth above 60. Its checkpoint at
 # 500 steps is the bound: no size learns ADD by then.
 ADD_SIZES=16..34/3,36..60/2,64..96/4
+# The bound: ADD over a 1,000-step schedule, where no size up to d 96 should learn it (cheap:
+# the stuck rule ends a run at chance half way).
+grid --tasks add --mod 10 --steps 1000 --sizes "$ADD_SIZES" --seeds 5
 grid --tasks add --mod 10 --steps 4000 --sizes "$ADD_SIZES" --seeds 5
 grid --tasks max,med,add --measure add --mod 10 --steps 4000 --sizes "$ADD_SIZES" --seeds 5
 # The permutation testbed's hard op: products in S_3, which learn only after several thousand
