@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import optuna
@@ -449,3 +450,21 @@ def test_studies_past_ten_keep_a_style_of_their_own():
 def test_report_layer_stays_apart(loaded_by):
     watched = ["threshold.cli", "typer", "matplotlib", "plotly", "rich.progress", "torch"]
     assert loaded_by(["threshold.report"], watched) == []
+
+
+def test_without_plotly_the_report_leaves_out_only_its_interactive_figure(
+    report_studies, built_report, cli, monkeypatch, tmp_path
+):
+    # A lent GPU runs the project without plotly (.ci/wheels): a suite there still writes its
+    # reports, without the interactive figure (and the dashboard notes: test_search_notes).
+    monkeypatch.setitem(sys.modules, "plotly", None)  # as if not installed
+    s = report_studies
+    out = tmp_path / "report"
+    result = cli(["report", "--storage", s["url"], "-o", out], cwd=s["cwd"])
+    assert result.exit_code == 0, (result.stderr, result.exception)
+    page = (out / "index.html").read_text()
+    assert 'id="comparison-plot"' in (built_report[0] / "index.html").read_text()
+    assert 'id="comparison-plot"' not in page and "plotly" not in page
+    assert not (out / "plotly.min.js").exists()
+    names = [v["row"]["name"] for v in json.loads((out / "results.json").read_text())["studies"]]
+    assert names == [v["row"]["name"] for v in built_report[1]["studies"]]  # the rest as ever

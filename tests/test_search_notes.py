@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import optuna
@@ -236,3 +237,13 @@ def test_a_level_near_chance_is_said_in_the_note():
     assert "lies 0.025 above chance (0.775" in line and "--chance-corrected" in line
     far = note_markdown(SETTINGS, estimate | {"chance": 0.2}, runs)
     assert "Read with care" not in far
+
+
+def test_without_plotly_the_note_is_written_without_its_figure(tmp_path, monkeypatch):
+    # A lent GPU runs the project without plotly (.ci/wheels): its workers still write the note.
+    monkeypatch.setitem(sys.modules, "plotly", None)  # as if not installed
+    study, sampler = make_study(tmp_path, SIZES)
+    estimate = refresh_estimate(study, sampler, NOTE_RENDER)
+    assert get_note(study).startswith("## MAX (listops mod 5): 80% point at")
+    assert estimate["interval_params"] is not None
+    assert not any(k.startswith("dashboard:plot_data:") for k in system_attrs(study))

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import plotly.graph_objects as go
 
 from threshold.config import recipe_words
+from threshold.meta import has_plotly
 from threshold.report.render import render
 from threshold.report.text import near_transition_words
 from threshold.search.bounds import answer, answer_words, near_chance_words
@@ -228,7 +228,12 @@ def _round(values) -> list[float]:
 
 def transition_figure(estimate: dict | None, runs: Sequence[NoteRun], level: float = 0.8):
     """Accuracy against total parameters (log x): the runs, the fitted logistic and the
-    80% point (the fit's on its curve; the posterior's as a line in its shaded 90% interval)."""
+    80% point (the fit's on its curve; the posterior's as a line in its shaded 90% interval).
+    None where plotly is not installed (:func:`has_plotly`)."""
+    if not has_plotly():
+        return None
+    import plotly.graph_objects as go
+
     point = f"{level:.0%} point"
     fig = go.Figure()
     est = estimate or {}

@@ -15,10 +15,8 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
-from plotly.offline import get_plotlyjs
-
 from threshold.errors import ConfigError
-from threshold.meta import git_commit
+from threshold.meta import git_commit, has_plotly
 from threshold.report import figures
 from threshold.report.build import build
 from threshold.report.data import Collected, Progress
@@ -93,6 +91,8 @@ def _plotly_script(out: Path) -> str:
     theirs to ``reports/cpu/all``'s, so a copy of the working tree (the one a lent GPU gets, 64
     MiB at most) carries it once; a report written there again writes through the link.
     """
+    from plotly.offline import get_plotlyjs
+
     (out / PLOTLY_JS).write_text(get_plotlyjs(), encoding="utf-8")
     return PLOTLY_JS
 
@@ -169,7 +169,8 @@ def _write(collected, out, earlier, on_progress, rendered_from) -> dict:
         unique(f"transfer-{i + 1}-{_slug(Path(t['file']).stem)}.png")
         for i, t in enumerate(collected.transfer)
     ]
-    plotly_src = _plotly_script(out) if fitted else None
+    # a lent GPU machine has no plotly (has_plotly): its reports go without the interactive figure
+    plotly_src = _plotly_script(out) if fitted and has_plotly() else None
     rendered = (datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), rendered_from, git_commit())
     view = build(
         collected, entries, transfer_figs, names, plotly_src, rendered, (GRID_SIZES, GRID_SEEDS)
@@ -204,7 +205,7 @@ def _write(collected, out, earlier, on_progress, rendered_from) -> dict:
         (out / name).write_bytes(sources[src])
         written.append(name)
     plotly_div = None
-    if fitted:
+    if plotly_src:
         plotly_div = figures.comparison_plotly(ordered, styles).to_html(
             full_html=False,
             include_plotlyjs=False,

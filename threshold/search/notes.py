@@ -103,9 +103,9 @@ def fit_accuracy(fit: dict, params) -> np.ndarray:
 @dataclass(frozen=True)
 class NoteRender:
     """How a note is worded and drawn: ``markdown(settings, estimate, runs, *, n_running,
-    status, attrs, bracket_d) -> str``, ``figure(estimate, runs, level) -> plotly figure`` and
-    ``result(estimate, runs) -> str``, the finding in a few words (the ``80% point`` attribute:
-    optuna-dashboard's attribute table cuts a longer value)."""
+    status, attrs, bracket_d) -> str``, ``figure(estimate, runs, level) -> plotly figure`` (or
+    None: no figure) and ``result(estimate, runs) -> str``, the finding in a few words (the ``80%
+    point`` attribute: optuna-dashboard's attribute table cuts a longer value)."""
 
     markdown: Callable[..., str]
     figure: Callable[..., object]
@@ -134,7 +134,8 @@ def write_note(
     )
     if body != get_note(study):
         figure = render.figure(estimate, completed_runs(view, policy), settings.search.level)
-        save_figure(study, FIGURE_ID, figure.to_json())
+        if figure is not None:
+            save_figure(study, FIGURE_ID, figure.to_json())
         save_note(study, body)
     result = render.result(estimate, completed_runs(view, policy))
     if view.attrs.get(RESULT_ATTR) != result:  # the study page's attribute table shows it

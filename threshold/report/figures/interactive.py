@@ -5,8 +5,6 @@ runs, in the colours and line styles of the PNGs
 
 from __future__ import annotations
 
-import plotly.graph_objects as go
-
 from threshold.report.data import StudyData
 from threshold.report.figures.common import is_located, level_accuracy
 
@@ -22,6 +20,8 @@ def comparison_plotly(studies: list[StudyData], styles: dict):
     """The interactive figure: each fitted study's median curve and 90% band, its 80% point
     with its interval, and its runs. One legend entry a study (band, point and runs go with it);
     two buttons show or hide every study's runs."""
+    import plotly.graph_objects as go  # here, not at the top: threshold.meta.has_plotly
+
     fig = go.Figure()
     runs_traces = []
     for s in studies:
