@@ -98,9 +98,13 @@ def test_a_grid_trains_each_cell_once_and_resumes(tmp_path, monkeypatch):
     again, _, queued = run_grid(settings(), SPEC, runs, out=tmp_path / "out")
     assert (again.n_new, queued) == (0, 0)  # whole: nothing trained
 
+    rec["git_commit"] = "0" * 40  # begun at an older commit
+    path.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+    before = path.read_text()
     fresh = execution(tmp_path, "fresh.db")  # another machine: a new database, the record
     moved, _, queued = run_grid(settings(), SPEC, fresh, out=tmp_path / "out")
     assert (moved.n_new, queued) == (0, 0)
+    assert path.read_text() == before  # nothing new: the record as it was, its commit too
     assert cells(fresh.storage_url, name) == sorted(SPEC.cells)
     assert moved.answer == outcome.answer  # the same reading of the same runs
     (row,) = records_table(tmp_path / "out")

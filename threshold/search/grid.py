@@ -269,7 +269,9 @@ def import_record(study: optuna.Study, settings: StudySettings, rec: dict) -> in
 
 def export_record(view: record.StudyView, path: Path) -> dict:
     """The grid ``view`` as a record (its completed runs, each at every budget checkpoint, the
-    parameter counts, chance, settings and estimate), written to ``path`` whole or not at all."""
+    parameter counts, chance, settings and estimate), written to ``path`` whole or not at all.
+    Its commit is the one the grid began at: kept from the record there, so a grid continued in
+    a fresh database (a study made today) leaves a record with nothing new as it was."""
     grid = record.read_grid(view.attrs)
     if grid is None:
         raise ConfigError(f"study {view.name!r} is not a grid: `threshold grid` makes one")
@@ -280,7 +282,7 @@ def export_record(view: record.StudyView, path: Path) -> dict:
         "kind": RECORD_KIND,
         "study": view.name,
         "version": version(),
-        "git_commit": view.attrs.get("git_commit") or git_commit(),
+        "git_commit": _begun_at(path) or view.attrs.get("git_commit") or git_commit(),
         "settings": settings.to_attrs(),
         "grid": grid,
         "measure": settings.task.measured_op,
@@ -303,6 +305,13 @@ def export_record(view: record.StudyView, path: Path) -> dict:
         json.dump(rec, f, indent=1, sort_keys=True)
         f.write("\n")
     return rec
+
+
+def _begun_at(path: Path) -> str | None:
+    try:
+        return json.loads(path.read_text()).get("git_commit")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _run_row(r: record.RunRecord) -> dict:
