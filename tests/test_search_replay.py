@@ -55,6 +55,9 @@ def test_the_pool_answers_in_recorded_order_and_redirects_an_exhausted_size(tmp_
     assert pool.draw(8) == (16, 0.3) and pool.redirected == 1  # 16 is nearest 8 with runs left
     assert pool.draw(16) == (64, 0.9)
     assert pool.draw(64) is None
+    turned = _Pool(grid, turn=1)  # the second seed order: each size's seeds turned by one
+    assert turned.draw(8) == (8, 0.2) and turned.draw(8) == (8, 0.1)
+    assert turned.draw(64) == (64, 0.9)
 
 
 def test_bisection_closes_on_the_step_and_then_uses_every_run(tmp_path):
@@ -174,9 +177,14 @@ def test_a_dense_record_is_a_grid_at_each_checkpoint_read_in_seed_order(tmp_path
 
 
 def test_the_users_grid_the_samplers_stop_and_the_skeptics_figure(tmp_path):
-    result = bench_replay([_dense_record(tmp_path)], methods=("sampler", "grid48"), counts=(6, 12))
+    result = bench_replay(
+        [_dense_record(tmp_path)], methods=("sampler", "grid48"), counts=(6, 12), orders=2
+    )
     grids = {g["name"]: g for g in result["grids"]}
     out = grids["grid-test @100"]
+    # a dense grid is replayed once a seed order: two studies a user could have run
+    assert len(out["methods"]["sampler"]) == len(out["methods"]["grid48"]) == 2
+    assert result["summary"]["sampler"]["stop"]["replays_located"] == 2
     user = out["methods"]["grid48"][0]["stop"]
     assert user["runs"] == 48
     assert out["reference"]["kind"] == "point"
@@ -201,10 +209,13 @@ def test_the_users_grid_needs_a_dense_grid(tmp_path):
 def test_psignifit_reads_a_dense_grid_beside_ours(tmp_path):
     pytest.importorskip("psignifit")
     grids = {g.name: g for g in load_grids([_dense_record(tmp_path)])}
-    out = replay_grid(grids["grid-test @100"], methods=("sampler",), counts=(12, 24), peer=True)
+    out = replay_grid(
+        grids["grid-test @100"], methods=("sampler",), counts=(12, 24), orders=1, peer=True
+    )
     peer, ours = out["peer_reference"], out["reference"]
     assert peer["lo"] < peer["x"] < peer["hi"]
     assert abs(peer["x"] - ours["x"]) < 0.5  # the same runs: readings within 1.65x
     assert set(out["calibration"]) == {"12", "24"}
-    for reading in out["calibration"]["24"].values():
+    (at24,) = out["calibration"]["24"]  # one seed order
+    for reading in at24.values():
         assert reading["width"] > 0

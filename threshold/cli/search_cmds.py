@@ -360,9 +360,10 @@ def _print_bench_replay(result: dict) -> None:
     summary = Table(
         title="per method, over the grids (reference: d of the 80% point, its 90% interval's width)"
     )
-    for col in ("method", "column", "located grids", "coverage", "median |ln err|",
-                "runs vs grid (max)", "read located", "within precision: grids, coverage,"
-                " runs vs grid, <= 60%", "bound grids", "bound right side",
+    for col in ("method", "column", "located grids (replays)", "coverage", "median |ln err|",
+                "median runs", "runs vs grid (max)", "read located",
+                "within precision: grids, coverage, runs vs grid, <= 60%", "bound grids (replays)",
+                "bound right side",
                 "bound read located"):  # fmt: skip
         summary.add_column(col, justify="right")
     for m, columns in result["summary"].items():
@@ -370,16 +371,17 @@ def _print_bench_replay(result: dict) -> None:
             summary.add_row(
                 m,
                 "own stop" if c == "stop" else f"{c} runs",
-                str(s["grids_located"]),
+                f"{s['grids_located']} ({s['replays_located']})",
                 f"{s['coverage']:.2f}" if "coverage" in s else "-",
                 f"{s['median_abs_log_error']:.3f}" if "coverage" in s else "-",
+                f"{s['median_runs']:.0f}" if "coverage" in s else "-",
                 f"{s['median_share']:.2f} ({s['max_share']:.2f})" if "coverage" in s else "-",
                 f"{s['read_located']:.2f}" if "coverage" in s else "-",
                 f"{s['precise_grids']}, {s['precise_coverage']:.2f}, "
                 f"{s['precise_median_share']:.2f}, {s['precise_within_60']:.2f}"
                 if "precise_grids" in s
                 else "-",
-                str(s["grids_bound"]),
+                f"{s['grids_bound']} ({s['replays_bound']})",
                 f"{s['bound_ok']:.2f}" if "bound_ok" in s else "-",
                 f"{s['bound_read_located']:.2f}" if "bound_ok" in s else "-",
             )
@@ -391,12 +393,13 @@ def _print_bench_replay(result: dict) -> None:
 def _print_calibration(calibration: dict) -> None:
     """Ours and psignifit's 90% intervals on the sampler's runs, against the dense references."""
     table = Table(title="calibration on the dense grids: the sampler's runs read by each")
-    for col in ("runs", "grids", "coverage: ours", "psignifit", "median width (ln): ours",
+    for col in ("runs", "grids (replays)", "coverage: ours", "psignifit", "median width (ln): ours",
                 "psignifit", "ours / psignifit"):  # fmt: skip
         table.add_column(col, justify="right")
     for k, c in calibration.items():
         table.add_row(
-            k, str(c["grids"]), f"{c['ours_coverage']:.2f}", f"{c['psignifit_coverage']:.2f}",
-            f"{c['ours_width']:.2f}", f"{c['psignifit_width']:.2f}", f"{c['width_ratio']:.2f}",
+            k, f"{c['grids']} ({c['replays']})", f"{c['ours_coverage']:.2f}",
+            f"{c['psignifit_coverage']:.2f}", f"{c['ours_width']:.2f}",
+            f"{c['psignifit_width']:.2f}", f"{c['width_ratio']:.2f}",
         )  # fmt: skip
     Console().print(table)

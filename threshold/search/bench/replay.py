@@ -7,7 +7,11 @@ grid's reading (``posterior_summary`` of every run, and whether the runs locate 
 ``bounds.locate``) is the *reference*. Each method then runs its own study on the grid: the
 grid's sizes are the only sizes it may pick, each pick answered by the next recorded run at that
 size (seeds in recorded order); a size whose seeds are used is exhausted, and a pick of it is
-answered at the nearest size in ln(parameters) with runs left (``redirected``, counted):
+answered at the nearest size in ln(parameters) with runs left (``redirected``, counted). On a
+dense grid each method but ``random`` is replayed ``orders`` times, the o-th with each size's
+seeds turned by o (order 0 the recorded one, each seed first at its size once in five orders):
+one recorded grid is then as many replays as it has seed orders, each the study a user could
+have run, so coverage counts replays, not only grids:
 
 - ``sampler``: ``decide`` in a loop (``benchmark.trajectory``), the tool's own stop and the stop
   switched off, on the study's size table cut to the grid's sizes (so the bracket is the grid's
@@ -233,11 +237,14 @@ class _Pool:
     """The grid's runs left, by size, each size's in recorded order. ``draw(d)`` answers a pick
     with the next run at d, or where d is exhausted at the nearest size in x with runs left."""
 
-    def __init__(self, grid: RecordedGrid) -> None:
+    def __init__(self, grid: RecordedGrid, turn: int = 0) -> None:
         self.settings = grid.settings
         self.left: dict[int, list[float]] = defaultdict(list)
         for d, y in grid.runs:
             self.left[d].append(y)
+        for d, ys in self.left.items():  # the seed order turned by ``turn``
+            k = turn % len(ys)
+            self.left[d] = ys[k:] + ys[:k]
         self.redirected = 0
 
     def available(self) -> list[int]:
@@ -317,26 +324,26 @@ def _stops(settings: SearchSettings, runs) -> bool:
 # --- the methods -------------------------------------------------------------------------------
 
 
-def _sampler(grid: RecordedGrid, counts: tuple[int, ...]) -> tuple[list, dict, int]:
+def _sampler(grid: RecordedGrid, counts: tuple[int, ...], turn: int = 0) -> tuple:
     settings = grid.settings
     off = replace(settings, precision=1.0 + 1e-9, budget=max(counts))
-    pool = _Pool(grid)
+    pool = _Pool(grid, turn)
     own, at, _ = trajectory(settings, off, pool.draw, counts)
     return own, at, pool.redirected
 
 
-def _psi(grid: RecordedGrid, counts: tuple[int, ...]) -> tuple:
+def _psi(grid: RecordedGrid, counts: tuple[int, ...], turn: int = 0) -> tuple:
     settings = grid.settings
     x_lo, x_hi = settings.x_of(np.array([settings.d_min, settings.d_max]))
     psi = PsiMethod(x_lo, x_hi, settings.chance, settings.level, settings.chance_corrected)
-    pool = _Pool(grid)
+    pool = _Pool(grid, turn)
     return psi_trajectory(settings, psi, pool.available, pool.draw, counts)[:2]
 
 
-def _bisection(grid: RecordedGrid) -> tuple[list, int]:
+def _bisection(grid: RecordedGrid, turn: int = 0) -> tuple[list, int]:
     """The runs in bisection's order (all of the grid's, the ends' seeds after its stop) and
     the run count at its stop."""
-    settings, pool = grid.settings, _Pool(grid)
+    settings, pool = grid.settings, _Pool(grid, turn)
     sizes = grid.sizes
     runs = [pool.draw(sizes[-1])]
     ceiling = max(runs[0][1], 0.5 * (1.0 + settings.chance))  # a failed largest run: no ceiling
@@ -364,9 +371,10 @@ def _bisection(grid: RecordedGrid) -> tuple[list, int]:
     return runs, stop
 
 
-def _user_grid(grid: RecordedGrid) -> list | None:
+def _user_grid(grid: RecordedGrid, turn: int = 0) -> list | None:
     """The runs of :data:`USER_GRID` on a dense grid (None on any other): the sizes nearest to
-    evenly spaced points in ln(params), each taken once, their first seeds."""
+    evenly spaced points in ln(params), each taken once, their first seeds (in ``turn``'s
+    order)."""
     n_sizes, seeds = USER_GRID
     if not grid.dense or len(grid.sizes) < n_sizes:
         return None
@@ -378,7 +386,7 @@ def _user_grid(grid: RecordedGrid) -> list | None:
         i = min(free, key=lambda i: abs(xs[i] - target))
         free.remove(i)
         chosen.append(int(sizes[i]))
-    pool = _Pool(grid)
+    pool = _Pool(grid, turn)
     runs = [pool.draw(d) for d in sorted(chosen) for _ in range(seeds)]
     return [r for r in runs if r is not None]
 
@@ -398,14 +406,17 @@ def replay_grid(
     peer: bool = False,
 ) -> dict:
     """One grid's reference and each method's scores (``_score``) at its own stop (``stop``)
-    and at each run count in ``counts`` it has as many runs for (by count); ``random`` one per
+    and at each run count in ``counts`` it has as many runs for (by count): a list a method,
+    one entry a seed order (``orders`` on a dense grid, else one); ``random`` one per random
     order; ``grid48`` (dense grids only) its 48 runs. ``peer`` (dense grids, psignifit
     installed): psignifit's reading of the whole grid, and of the sampler's runs at
-    :data:`PEER_COUNTS` beside ours of the same runs (``calibration``)."""
+    :data:`PEER_COUNTS` beside ours of the same runs (``calibration``: each count's list, one
+    entry a seed order)."""
     n = len(grid.runs)
     settings = grid.settings
     reference = reading(settings, sorted(grid.runs, reverse=True))
     mine = tuple(k for k in counts if k < n) or (n,)  # a count of all runs reads the reference
+    turns = range(orders if grid.dense else 1)
     out: dict = {
         "name": grid.name,
         "source": grid.source,
@@ -418,40 +429,49 @@ def replay_grid(
     def scored(runs) -> dict:
         return _score(reading(settings, runs), reference, n)
 
+    def columns(own: dict, at: dict, score=scored) -> dict:
+        return {"stop": score(own)} | {str(k): score(at[k]) for k in mine if k in counts}
+
     if "sampler" in methods:
-        own, at, redirected = _sampler(grid, mine)
-        out["methods"]["sampler"] = [
-            {"stop": scored(own), "redirected": redirected}
-            | {str(k): scored(at[k]) for k in mine if k in counts}
-        ]
-        if peer and grid.dense:
-            out["calibration"] = _calibration(grid, reference, at)
-    if "psi" in methods:
-        own, at = _psi(grid, mine)
-        out["methods"]["psi"] = [
-            {"stop": _score(_psi_reading(settings, *own), reference, n)}
-            | {
-                str(k): _score(_psi_reading(settings, *at[k]), reference, n)
-                for k in mine
-                if k in counts
+        out["methods"]["sampler"] = []
+        calibrations = []
+        for turn in turns:
+            own, at, redirected = _sampler(grid, mine, turn)
+            out["methods"]["sampler"].append(columns(own, at) | {"redirected": redirected})
+            if peer and grid.dense:
+                calibrations.append(_calibration(grid, reference, at))
+        if calibrations:
+            out["calibration"] = {
+                k: [c[k] for c in calibrations if k in c] for k in map(str, PEER_COUNTS)
             }
-        ]
+    if "psi" in methods:
+
+        def psi_scored(r) -> dict:
+            return _score(_psi_reading(settings, *r), reference, n)
+
+        out["methods"]["psi"] = []
+        for turn in turns:
+            own, at = _psi(grid, mine, turn)
+            out["methods"]["psi"].append(columns(own, at, psi_scored))
     if "bisection" in methods:
-        runs, stop = _bisection(grid)
-        out["methods"]["bisection"] = [
-            {"stop": scored(runs[:stop])} | {str(k): scored(runs[:k]) for k in mine if k in counts}
-        ]
+        out["methods"]["bisection"] = []
+        for turn in turns:
+            runs, stop = _bisection(grid, turn)
+            out["methods"]["bisection"].append(
+                columns(runs[:stop], {k: runs[:k] for k in mine if k in counts})
+            )
     if "random" in methods:
         rng = np.random.default_rng([seed, sum(map(ord, grid.name))])
         out["methods"]["random"] = []
         for _ in range(orders):
             runs, stop = _random_order(grid, rng)
             out["methods"]["random"].append(
-                {"stop": scored(runs[:stop])}
-                | {str(k): scored(runs[:k]) for k in mine if k in counts}
+                columns(runs[:stop], {k: runs[:k] for k in mine if k in counts})
             )
-    if "grid48" in methods and (runs := _user_grid(grid)) is not None:
-        out["methods"]["grid48"] = [{"stop": scored(runs)}]
+    if "grid48" in methods and grid.dense:
+        out["methods"]["grid48"] = [
+            {"stop": scored(runs)} for turn in turns if (runs := _user_grid(grid, turn))
+        ]
     if peer and grid.dense:
         ref = psignifit_reading(settings, list(grid.runs), grid.trials)
         out["peer_reference"] = ref | {"d": float(settings.d_of(ref["x"]))}
@@ -481,19 +501,20 @@ def _calibration(grid: RecordedGrid, reference: dict, at: dict) -> dict:
 
 
 def calibration_summary(grids: list[dict]) -> dict:
-    """Over the located dense grids with a calibration: at each count, each reader's coverage
-    of the dense reference and median width, and the median ratio of our width to
-    psignifit's on the same runs."""
+    """Over the located dense grids with a calibration, each of its seed orders a replay: at
+    each count, each reader's coverage of the dense reference and median width, and the median
+    ratio of our width to psignifit's on the same runs."""
     out = {}
     for k in map(str, PEER_COUNTS):
-        rows = [
+        located = [
             g["calibration"][k]
             for g in grids
-            if k in g.get("calibration", {}) and g["reference"]["kind"] == POINT
+            if g.get("calibration", {}).get(k) and g["reference"]["kind"] == POINT
         ]
+        rows = [r for replays in located for r in replays]
         if not rows:
             continue
-        out[k] = {"grids": len(rows)} | {
+        out[k] = {"grids": len(located), "replays": len(rows)} | {
             f"{name}_{what}": float(f([r[name][key] for r in rows]))
             for name in ("ours", "psignifit")
             for what, key, f in (("coverage", "covered", np.mean), ("width", "width", np.median))
@@ -505,22 +526,32 @@ def calibration_summary(grids: list[dict]) -> dict:
 
 
 def _summary(grids: list[dict], method: str, column: str, precision: float = 2.5) -> dict | None:
-    """A method's column over the grids: against located references, coverage, median |ln
-    error| and median share of the grid's runs; against bounds, the share read on the right
+    """A method's column over the grids' replays: against located references, coverage, median
+    |ln error| and median share of the grid's runs; against bounds, the share read on the right
     side and the share read as located. ``precise_*``: the same over the located grids whose
     full reading is within ``precision`` (where a grid holds too few runs for it, the own stop
     comes only when they are used up, and reads the reference itself)."""
     point, bound, precise = [], [], []
+    n_point = n_bound = 0  # grids (each of ``point`` and ``bound`` is a replay: a seed order)
     for g in grids:
         ref = g["reference"]
-        for trial in g["methods"].get(method, []):
-            if column in trial:
-                (point if ref["kind"] == POINT else bound).append(trial[column])
-                if ref["kind"] == POINT and np.exp(ref["hi"] - ref["lo"]) <= precision:
-                    precise.append(trial[column])
+        trials = [t[column] for t in g["methods"].get(method, []) if column in t]
+        if ref["kind"] == POINT:
+            point += trials
+            n_point += bool(trials)
+            if np.exp(ref["hi"] - ref["lo"]) <= precision:
+                precise += trials
+        else:
+            bound += trials
+            n_bound += bool(trials)
     if not point and not bound:
         return None
-    out: dict = {"grids_located": len(point), "grids_bound": len(bound)}
+    out: dict = {
+        "grids_located": n_point,
+        "grids_bound": n_bound,
+        "replays_located": len(point),
+        "replays_bound": len(bound),
+    }
     if point:
         out |= {
             "coverage": float(np.mean([s["covered"] for s in point])),
