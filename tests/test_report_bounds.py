@@ -232,7 +232,7 @@ def test_every_view_of_a_bound_study_says_it_is_a_bound(studies, cli):
     not only by the report: find's last lines (and --json), status, the dashboard's note and
     attribute, and find_threshold's dict; the posterior's median only after it, as context."""
     from threshold import find_threshold
-    from threshold.report.notes import NOTE_RENDER
+    from threshold.report.dashboard_note import NOTE_RENDER
     from threshold.search.find import snapshot
     from threshold.search.notes import write_all_notes
     from threshold.search.study import RESULT_ATTR

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import optuna
 import pytest
 from optuna_dashboard import get_note
 
-from threshold.report.notes import NOTE_RENDER
+from threshold.report.dashboard_note import NOTE_RENDER
 from threshold.search.fit import logistic
 from threshold.search.notes import FIGURE_ID, write_all_notes
 from threshold.search.policy import decide
@@ -239,11 +241,23 @@ def test_a_level_near_chance_is_said_in_the_note():
     assert "Read with care" not in far
 
 
-def test_without_plotly_the_note_is_written_without_its_figure(tmp_path, monkeypatch):
+def test_without_plotly_the_note_is_written_without_its_figure(tmp_path):
     # A lent GPU runs the project without plotly (.ci/wheels): its workers still write the note.
-    monkeypatch.setitem(sys.modules, "plotly", None)  # as if not installed
-    study, sampler = make_study(tmp_path, SIZES)
-    estimate = refresh_estimate(study, sampler, NOTE_RENDER)
+    code = f"""
+import sys
+sys.modules["plotly"] = None  # as if not installed
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from pathlib import Path
+from test_search_notes import NOTE_RENDER, SIZES, make_study, refresh_estimate, system_attrs
+study, sampler = make_study(Path({str(tmp_path)!r}), SIZES)
+refresh_estimate(study, sampler, NOTE_RENDER)
+print(sorted(system_attrs(study)))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    study = optuna.load_study(study_name=None, storage=f"sqlite:///{tmp_path}/s.db")
     assert get_note(study).startswith("## MAX (listops mod 5): 80% point at")
-    assert estimate["interval_params"] is not None
-    assert not any(k.startswith("dashboard:plot_data:") for k in system_attrs(study))
+    assert RESULT_ATTR in study.user_attrs and "plot_data" not in out.stdout  # no figure
+    (tmp_path / "with").mkdir()
+    with_plotly, _ = make_study(tmp_path / "with", SIZES)
+    refresh_estimate(with_plotly, TransitionSampler(SETTINGS, CHANCE), NOTE_RENDER)
+    assert any(k.startswith("dashboard:plot_data:") for k in system_attrs(with_plotly))

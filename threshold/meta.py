@@ -1,5 +1,4 @@
-"""What this installation is: the package's version (from its metadata), its git commit and
-whether plotly is there; and
+"""What this installation is: the package's version (from its metadata) and its git commit; and
 what a stored settings object writes (:func:`stored_dict`), so that a field added later leaves
 the stored form, and the study names hashed from it, as they were."""
 
@@ -11,18 +10,9 @@ import tomllib
 from functools import cache
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as installed_version
-from importlib.util import find_spec
 from pathlib import Path
 
-__all__ = ["git_commit", "has_plotly", "stored_dict", "version"]
-
-
-def has_plotly() -> bool:
-    """Whether plotly is installed. It is a dependency of the project, but a lent GPU machine
-    runs the working tree with the fewest wheels that a lend needs (``.ci/wheels``), without it:
-    there reports and dashboard notes go without their interactive figure, and plotly is
-    imported only where that figure is drawn."""
-    return find_spec("plotly") is not None
+__all__ = ["git_commit", "stored_dict", "version"]
 
 
 @cache

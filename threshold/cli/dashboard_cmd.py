@@ -14,7 +14,7 @@ from optuna_dashboard import wsgi
 from threshold.cli.common import Storage, run_guarded
 from threshold.config import resolve_storage
 from threshold.errors import ConfigError
-from threshold.report.notes import NOTE_RENDER
+from threshold.report.dashboard_note import NOTE_RENDER
 from threshold.search.notes import write_all_notes
 from threshold.search.study import artifact_store, open_storage
 

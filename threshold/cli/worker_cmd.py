@@ -10,7 +10,7 @@ import typer
 from threshold.cli.common import OldBatch, refuse_old_batch, run_guarded, takes
 from threshold.cli.objective_cmds import import_here
 from threshold.options import EXECUTION, execution_of, only
-from threshold.report.notes import NOTE_RENDER
+from threshold.report.dashboard_note import NOTE_RENDER
 from threshold.search.bounds import answer_words
 from threshold.search.find import die_with_parent
 from threshold.search.objective import ObjectiveSettings

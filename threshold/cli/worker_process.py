@@ -20,7 +20,7 @@ from threshold.allocator import keep_freed_memory
 from threshold.config import Execution
 from threshold.errors import ThresholdError
 from threshold.interrupt import exit_status, install
-from threshold.report.notes import NOTE_RENDER
+from threshold.report.dashboard_note import NOTE_RENDER
 from threshold.search.find import die_with_parent
 from threshold.search.objective_run import run_objective_worker
 from threshold.search.worker import quiet_storage_log, run_worker

@@ -1,7 +1,8 @@
-"""The optuna-dashboard note of a study: its estimate in words (a template) and as a plotly figure.
+"""The optuna-dashboard note of a study: its estimate in words (a template).
 
 Presentation only: :func:`threshold.search.notes.write_note` reads the study record, calls these
-(:data:`NOTE_RENDER`, handed in by the command line) and stores what they return on the study.
+and the figure's (:mod:`threshold.report.note_figure`), handed in together by the command line
+as :data:`threshold.report.dashboard_note.NOTE_RENDER`, and stores what they return on the study.
 The note is a :class:`Note` of numbers and sentences rendered by ``templates/note.md.j2`` (the
 renderer of the report pages and the suite README):
 the 80% point in parameters and in d with its 90% interval, the midpoint, the least-squares
@@ -13,25 +14,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from threshold.config import recipe_words
-from threshold.meta import has_plotly
 from threshold.report.render import render
 from threshold.report.text import near_transition_words
 from threshold.search.bounds import answer, answer_words, near_chance_words
 from threshold.search.fit import MIN_POINTS
-from threshold.search.notes import MIN_RUNS, NoteRender, NoteRun, curve_sizes, fit_accuracy
+from threshold.search.notes import MIN_RUNS, NoteRun
 from threshold.search.objective import ObjectiveSettings
 from threshold.search.spec import StudySettings
 
 __all__ = [
-    "NOTE_RENDER",
     "Note",
+    "bound_words",
     "near_transition_words",
     "note_markdown",
+    "number",
     "result_words",
-    "transition_figure",
+    "study_answer",
 ]
 
 
@@ -147,7 +146,7 @@ def study_answer(estimate: dict | None, runs: Sequence[NoteRun]) -> dict | None:
     return answer([(r.d, r.params, r.accuracy) for r in runs], estimate)
 
 
-def _bound(ans: dict | None) -> str | None:
+def bound_words(ans: dict | None) -> str | None:
     """``> 4,752``, ``<= 1,200`` or "not located" for an answer that is not a point."""
     if ans is None or ans["located"]:
         return None
@@ -211,146 +210,15 @@ def note_markdown(
         status=status,
         settings=_settings_lines(settings, attrs or {}),
         located=ans is None or ans["located"],
-        bound=_bound(ans),
+        bound=bound_words(ans),
         answer=answer_words(ans),
         chance_warning=near_chance_words(estimate),
     )
     return render("note.md.j2", n=note)
 
 
-def _n(value: float) -> str:
+def number(value: float) -> str:
     return f"{value:,.0f}"
-
-
-def _round(values) -> list[float]:
-    return [float(f"{v:.4g}") for v in values]
-
-
-def transition_figure(estimate: dict | None, runs: Sequence[NoteRun], level: float = 0.8):
-    """Accuracy against total parameters (log x): the runs, the fitted logistic and the
-    80% point (the fit's on its curve; the posterior's as a line in its shaded 90% interval).
-    None where plotly is not installed (:func:`has_plotly`)."""
-    if not has_plotly():
-        return None
-    import plotly.graph_objects as go
-
-    point = f"{level:.0%} point"
-    fig = go.Figure()
-    est = estimate or {}
-    ans = study_answer(est, runs) if est.get("interval_params") and len(runs) >= MIN_RUNS else None
-    bound = _bound(ans)
-    if est.get("interval_params") and len(runs) >= MIN_RUNS:
-        lo, hi = est["interval_params"]
-        fig.add_trace(
-            go.Scatter(
-                x=[lo, lo, hi, hi, lo],
-                y=[0, 1, 1, 0, 0],
-                fill="toself",
-                mode="none",
-                fillcolor="rgba(99, 110, 250, 0.12)",
-                name="90% interval",
-                hoverinfo="skip",
-            )
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=[est["params_p80"]] * 2,
-                y=[0, 1],
-                mode="lines",
-                line={"color": "rgb(99, 110, 250)", "dash": "dash"},
-                name=f"{point} {_n(est['params_p80'])} (posterior"
-                + (", context only)" if bound is not None else ")"),
-            )
-        )
-    if bound is not None and ans.get("params") is not None:  # the bound itself, as the title says
-        fig.add_trace(
-            go.Scatter(
-                x=[ans["params"]] * 2,
-                y=[0, 1],
-                mode="lines",
-                line={"color": "black", "width": 3},
-                name=f"{point} {bound} parameters (the runs' bound)",
-            )
-        )
-    if est.get("chance") is not None:
-        fig.add_hline(
-            y=est["chance"],
-            line={"color": "gray", "dash": "dot", "width": 1},
-            annotation_text="chance",
-            annotation_position="bottom right",
-        )
-    params = np.array([r.params for r in runs], dtype=float)  # (N,)
-    fit = est.get("fit")
-    if fit and params.size:
-        xs = curve_sizes(params, fit["params_p80"])  # (P,)
-        ys = fit_accuracy(fit, xs)  # (P,)
-        fig.add_trace(
-            go.Scatter(
-                x=_round(xs),
-                y=_round(ys),
-                mode="lines",
-                name="logistic fit",
-                line={"color": "rgb(239, 85, 59)"},
-            )
-        )
-        y80 = float(fit_accuracy(fit, fit["params_p80"]))
-        fig.add_trace(
-            go.Scatter(
-                x=[fit["params_p80"]],
-                y=[round(y80, 4)],
-                mode="markers",
-                marker={"symbol": "diamond", "size": 12, "color": "rgb(239, 85, 59)"},
-                name=f"{point} {_n(fit['params_p80'])} (fit)",
-            )
-        )
-    if runs:
-        fig.add_trace(
-            go.Scatter(
-                x=params.tolist(),
-                y=[round(r.accuracy, 4) for r in runs],
-                mode="markers",
-                marker={"size": 8, "color": "black", "opacity": 0.7},
-                name="runs",
-                text=[
-                    f"trial {r.number}, d = {r.d}, seed {r.seed}, {r.stop_reason or ''}"
-                    for r in runs
-                ],
-                hovertemplate="%{text}<br>%{x:,} params, accuracy %{y:.3f}<extra></extra>",
-            )
-        )
-    fig.update_layout(
-        # Its first line is short: the mode bar (plotly's buttons, top right) hid a long one.
-        title={"text": _figure_title(est, runs, point), "x": 0.02, "xanchor": "left"},
-        template="none",  # plotly's default template adds ~10 kB of JSON to every save
-        xaxis={"type": "log", "title": "total parameters", "showgrid": True},
-        yaxis={"title": "accuracy (measured op)", "range": [0, 1.02], "showgrid": True},
-        legend={"orientation": "h", "y": -0.25},
-        margin={"l": 60, "r": 20, "t": 90, "b": 90},
-    )
-    return fig
-
-
-def _figure_title(est: dict, runs: Sequence[NoteRun], point: str) -> str:
-    """What the study found, on top of its figure (the dashboard's study page shows the figure,
-    not the note): the 80% point and its interval, or why there is none yet."""
-    if not runs:
-        return "accuracy against size: no runs yet"
-    if not (est.get("interval_params") and len(runs) >= MIN_RUNS):
-        return f"accuracy against size: {len(runs)} runs, too few for an estimate"
-    lo, hi = est["interval_params"]
-    d = f", d = {est['d_p80']:.1f}" if est.get("d_p80") else ""
-    bound = _bound(study_answer(est, runs))
-    if bound is not None:  # the posterior's median after the bound, as context only
-        said = "not located" if bound == "not located" else f"{bound} parameters, not located"
-        return (
-            f"<b>{point}: {said}</b><br>posterior median "
-            f"{_n(est['params_p80'])} (90%: {_n(lo)} - {_n(hi)}), context only; accuracy against "
-            f"size, {len(runs)} runs"
-        )
-    return (
-        f"<b>{point}: {_n(est['params_p80'])} parameters</b><br>90%: {_n(lo)} - {_n(hi)}{d}; "
-        f"accuracy against size, {len(runs)} runs"
-    )
 
 
 def result_words(estimate: dict | None, runs: Sequence[NoteRun]) -> str:
@@ -361,14 +229,13 @@ def result_words(estimate: dict | None, runs: Sequence[NoteRun]) -> str:
         return "no runs yet"
     if not (est.get("interval_params") and len(runs) >= MIN_RUNS):
         return f"{len(runs)} runs: too few for an estimate"
-    bound = _bound(study_answer(est, runs))
+    bound = bound_words(study_answer(est, runs))
     if bound == "not located":
         return "not located: the runs neither locate nor bound it"
     if bound is not None:
         return f"{bound} parameters, not located"
     lo, hi = est["interval_params"]
-    return f"{_n(est['params_p80'])} parameters, 90%: {_n(lo)} - {_n(hi)}"
+    return f"{number(est['params_p80'])} parameters, 90%: {number(lo)} - {number(hi)}"
 
 
 # What the workers and `threshold dashboard` write notes with.
-NOTE_RENDER = NoteRender(note_markdown, transition_figure, result_words)

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from threshold.errors import ConfigError
-from threshold.meta import git_commit, has_plotly
+from threshold.meta import git_commit
 from threshold.report import figures
 from threshold.report.build import build
 from threshold.report.data import Collected, Progress
@@ -24,6 +24,11 @@ from threshold.report.efficiency import GRID_SEEDS, GRID_SIZES
 from threshold.report.render import render
 from threshold.report.results import FORMATS, RESULTS
 from threshold.report.view import Report
+
+try:
+    from threshold.report.figures import interactive
+except ImportError:  # no plotly (a lent GPU, .ci/wheels): reports without the interactive figure
+    interactive = None
 
 __all__ = ["PLOTLY_JS", "RESULTS", "check_output", "write_report"]
 
@@ -91,9 +96,7 @@ def _plotly_script(out: Path) -> str:
     theirs to ``reports/cpu/all``'s, so a copy of the working tree (the one a lent GPU gets, 64
     MiB at most) carries it once; a report written there again writes through the link.
     """
-    from plotly.offline import get_plotlyjs
-
-    (out / PLOTLY_JS).write_text(get_plotlyjs(), encoding="utf-8")
+    interactive.write_plotly_js(out / PLOTLY_JS)
     return PLOTLY_JS
 
 
@@ -169,8 +172,7 @@ def _write(collected, out, earlier, on_progress, rendered_from) -> dict:
         unique(f"transfer-{i + 1}-{_slug(Path(t['file']).stem)}.png")
         for i, t in enumerate(collected.transfer)
     ]
-    # a lent GPU machine has no plotly (has_plotly): its reports go without the interactive figure
-    plotly_src = _plotly_script(out) if fitted and has_plotly() else None
+    plotly_src = _plotly_script(out) if fitted and interactive is not None else None
     rendered = (datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), rendered_from, git_commit())
     view = build(
         collected, entries, transfer_figs, names, plotly_src, rendered, (GRID_SIZES, GRID_SEEDS)
@@ -206,7 +208,7 @@ def _write(collected, out, earlier, on_progress, rendered_from) -> dict:
         written.append(name)
     plotly_div = None
     if plotly_src:
-        plotly_div = figures.comparison_plotly(ordered, styles).to_html(
+        plotly_div = interactive.comparison_plotly(ordered, styles).to_html(
             full_html=False,
             include_plotlyjs=False,
             div_id="comparison-plot",

@@ -8,10 +8,10 @@ the study stopped, and a summary of its settings; and a plotly figure (``save_pl
 of accuracy against total parameters with one point per run, the least-squares logistic of
 ``fit.py`` and the 80% point marked. This module reads the study's record
 (:mod:`threshold.search.record`) and stores both; their words and drawing come from a
-:class:`NoteRender` its caller hands in (the report layer's templates,
-:data:`threshold.report.notes.NOTE_RENDER`, wired in by the command line, so this layer never
-imports the one above it). Both live in the study's system attributes, where the dashboard reads
-them. The worker rewrites them after every estimate refresh and ``threshold dashboard`` at
+:class:`NoteRender` its caller hands in (the report layer's,
+:data:`threshold.report.dashboard_note.NOTE_RENDER`, wired in by the command line, so this layer
+never imports the one above it). Both live in the study's system attributes, where the dashboard
+reads them. The worker rewrites them after every estimate refresh and ``threshold dashboard`` at
 start-up (so older studies get them too); a note whose text has not
 changed is left alone, so its version only moves when the estimate does. Edits made to the note in
 the dashboard are overwritten at the next refresh. Where the search stands is the record's stop
@@ -103,12 +103,12 @@ def fit_accuracy(fit: dict, params) -> np.ndarray:
 @dataclass(frozen=True)
 class NoteRender:
     """How a note is worded and drawn: ``markdown(settings, estimate, runs, *, n_running,
-    status, attrs, bracket_d) -> str``, ``figure(estimate, runs, level) -> plotly figure`` (or
-    None: no figure) and ``result(estimate, runs) -> str``, the finding in a few words (the ``80%
+    status, attrs, bracket_d) -> str``, ``figure(estimate, runs, level) -> plotly figure`` (None:
+    no figure) and ``result(estimate, runs) -> str``, the finding in a few words (the ``80%
     point`` attribute: optuna-dashboard's attribute table cuts a longer value)."""
 
     markdown: Callable[..., str]
-    figure: Callable[..., object]
+    figure: Callable[..., object] | None
     result: Callable[..., str]
 
 
@@ -133,8 +133,8 @@ def write_note(
         bracket_d=bracket(policy) if policy is not None else (),
     )
     if body != get_note(study):
-        figure = render.figure(estimate, completed_runs(view, policy), settings.search.level)
-        if figure is not None:
+        if render.figure is not None:
+            figure = render.figure(estimate, completed_runs(view, policy), settings.search.level)
             save_figure(study, FIGURE_ID, figure.to_json())
         save_note(study, body)
     result = render.result(estimate, completed_runs(view, policy))

@@ -3,7 +3,8 @@
 Each PNG function takes collected data and a path, writes one file and returns the path; each
 family has its module: a study's own (:mod:`.study`), the studies side by side
 (:mod:`.comparison`), the budget axis (:mod:`.budget`), a transfer file (:mod:`.transfer`), the
-interactive figure (:mod:`.interactive`), and what they share (:mod:`.common`: colours, the PNG
+interactive figure (:mod:`.interactive`, not handed on here: the writer imports it where plotly
+is installed), and what they share (:mod:`.common`: colours, the PNG
 writer and its layout record, log axes). The curves drawn are the posterior's (median and 90%
 credible band of the mean accuracy, from :mod:`threshold.search.posterior`) and the
 least-squares logistic stored with the estimate.
@@ -18,7 +19,6 @@ from threshold.report.figures.common import (
     study_style,
 )
 from threshold.report.figures.comparison import comparison_figure, curves_figure
-from threshold.report.figures.interactive import comparison_plotly
 from threshold.report.figures.replay import replay_figure
 from threshold.report.figures.study import study_figure
 from threshold.report.figures.transfer import transfer_figure
@@ -28,7 +28,6 @@ __all__ = [
     "LAYOUT_KEY",
     "budget_figure",
     "comparison_figure",
-    "comparison_plotly",
     "curves_figure",
     "layout",
     "level_accuracy",

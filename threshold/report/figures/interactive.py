@@ -1,14 +1,22 @@
 """The report's one interactive figure (plotly): every fitted study's curve, band, 80% point and
 runs, in the colours and line styles of the PNGs
-(:func:`threshold.report.figures.common.study_style`).
+(:func:`threshold.report.figures.common.study_style`), and plotly's script beside it.
+
+Imported by the report writer alone, and only where plotly is installed: a lent GPU machine runs
+without it (``.ci/wheels``), and its reports go without this figure.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
 from threshold.report.data import StudyData
 from threshold.report.figures.common import is_located, level_accuracy
 
-__all__ = ["comparison_plotly"]
+__all__ = ["comparison_plotly", "write_plotly_js"]
 
 
 def _rgba(color: str, alpha: float) -> str:
@@ -20,8 +28,6 @@ def comparison_plotly(studies: list[StudyData], styles: dict):
     """The interactive figure: each fitted study's median curve and 90% band, its 80% point
     with its interval, and its runs. One legend entry a study (band, point and runs go with it);
     two buttons show or hide every study's runs."""
-    import plotly.graph_objects as go  # here, not at the top: threshold.meta.has_plotly
-
     fig = go.Figure()
     runs_traces = []
     for s in studies:
@@ -138,3 +144,8 @@ def comparison_plotly(studies: list[StudyData], styles: dict):
         height=500 + 24 * len(runs_traces),  # the legend's rows below the plot
     )
     return fig
+
+
+def write_plotly_js(path: Path) -> None:
+    """plotly's full bundle (4.8 MB: the package ships no other) written to ``path``."""
+    path.write_text(get_plotlyjs(), encoding="utf-8")
