@@ -44,7 +44,7 @@ def _tiny_study(tmp_path, label: str, steps: int, eval_every: int | None = None,
     return settings, url, create_or_load_study(settings, open_storage(url), label).study_name
 
 
-@pytest.mark.parametrize("recipe", ["fast", "paper"])
+@pytest.mark.parametrize("recipe", ["fast", pytest.param("paper", marks=pytest.mark.slow)])
 def test_a_trial_trained_four_at_a_time_is_the_trial_trained_alone(tmp_path, recipe, monkeypatch):
     monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))
     extra = {"window": 32, "batch_size": 16} if recipe == "paper" else {}

@@ -189,6 +189,7 @@ def test_a_lend_returns_few_files_and_keeps_its_history(lends, tmp_path):
 FIRST_LEND = {"TESTS_S": 20, "CHECKS_S": 30, "THROUGHPUT_S": 25, "LIMIT_S": 30 + 20 + 30 + 25}
 
 
+@pytest.mark.slow  # two lends and the first lend's parts on the CPU: about 80 s
 def test_the_lend_script_runs_two_lends_on_the_cpu(tmp_path):
     """``.ci/gpu`` with ``DEVICE=cpu``: the lend's command, twice, the second from the state the
     first returned, each cut by its time wherever the suite is (the API's test above checks the
