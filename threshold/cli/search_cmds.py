@@ -23,6 +23,7 @@ from threshold.search.bench.benchmark import bench_search as run_bench
 from threshold.search.bench.families import CHANCE
 from threshold.search.bench.replay import bench_replay
 from threshold.search.bench.simulate import ResponseModel
+from threshold.search.bench.stops import bench_stops
 from threshold.search.sampler import policy_settings
 from threshold.search.settings import with_overrides
 from threshold.search.spec import StudySettings
@@ -132,11 +133,28 @@ def bench_search(
             " its own stop and the 48-run grid, on one log axis."
         ),
     ] = None,
+    stop_rules: Annotated[
+        bool,
+        typer.Option(
+            "--stops",
+            help="With --replay: instead, stop rules judged on the dense grids after the fact"
+            " (the sampler's runs with its stop off, read after each run to the largest --runs"
+            " count, once a seed order), against our reading and a model-free one of each grid.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Our sampler on simulated studies with known truth, family by family (see README)."""
 
     def body():
+        if replay and stop_rules:
+            n_max = max(int(v) for v in runs.split(",") if v.strip())
+            result = bench_stops(replay, orders=orders, n_max=n_max, precision=precision)
+            if as_json:
+                typer.echo(json.dumps(result))
+            else:
+                _print_stops(result)
+            return
         if replay:
             try:
                 counts = tuple(int(v) for v in runs.split(",") if v.strip())
@@ -401,5 +419,24 @@ def _print_calibration(calibration: dict) -> None:
             k, f"{c['grids']} ({c['replays']})", f"{c['ours_coverage']:.2f}",
             f"{c['psignifit_coverage']:.2f}", f"{c['ours_width']:.2f}",
             f"{c['psignifit_width']:.2f}", f"{c['width_ratio']:.2f}",
+        )  # fmt: skip
+    Console().print(table)
+
+
+def _print_stops(result: dict) -> None:
+    """Each stop rule over the dense grids' replays: runs at its stop, and its reading against
+    our reading of the whole grid and the model-free one."""
+    table = Table(
+        title=f"stop rules on {len(result['grids'])} located dense grids, {result['orders']} seed"
+        " orders each (against our reading of each whole grid, and the model-free one)"
+    )
+    for col in ("rule", "replays", "median runs (max)", "coverage: ours", "isotonic",
+                "median |ln err|: ours", "isotonic"):  # fmt: skip
+        table.add_column(col, justify="right")
+    for name, r in result["rules"].items():
+        table.add_row(
+            name, str(r["replays"]), f"{r['median_runs']:.1f} ({r['max_runs']})",
+            f"{r['coverage_ours']:.2f}", f"{r['coverage_isotonic']:.2f}",
+            f"{r['abs_error_ours']:.3f}", f"{r['abs_error_isotonic']:.3f}",
         )  # fmt: skip
     Console().print(table)

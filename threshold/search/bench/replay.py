@@ -62,7 +62,11 @@ __all__ = [
     "bench_replay",
     "calibration_summary",
     "load_grids",
+    "reading",
     "replay_grid",
+    "sampler_path",
+    "stops",
+    "user_grid",
 ]
 
 logger = logging.getLogger(__name__)
@@ -308,7 +312,7 @@ def _score(read: dict, reference: dict, n_grid: int) -> dict:
     return out | {"bound_ok": read["kind"] == reference["kind"], "located": read["kind"] == POINT}
 
 
-def _stops(settings: SearchSettings, runs) -> bool:
+def stops(settings: SearchSettings, runs) -> bool:
     """The sampler's stop rule on runs (``decide``'s, the range being the grid's sizes)."""
     if len(runs) >= settings.budget:
         return True
@@ -330,6 +334,12 @@ def _sampler(grid: RecordedGrid, counts: tuple[int, ...], turn: int = 0) -> tupl
     pool = _Pool(grid, turn)
     own, at, _ = trajectory(settings, off, pool.draw, counts)
     return own, at, pool.redirected
+
+
+def sampler_path(grid: RecordedGrid, turn: int, n_max: int) -> list[tuple[int, float]]:
+    """The sampler's runs on ``grid`` in seed order ``turn`` with its stop off, to ``n_max``
+    runs (fewer where the grid or the range ends first): where any stop rule would cut it."""
+    return _sampler(grid, (n_max,), turn)[1][n_max]
 
 
 def _psi(grid: RecordedGrid, counts: tuple[int, ...], turn: int = 0) -> tuple:
@@ -371,7 +381,7 @@ def _bisection(grid: RecordedGrid, turn: int = 0) -> tuple[list, int]:
     return runs, stop
 
 
-def _user_grid(grid: RecordedGrid, turn: int = 0) -> list | None:
+def user_grid(grid: RecordedGrid, turn: int = 0) -> list | None:
     """The runs of :data:`USER_GRID` on a dense grid (None on any other): the sizes nearest to
     evenly spaced points in ln(params), each taken once, their first seeds (in ``turn``'s
     order)."""
@@ -393,7 +403,7 @@ def _user_grid(grid: RecordedGrid, turn: int = 0) -> list | None:
 
 def _random_order(grid: RecordedGrid, rng: np.random.Generator) -> tuple[list, int]:
     runs = [grid.runs[i] for i in rng.permutation(len(grid.runs))]
-    stop = next((n for n in range(3, len(runs) + 1) if _stops(grid.settings, runs[:n])), len(runs))
+    stop = next((n for n in range(3, len(runs) + 1) if stops(grid.settings, runs[:n])), len(runs))
     return runs, stop
 
 
@@ -470,7 +480,7 @@ def replay_grid(
             )
     if "grid48" in methods and grid.dense:
         out["methods"]["grid48"] = [
-            {"stop": scored(runs)} for turn in turns if (runs := _user_grid(grid, turn))
+            {"stop": scored(runs)} for turn in turns if (runs := user_grid(grid, turn))
         ]
     if peer and grid.dense:
         ref = psignifit_reading(settings, list(grid.runs), grid.trials)
