@@ -304,6 +304,23 @@ def test_a_run_is_the_same_alone_and_beside_other_runs(flat_max5, flat_max_add5,
     assert alone.sampled_accuracy["max"] != alone.accuracy["max"]  # sampling is in play
 
 
+def test_runs_of_other_shapes_train_in_one_call_each_in_packs_of_its_shape(max5, flat_max5):
+    """Depth 1 and depth 2 (another context) in one call, as a suite's studies of other tasks
+    train: each shape in packs of its own, shared or not, and on the CPU each run is the run
+    alone (issue 69)."""
+    cfg = TrainConfig(max_steps=30, eval_every=15)
+    flat = Run(model_config_for(flat_max5.config, 12), flat_max5, replace(cfg, seed=7))
+    deep = Run(model_config_for(max5.config, 12), max5, replace(cfg, seed=1))
+    assert flat.model_cfg.n_ctx != deep.model_cfg.n_ctx
+    seen: list = []
+    both = train_runs([deep, flat], share=True, on_packs=seen.append)
+    assert seen == [[[0], [1]]]  # two packs: a shape each
+    for run, together in ((deep, both[0]), (flat, both[1])):
+        alone = train_runs([run])[0]
+        assert _same_weights(alone.model, together.model)
+        assert alone.accuracy == together.accuracy and alone.history == together.history
+
+
 def test_shared_padded_packs_move_a_run_only_by_rounding(flat_max5, flat_max_add5):
     """On a GPU runs share padded packs; forced on the CPU, the distance a run moves is the
     rounding of the padded reductions, which AdamW's division by sqrt(v) magnifies where a

@@ -28,7 +28,7 @@ from threshold.model import RecurrentTransformer
 from threshold.tasks import TaskData
 from threshold.train.batches import train_batches
 from threshold.train.checks import check, complete_budget
-from threshold.train.ensemble import Ensemble, check_members
+from threshold.train.ensemble import Ensemble, check_members, shape_key
 from threshold.train.evaluate import decode_greedy_and_sampled, majority_rate, teacher_forced
 from threshold.train.layout import Feed
 from threshold.train.memory import plan_waves, weight_share
@@ -93,20 +93,28 @@ def train_runs(
     share: bool | None = None,
     static: bool | None = None,
     save_every_s: float = Execution.save_every_s,
+    on_packs: Callable[[list[list[int]]], None] | None = None,
 ) -> list[TrainResult]:
     """Train every run; the results come back in the order of ``runs``.
 
-    ``on_progress(i, progress)`` and ``on_done(i, result)`` name the run by its position. Packs
+    ``on_progress(i, progress)`` and ``on_done(i, result)`` name the run by its position. Runs
+    of other model shapes (another vocabulary or context: another task) train in packs of their
+    own, beside the others. Packs
     are planned to fit ``memory_bytes`` (default: what the device has free); ``share`` (default:
     on a GPU) lets runs share padded packs (see :func:`threshold.train.memory.plan_packs`).
     ``static`` (default: on a GPU) rounds every batch's layout to a few static shapes
     (:class:`threshold.train.layout.Feed`) and, on a GPU, replays each step as a CUDA graph.
     Runs with a :attr:`Run.state` file are saved to it every ``save_every_s`` seconds.
-    The model comes back on the CPU.
+    ``on_packs(packs)`` sees the plan before anything trains: each pack as the positions of its
+    members. The model comes back on the CPU.
     """
     device = torch.device(device)
     static = device.type == "cuda" if static is None else static
-    check_members([r.model_cfg for r in runs])
+    shapes: dict[tuple, list[ModelConfig]] = {}  # runs of other shapes train in other packs
+    for r in runs:
+        shapes.setdefault(shape_key(r.model_cfg), []).append(r.model_cfg)
+    for cfgs in shapes.values():
+        check_members(cfgs)
     if device.type == "cpu":
         torch.set_num_threads(max(r.cfg.threads for r in runs))
     results: list[TrainResult | None] = [None] * len(runs)
@@ -119,6 +127,8 @@ def train_runs(
     configs = [(r.model_cfg, r.cfg) for r in runs]
     waves = plan_waves(configs, device, memory_bytes, share)
     packs = [pack for wave in waves for pack in wave]
+    if on_packs is not None:
+        on_packs(packs)
     if len(runs) > 1:
         log.info(
             "%d runs in %d packs of %s members, %.0f%% of their weights their own",
