@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 
 from threshold import interrupt
 from threshold.config import Execution
-from threshold.search import record, worker
+from threshold.search import batch, record
 from threshold.search.spec import StudySettings
 from threshold.search.study import create_or_load_study, open_storage
 from threshold.search.worker import run_worker
@@ -179,7 +179,7 @@ def test_an_interrupt_while_a_finished_run_is_recorded_enqueues_its_trial(
             raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(worker, "_record", cut)
+    monkeypatch.setattr(batch, "_record", cut)
     with pytest.raises(KeyboardInterrupt):
         run_worker(name, Execution(url, 1, 1, "cpu", 5, tmp_path))
     trials = optuna.load_study(study_name=name, storage=url).get_trials()

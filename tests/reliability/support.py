@@ -63,7 +63,7 @@ def wait_until(condition, timeout: float, what: str, every: float = 0.2):
 def hold_env(path: Path, at: str = "training", after: int = 1) -> dict:
     """The environment that makes a worker stop mid-run (``at`` "training"; "writing": trained,
     its result not yet written) once the study has ``after`` completed trials, write its process
-    id to ``path`` and wait there (``threshold.search.worker._hold``)."""
+    id to ``path`` and wait there (``threshold.search.holds.hold``)."""
     return {HOLD_ENV: str(path), HOLD_AT_ENV: at, HOLD_AFTER_ENV: str(after)}
 
 
