@@ -507,14 +507,14 @@ def test_a_runs_line_waits_for_the_estimate_that_counts_it(tmp_path):
     """find's follower holds a finished run's line until its worker has written the estimate
     that counts it (it tells the trial first): trial 2's line never shows trial 1's posterior
     (issue 68)."""
-    from threshold.search.find import _Follower
+    from threshold.search.find import Follower
     from threshold.search.record import write_estimate
     from threshold.search.study import create_or_load_study, open_storage
 
     storage = open_storage(f"sqlite:///{tmp_path}/s.db")
     study = create_or_load_study(SETTINGS, storage, "s")
     follow_lines = []
-    follow = _Follower(storage, "s", None, lambda row, snap: follow_lines.append((row, snap)))
+    follow = Follower(storage, "s", None, lambda row, snap: follow_lines.append((row, snap)))
     estimate = {"n_runs": 2, "params_p80": 1000.0, "d_p80": 8.0}
     for number, d in enumerate((16, 4, 8)):
         study.add_trial(

@@ -1,7 +1,8 @@
 """The entry of a worker process that :func:`threshold.search.find.start_workers` starts.
 
 ``python -m threshold.cli.worker_process '{"study_name": ..., "execution": {...}}'``: the study
-and its :class:`threshold.config.Execution` as one JSON object, so the search layer starts its
+(or ``"studies": [...]``, a suite's, trained together) and its
+:class:`threshold.config.Execution` as one JSON object, so the search layer starts its
 workers without going through the command line's parsing. It lives at
 the top of the house because it wires the layers together: the worker writes its dashboard
 notes with the report layer's templates. SIGTERM and
@@ -21,8 +22,10 @@ from threshold.config import Execution
 from threshold.errors import ThresholdError
 from threshold.interrupt import exit_status, install
 from threshold.report.dashboard_note import NOTE_RENDER
+from threshold.search.batch import pack_log
 from threshold.search.find import die_with_parent
 from threshold.search.objective_run import run_objective_worker
+from threshold.search.shared import run_shared_worker
 from threshold.search.worker import quiet_storage_log, run_worker
 from threshold.train.graphs import write_capture_counts
 
@@ -41,7 +44,10 @@ def main(argv: list[str]) -> int:
     try:
         job = json.loads(argv[0])
         execution = Execution(**job["execution"])
-        if job.get("objective"):  # an objective's study: call it, train nothing ourselves
+        if job.get("studies"):  # a suite's studies, trained together: say each call's packs
+            pack_log.setLevel(logging.INFO)
+            run_shared_worker(job["studies"], execution, notes=NOTE_RENDER)
+        elif job.get("objective"):  # an objective's study: call it, train nothing ourselves
             url, beat = execution.storage_url, execution.heartbeat_s
             run_objective_worker(job["study_name"], url, heartbeat_s=beat)
         else:

@@ -35,6 +35,7 @@ from threshold.tasks.generate import build_test_set
 from threshold.tasks.sequences import chance_rate
 
 __all__ = [
+    "Follower",
     "Interrupted",
     "SearchOutcome",
     "die_with_parent",
@@ -117,7 +118,7 @@ def run_search(
     try:
         procs = start_workers(name, execution, isinstance(settings, ObjectiveSettings))
         db = open_storage(url, create=False)  # one connection pool for the whole run
-        follow = _Follower(db, name, on_update, on_run)
+        follow = Follower(db, name, on_update, on_run)
         while any(p.poll() is None for p in procs):
             raise_if_interrupted()
             follow.poll()
@@ -144,7 +145,7 @@ def run_search(
 ESTIMATE_WAIT_S = 10.0
 
 
-class _Follower:
+class Follower:
     """What the search's callbacks see: the study every poll, and each run once as it ends."""
 
     def __init__(self, db, name: str, on_update, on_run) -> None:
@@ -278,11 +279,12 @@ def probe_device(name: str) -> dict:
 
 
 def start_workers(
-    name: str, execution: Execution, objective: bool = False
+    name: str, execution: Execution, objective: bool = False, studies: list[str] | None = None
 ) -> list[subprocess.Popen]:
     """``execution.workers`` processes of ``threshold worker``, each with one torch thread (and
     on CUDA a GPU of its own); ``objective``: the study is an objective's, which each imports by
-    its path and calls (:func:`threshold.search.objective_run.run_objective_worker`).
+    its path and calls (:func:`threshold.search.objective_run.run_objective_worker`); ``studies``:
+    each runs all of these together (:func:`threshold.search.shared.run_shared_worker`).
     Interrupted while starting them, it stops the ones it started; each worker also ends with
     this process (Linux), so none is left behind whatever stops this one."""
     devices = worker_devices(execution)
@@ -293,6 +295,8 @@ def start_workers(
         for dev in devices:
             own = replace(execution, workers=1, device=dev)
             job = {"study_name": name, "execution": own.to_json(), "objective": objective}
+            if studies is not None:
+                job["studies"] = list(studies)
             command = [sys.executable, "-m", "threshold.cli.worker_process", json.dumps(job)]
             procs.append(subprocess.Popen(command, env=env))
     except BaseException:
