@@ -23,7 +23,7 @@ from threshold.train.checkpoint import load_checkpoint
 ROOT = Path(__file__).resolve().parent.parent
 
 # Two studies of tiny runs (MAX mod 5 of depth 1, d 4..16, 100 steps), the three trials of each
-# trained at once: a cut in the first study leaves three runs unfinished mid-way.
+# trained at once, the two studies together (shared workers): a cut leaves six runs unfinished.
 TINY = """\
 name = "tinylend"
 workers = 1
@@ -102,7 +102,7 @@ work = root / "work"  # the first lend's unpacked state, watched for its runs' s
 whole = run_lend(suite, root / "none", root / "whole", 600, save_every_s=0)
 first = run_lend(
     suite, root / "none", root / "one", 600, save_every_s=0, work=work,
-    stop_when=lambda: len(list(work.glob("artifacts/training/*/*.state"))) == 3,
+    stop_when=lambda: len(list(work.glob("artifacts/training/*/*.state"))) == 6,
 )
 second = run_lend(suite, root / "one", root / "two", 600, save_every_s=0)
 print(json.dumps([whole, first, second]))
@@ -112,8 +112,8 @@ print(json.dumps([whole, first, second]))
 @pytest.fixture(scope="module")
 def lends(tmp_path_factory):
     """The suite uninterrupted (one lend that finishes it), and as two lends: the first cut as
-    soon as each run of its first batch has saved a training state (saved after every step
-    here), the second from the state the first returned."""
+    soon as each run of its first round (both studies' batches) has saved a training state
+    (saved after every step here), the second from the state the first returned."""
     root = tmp_path_factory.mktemp("lend")
     (root / "tiny.toml").write_text(TINY)
     names = {s.label: s.name for s in parse_suite(TINY, root / "tiny.toml").studies}
@@ -135,14 +135,13 @@ def lends(tmp_path_factory):
 def test_the_first_lend_is_cut_mid_run_and_says_how_far_each_run_got(lends):
     _, (whole, first, _), got = lends
     assert not whole["cut"] and first["cut"]
-    a, b = first["reached"]
-    assert a["runs"] == 0 and len(a["unfinished"]) == 3, a  # the first batch, all mid-run
-    assert all(0 < u["step"] < u["max_steps"] == 100 for u in a["unfinished"]), a
-    assert b["runs"] == 0 and not b["unfinished"]  # never started
+    for study in first["reached"]:  # the first round: both studies' batches, all mid-run
+        assert study["runs"] == 0 and len(study["unfinished"]) == 3, study
+        assert all(0 < u["step"] < u["max_steps"] == 100 for u in study["unfinished"]), study
     assert [s["runs"] for s in first["continued"]] == [0, 0]
     assert got["one"]["a"] == [] == got["one"]["b"]
     # each worker's count of CUDA graphs (none on the CPU) reached the record, the cut one's too
-    assert whole["capture"] == {"graphs": 0, "failed": 0, "processes": 2}
+    assert whole["capture"] == {"graphs": 0, "failed": 0, "processes": 1}  # one shared worker
     assert first["capture"] == {"graphs": 0, "failed": 0, "processes": 1}
 
 

@@ -37,7 +37,11 @@ def run_suite_cmd(
         Path, typer.Argument(metavar="SUITE.toml", help="Suite file, e.g. studies/cpu.toml.")
     ],
     workers: Annotated[
-        int | None, typer.Option(help="Worker processes per study (default: the suite's workers).")
+        int | None,
+        typer.Option(
+            help="Worker processes, each running every study (one at a time: per study) "
+            "\\[default: the suite's workers]."
+        ),
     ] = None,
     storage: Annotated[
         str | None,
@@ -62,6 +66,14 @@ def run_suite_cmd(
             " batch].",
         ),
     ] = None,
+    one_at_a_time: Annotated[
+        bool,
+        typer.Option(
+            "--one-at-a-time",
+            help="Search the studies one after the other, each with workers of its own (default:"
+            " all at once, their trials trained together in shared packs; the runs are the same).",
+        ),
+    ] = False,
     batch: OldBatch = None,
     device: Device = "auto",
     cache_dir: CacheDir = None,
@@ -93,7 +105,8 @@ def run_suite_cmd(
         torch.set_num_threads(1)  # analyses run here; several threads spin on a busy machine
         storage_log_level(logging.WARNING)  # progress is the lines below
         try:
-            record = run_suite(suite, labels, True, _Printer(enabled=not as_json))
+            printer = _Printer(enabled=not as_json)
+            record = run_suite(suite, labels, True, printer, shared=not one_at_a_time)
         except KeyboardInterrupt:
             typer.echo(f"interrupted: run `threshold run {suite_file}` again to resume", err=True)
             raise typer.Exit(exit_status()) from None
@@ -126,7 +139,10 @@ class _Printer:
                     f"{answer_words(info['answer'])}"
                 )
             else:
-                self.say(f"{head}: {info['n_runs']} runs so far; {info['workers']} worker(s)")
+                shared = " shared with the suite's other studies" if info.get("shared") else ""
+                self.say(
+                    f"{head}: {info['n_runs']} runs so far; {info['workers']} worker(s){shared}"
+                )
         elif kind == "trial":
             row = info["trial"]
             self.say(

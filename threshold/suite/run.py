@@ -1,7 +1,9 @@
-"""Running a suite: its studies in order, then transfer experiments, analyses and reports.
+"""Running a suite: its studies, then transfer experiments, analyses and reports.
 
-Each study is created (or found again: its name is derived from its settings) and searched by
-worker processes exactly as ``threshold find`` does it. A study whose policy has stopped is
+Each study is created (or found again: its name is derived from its settings) and searched
+(:mod:`threshold.suite.studies`): by default all at once, by workers that train the runnable trials
+of every study in shared packs; one after the other, each as ``threshold find`` does it, on
+request. A study whose policy has stopped is
 skipped without starting a worker, so running a suite again continues where it was interrupted:
 finished studies are skipped, a half-done study gets its remaining runs, and interrupted runs
 (marked failed when their worker was stopped, or found stale by heartbeat) are retried by the
@@ -25,7 +27,6 @@ import json
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from threshold.analysis.studies import (
     survey_trials,
 )
 from threshold.analysis.transfer import summarize, transfer_experiment
-from threshold.config import Execution, pretrain_task, transfer_model_config
+from threshold.config import pretrain_task, transfer_model_config
 from threshold.errors import ThresholdError
 from threshold.files import atomic_write
 from threshold.meta import version
@@ -46,19 +47,18 @@ from threshold.model import param_count
 from threshold.report import collect
 from threshold.report.suite import suite_readme
 from threshold.report.write import write_report
-from threshold.search.find import Interrupted, run_search
 from threshold.search.record import read_study, study_names
 from threshold.search.results import load_analyses, pick_trial
-from threshold.search.study import create_or_load_study, open_storage
+from threshold.search.study import open_storage
 from threshold.suite.plan import (
     SUITE_JSON,
     SURVEY_DIR,
     check_reports_folder,
     public_url,
-    study_state,
     transfer_file,
 )
 from threshold.suite.spec import ALL_REPORT, Analysis, Suite, TransferSpec
+from threshold.suite.studies import Event, SuiteRunError, run_studies
 from threshold.train import TrainConfig
 from threshold.train.device import resolve_device
 
@@ -67,38 +67,21 @@ __all__ = ["Event", "SuiteRunError", "git_state", "run_suite"]
 FORMAT = "threshold-suite/1"
 
 
-class SuiteRunError(ThresholdError):
-    """A step of a suite failed (a study's workers exited with an error)."""
-
-
-@dataclass(frozen=True)
-class Event:
-    """Progress of a suite run.
-
-    ``kind``: ``study_start`` / ``study_skip`` / ``trial`` / ``study_end``, ``transfer_start`` /
-    ``transfer_phase`` / ``transfer_skip`` / ``transfer_end``, ``analysis_start`` /
-    ``analysis_skip`` / ``analysis_end`` / ``analysis_failed``, ``report``; ``label``: the study,
-    transfer or report it is about; ``info``: the details (the study name, a trial row of
-    :func:`threshold.search.find.snapshot`, the estimate, ...).
-    """
-
-    kind: str
-    label: str = ""
-    info: dict = field(default_factory=dict)
-
-
 def run_suite(
     suite: Suite,
     only: list[str] | None = None,
     analyze: bool = True,
     on_event: Callable[[Event], None] | None = None,
     poll_s: float = 2.0,
+    shared: bool = True,
 ) -> dict:
     """Run the suite (or the studies and transfers labelled ``only``); returns its record.
 
     ``suite.execution`` (the file's keys, with the command line's options applied) says where
     the studies live and how their workers and the transfer experiments train. ``analyze``
-    False skips the analyses (they are recorded as skipped).
+    False skips the analyses (they are recorded as skipped). ``shared``: the studies' trials
+    train together in shared workers (:mod:`threshold.search.shared`); False: one study after
+    the other, each with workers of its own (each study's runs are the same either way).
     """
     selected = suite.select(only)
     execution = suite.execution
@@ -109,9 +92,7 @@ def run_suite(
     db = open_storage(url, execution.heartbeat_s, other_tables=execution.other_tables)
     cache_dir = execution.cache_dir
     record: dict = {"studies": [], "transfers": [], "analyses": []}
-    for i, study in enumerate(selected.studies):
-        info = {"index": i + 1, "total": len(selected.studies)}
-        record["studies"].append(_run_study(study, db, execution, emit, poll_s, info))
+    record["studies"] = run_studies(selected.studies, db, execution, emit, poll_s, shared)
     for spec in selected.transfers:
         record["transfers"].append(_run_transfer(suite, spec, cache_dir, emit, execution.device))
     record["analyses"] = _run_analyses(selected, db, url, analyze, emit, cache_dir)
@@ -123,68 +104,6 @@ def run_suite(
         "wall_s": round(time.perf_counter() - t0, 1),
     }
     return _write_record(suite, url, record)
-
-
-# Studies -------------------------------------------------------------------------------------
-
-
-def _run_study(study, db, execution: Execution, emit, poll_s, info) -> dict:
-    # A study found again must have the same settings, but for its budget and precision
-    create_or_load_study(study.settings, db, study.name)
-    known = set(study_names(db))
-    state = study_state(db, study, known)
-    info = info | {"study": study.name, "n_runs": state.n_complete}
-    if state.done:
-        emit(
-            Event(
-                "study_skip",
-                study.label,
-                info | {"reason": state.reason, "estimate": state.estimate, "answer": state.answer},
-            )
-        )
-        return state.to_json() | {"ran": False}
-    pool = {"workers": execution.workers, "trials_at_once": execution.trials_at_once}
-    emit(Event("study_start", study.label, info | pool))
-    t0 = time.perf_counter()
-    try:
-        run_search(
-            study.settings,
-            execution,
-            study.name,
-            poll_s=poll_s,
-            on_run=lambda row, snap: emit(
-                Event(
-                    "trial",
-                    study.label,
-                    {
-                        "study": study.name,
-                        "trial": row,
-                        "estimate": snap["estimate"],
-                        "answer": snap["answer"],
-                    },
-                )
-            ),
-        )
-    except Interrupted:
-        raise KeyboardInterrupt from None
-    except ThresholdError as e:
-        raise SuiteRunError(f"{study.label!r}: {e}") from None
-    state = study_state(db, study, known | {study.name})
-    emit(
-        Event(
-            "study_end",
-            study.label,
-            info
-            | {
-                "n_runs": state.n_complete,
-                "reason": state.reason,
-                "estimate": state.estimate,
-                "answer": state.answer,
-                "wall_s": round(time.perf_counter() - t0, 1),
-            },
-        )
-    )
-    return state.to_json() | {"ran": True}
 
 
 # Transfer experiments ------------------------------------------------------------------------
