@@ -81,6 +81,7 @@ def test_each_study_runs_shared_as_it_runs_alone(tmp_path, monkeypatch, caplog):
     assert lines == ["6 runs of 3 studies in 6 packs: 6 of one member each"] * 2
 
 
+@pytest.mark.slow  # 64 runs' decisions and records: about 50 s of CPU
 def test_eight_studies_at_k8_train_packs_of_many_studies(tmp_path, monkeypatch):
     """A suite of 8 studies at K = 8, packed as on a GPU (``share``): its 64 runs train in one
     call of the engine, whose large packs each hold members of every study (tiny runs: this
