@@ -166,6 +166,17 @@ def _dense_record(tmp_path, seeds: int = 3, x80: float = np.log(3000.0)):
     return path
 
 
+def test_a_grid_still_training_is_left_out(tmp_path):
+    path = _dense_record(tmp_path)
+    record = json.loads(path.read_text())
+    record["n_cells"] = len(record["runs"]) + 1  # one cell not yet trained
+    path.write_text(json.dumps(record))
+    assert load_grids([path]) == []
+    record["n_cells"] -= 1
+    path.write_text(json.dumps(record))
+    assert len(load_grids([path])) == 2  # whole: a grid a checkpoint
+
+
 def test_a_dense_record_is_a_grid_at_each_checkpoint_read_in_seed_order(tmp_path):
     grids = {g.name: g for g in load_grids([_dense_record(tmp_path)])}
     assert sorted(grids) == ["grid-test @100", "grid-test @50"]

@@ -194,7 +194,12 @@ def _science_grids(sci: dict, file: Path) -> list[RecordedGrid]:
 def _dense_grids(record: dict, file: Path) -> list[RecordedGrid]:
     """A dense grid's record (:func:`threshold.search.grid.export_record`): one grid at each of
     its budget checkpoints, the runs by size and then replicate (the seeds in the order a live
-    study draws them), the accuracy its study's decoding scores."""
+    study draws them), the accuracy its study's decoding scores. A grid still training (fewer
+    runs than cells) is left out: its reference would read the runs trained so far."""
+    if record.get("n_cells") and len(record["runs"]) < record["n_cells"]:
+        logger.info("replay: %s has %d of %d runs: left out until whole", file,
+                    len(record["runs"]), record["n_cells"])  # fmt: skip
+        return []
     key = "sampled_accuracy" if record["decoding"] == "sampled" else "accuracy"
     table = {int(d): int(p) for d, p in record["params"].items()}
     table = {d: p for d, p in table.items() if any(r["d"] == d for r in record["runs"])}
