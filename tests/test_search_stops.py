@@ -40,3 +40,21 @@ def test_the_stops_table_agrees_with_the_replays_own_stop(tmp_path):
     for rule in RULES[1:]:  # a settled rule never stops before the width does
         assert result["rules"][rule.name]["median_runs"] >= result["rules"]["width"]["median_runs"]
     assert result["rules"]["grid48"]["median_runs"] == 48
+
+
+def test_a_settled_stop_in_the_policy_waits_for_the_reading_to_settle(tmp_path):
+    from dataclasses import replace
+
+    from threshold.search.bench.replay import sampler_path, stops
+    from threshold.search.policy import decide
+
+    grid = next(g for g in load_grids([_dense_record(tmp_path)]) if g.name.endswith("@100"))
+    runs = sampler_path(grid, 0, 14)
+    patient = replace(grid.settings, settle_runs=3, settle_nats=0.02)
+    width = [stops(grid.settings, runs[:n]) for n in range(3, len(runs) + 1)]
+    settled = [stops(patient, runs[:n]) for n in range(3, len(runs) + 1)]
+    assert all(w for w, s in zip(width, settled, strict=True) if s)  # never before the width
+    assert width.index(True) < (settled.index(True) if True in settled else len(settled))
+    n = 3 + width.index(True)  # the width holds, the reading has not settled: the policy runs on
+    assert decide(grid.settings, runs[:n], []).stop
+    assert not decide(patient, runs[:n], []).stop

@@ -328,6 +328,22 @@ def read_posterior(settings: SearchSettings, completed) -> tuple[Grid, np.ndarra
     return grid, log_w, d_range
 
 
+def settled(settings: SearchSettings, completed, x80_now: float) -> bool:
+    """Whether the reading has settled (:attr:`SearchSettings.settle_runs`; always, with it 0):
+    the median 80% point now (``x80_now``, ln params) and read without the last 1, 2, ...,
+    ``settle_runs`` runs spans at most ``settle_nats``. Runs in the order they ended."""
+    k = settings.settle_runs
+    if k == 0:
+        return True
+    if len(completed) <= k:
+        return False
+    xs = [x80_now] + [
+        posterior_summary(settings, completed[: len(completed) - j])[0].x80_median
+        for j in range(1, k + 1)
+    ]
+    return max(xs) - min(xs) <= settings.settle_nats
+
+
 def posterior_summary(settings: SearchSettings, completed) -> tuple[PosteriorSummary, tuple]:
     """Posterior summary of x80 from completed runs (``read_posterior``), and the range
     (d_lo, d_hi) it was read on."""
@@ -421,6 +437,8 @@ def decide(settings: SearchSettings, completed, pending: Sequence[int]) -> Decis
     reason = stop_reason(
         settings, observed.ratio if ds else None, d_range, limits, beyond, settings.give_up_mass
     )
+    if reason == "precision" and not settled(settings, completed, observed.x80_median):
+        reason = None  # narrow, not yet settled: one more run
     if reason is not None:
         return stop(reason)
 

@@ -51,7 +51,7 @@ from threshold.search.bench.peer import psignifit_reading
 from threshold.search.bench.psi import PsiMethod
 from threshold.search.bounds import POINT, locate
 from threshold.search.grid import RECORD_KIND
-from threshold.search.policy import posterior_of, posterior_summary, summary_of
+from threshold.search.policy import posterior_of, posterior_summary, settled, summary_of
 from threshold.search.posterior import level_target, normalize
 from threshold.search.settings import SearchSettings
 from threshold.tasks import TaskConfig, load_task_data
@@ -324,7 +324,7 @@ def stops(settings: SearchSettings, runs) -> bool:
     grid, log_w, d_range = posterior_of(settings, runs)
     s = summary_of(settings, grid, normalize(log_w), d_range)
     return (
-        s.ratio <= settings.precision
+        (s.ratio <= settings.precision and settled(settings, runs, s.x80_median))
         or s.mass_above >= settings.give_up_mass
         or s.mass_below >= settings.give_up_mass
     )
