@@ -12,7 +12,8 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from threshold.report.notes import bound_words, number, study_answer
+from threshold.report.notes import bound_words, study_answer
+from threshold.report.text import number
 from threshold.search.notes import MIN_RUNS, NoteRun, curve_sizes, fit_accuracy
 
 __all__ = ["transition_figure"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from threshold.config import recipe_words
 from threshold.report.render import render
-from threshold.report.text import near_transition_words
+from threshold.report.text import near_transition_words, number
 from threshold.search.bounds import answer, answer_words, near_chance_words
 from threshold.search.fit import MIN_POINTS
 from threshold.search.notes import MIN_RUNS, NoteRun
@@ -28,7 +28,6 @@ __all__ = [
     "bound_words",
     "near_transition_words",
     "note_markdown",
-    "number",
     "result_words",
     "study_answer",
 ]
@@ -215,10 +214,6 @@ def note_markdown(
         chance_warning=near_chance_words(estimate),
     )
     return render("note.md.j2", n=note)
-
-
-def number(value: float) -> str:
-    return f"{value:,.0f}"
 
 
 def result_words(estimate: dict | None, runs: Sequence[NoteRun]) -> str:
