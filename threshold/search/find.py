@@ -39,6 +39,7 @@ __all__ = [
     "Interrupted",
     "SearchOutcome",
     "die_with_parent",
+    "follow_workers",
     "prepare_study",
     "probe_device",
     "run_search",
@@ -114,19 +115,14 @@ def run_search(
         return SearchOutcome(
             name, url, final["estimate"], final["n_trials"], wall, answer=final["answer"]
         )
-    procs: list[subprocess.Popen] = []
     try:
-        procs = start_workers(name, execution, isinstance(settings, ObjectiveSettings))
-        db = open_storage(url, create=False)  # one connection pool for the whole run
-        follow = Follower(db, name, on_update, on_run)
-        while any(p.poll() is None for p in procs):
-            raise_if_interrupted()
-            follow.poll()
-            time.sleep(poll_s)
-        raise_if_interrupted()  # one dropped here while the workers ended on it (exit 130)
-        final = follow.poll(last=True)
+        procs, (follow,), (final,) = follow_workers(
+            lambda: start_workers(name, execution, isinstance(settings, ObjectiveSettings)),
+            lambda db: [Follower(db, name, on_update, on_run)],
+            url,
+            poll_s,
+        )
     except KeyboardInterrupt:
-        stop_workers(procs)
         raise Interrupted(name) from None
     failed = [p.returncode for p in procs if p.returncode != 0]
     if failed:
@@ -138,6 +134,28 @@ def run_search(
     return SearchOutcome(
         name, url, final["estimate"], final["n_trials"], wall, follow.completed, final["answer"]
     )
+
+
+def follow_workers(start, follows, url: str, poll_s: float) -> tuple[list, list, list]:
+    """Start the workers (``start()``) and follow their studies until every worker has ended:
+    ``follows(db)`` makes the :class:`Follower` of each (after the start, on one connection pool
+    of ``url`` for the whole run), each polled every ``poll_s`` seconds and once more at the
+    end. Returns (the workers, the followers, their last polls). An interrupt stops the workers
+    (their running trials are marked failed) and goes on as ``KeyboardInterrupt``."""
+    procs: list[subprocess.Popen] = []
+    try:
+        procs = start()
+        followers = follows(open_storage(url, create=False))
+        while any(p.poll() is None for p in procs):
+            raise_if_interrupted()
+            for follower in followers:
+                follower.poll()
+            time.sleep(poll_s)
+        raise_if_interrupted()  # one dropped here while the workers ended on it (exit 130)
+        return procs, followers, [follower.poll(last=True) for follower in followers]
+    except KeyboardInterrupt:
+        stop_workers(procs)
+        raise
 
 
 # Longest a finished run's line waits for the estimate its worker writes next (a worker killed

@@ -10,24 +10,21 @@ as in :mod:`threshold.search.find`.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Callable
 
 from threshold.config import Execution
 from threshold.errors import ThresholdError
-from threshold.interrupt import raise_if_interrupted
 from threshold.search.find import (
     Follower,
     Interrupted,
     SearchOutcome,
+    follow_workers,
     prepare_study,
     start_workers,
-    stop_workers,
     worker_devices,
 )
 from threshold.search.spec import StudySettings
-from threshold.search.study import open_storage
 
 __all__ = ["run_searches"]
 
@@ -52,20 +49,14 @@ def run_searches(
     t0 = time.perf_counter()
     made = [prepare_study(settings, execution, name) for settings, name in studies]
     names, url = [name for name, _ in made], execution.storage_url
-    procs: list[subprocess.Popen] = []
     try:
-        procs = start_workers(names[0], execution, studies=names)
-        db = open_storage(url, create=False)  # one connection pool for the whole run
-        follows = [Follower(db, name, None, _told(on_run, name)) for name in names]
-        while any(p.poll() is None for p in procs):
-            raise_if_interrupted()
-            for follow in follows:
-                follow.poll()
-            time.sleep(poll_s)
-        raise_if_interrupted()  # one dropped here while the workers ended on it (exit 130)
-        finals = [follow.poll(last=True) for follow in follows]
+        procs, follows, finals = follow_workers(
+            lambda: start_workers(names[0], execution, studies=names),
+            lambda db: [Follower(db, name, None, _told(on_run, name)) for name in names],
+            url,
+            poll_s,
+        )
     except KeyboardInterrupt:
-        stop_workers(procs)
         raise Interrupted(names[0]) from None
     failed = [p.returncode for p in procs if p.returncode != 0]
     if failed:
