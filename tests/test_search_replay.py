@@ -10,12 +10,15 @@ from threshold.report.figures import replay_figure
 from threshold.search.bench.replay import (
     RecordedGrid,
     _bisection,
+    _oracle,
     _Pool,
     _score,
     _summary,
     bench_replay,
     load_grids,
+    reading,
     replay_grid,
+    user_grid,
 )
 
 SIZES = (8, 16, 32, 64)
@@ -228,5 +231,33 @@ def test_psignifit_reads_a_dense_grid_beside_ours(tmp_path):
     assert abs(peer["x"] - ours["x"]) < 0.5  # the same runs: readings within 1.65x
     assert set(out["calibration"]) == {"12", "24"}
     (at24,) = out["calibration"]["24"]  # one seed order
-    for reading in at24.values():
-        assert reading["width"] > 0
+    for read in at24.values():
+        assert read["width"] > 0
+
+
+def test_the_oracle_aims_at_the_answer_and_errors_are_also_read_against_the_grid_held_out(
+    tmp_path,
+):
+    grids = {g.name: g for g in load_grids([_dense_record(tmp_path)])}
+    grid = grids["grid-test @100"]
+    out = replay_grid(grid, methods=("oracle", "grid48"), counts=(6,), orders=1)
+    ref = out["reference"]
+    xs = grid.settings.x_of(np.array(grid.sizes))
+    aims = {grid.sizes[int(np.argmin(np.abs(xs - ref[k])))] for k in ("x", "lo", "hi")}
+    runs, stop = _oracle(grid, ref)
+    assert runs[0][0] == grid.sizes[-1]  # the ceiling first
+    assert {d for d, _ in runs[1:7]} <= aims  # then only where the answer is
+    assert sorted(runs) == sorted(grid.runs) and 3 <= stop <= len(runs)
+    (oracle,) = out["methods"]["oracle"]
+    assert oracle["stop"]["runs"] == stop and "6" in oracle
+    # held out: the error against the grid read without the method's runs, not the same number
+    (user,) = out["methods"]["grid48"]
+    for score in (oracle["stop"], user["stop"]):
+        assert np.isfinite(score["heldout_error"])
+    assert user["stop"]["heldout_error"] != user["stop"]["error"]
+    rest = list(grid.runs)
+    for run in user_grid(grid):
+        rest.remove(run)
+    x_rest = reading(grid.settings, sorted(rest, reverse=True))["x"]
+    assert user["stop"]["heldout_error"] == pytest.approx(user["stop"]["x"] - x_rest)
+    assert "oracle" not in replay_grid(grids["grid-test @50"], methods=("oracle",))["methods"]

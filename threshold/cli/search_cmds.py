@@ -379,7 +379,7 @@ def _print_bench_replay(result: dict) -> None:
         title="per method, over the grids (reference: d of the 80% point, its 90% interval's width)"
     )
     for col in ("method", "column", "located grids (replays)", "coverage", "median |ln err|",
-                "median runs", "runs vs grid (max)", "read located",
+                "held out", "median runs", "runs vs grid (max)", "read located",
                 "within precision: grids, coverage, runs vs grid, <= 60%", "bound grids (replays)",
                 "bound right side",
                 "bound read located"):  # fmt: skip
@@ -392,6 +392,7 @@ def _print_bench_replay(result: dict) -> None:
                 f"{s['grids_located']} ({s['replays_located']})",
                 f"{s['coverage']:.2f}" if "coverage" in s else "-",
                 f"{s['median_abs_log_error']:.3f}" if "coverage" in s else "-",
+                f"{s['median_abs_heldout_error']:.3f}" if "median_abs_heldout_error" in s else "-",
                 f"{s['median_runs']:.0f}" if "coverage" in s else "-",
                 f"{s['median_share']:.2f} ({s['max_share']:.2f})" if "coverage" in s else "-",
                 f"{s['read_located']:.2f}" if "coverage" in s else "-",

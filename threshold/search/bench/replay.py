@@ -25,12 +25,21 @@ have run, so coverage counts replays, not only grids:
   posterior;
 - ``random``: the grid's runs in a random order (``orders`` of them), its stop the sampler's rule
   (the 90% interval within the precision, or the mass beyond an end) read after each run; read
-  by our posterior.
+  by our posterior;
+- ``oracle`` (dense grids only): a placement told the answer, the bound on what placement can
+  do: the largest size first (the ceiling), then the sizes nearest the reference's median and
+  its 90% interval's ends in turn, each answered by its next seed (an exhausted size by the
+  nearest with runs left); the sampler's stop rule read after each run; read by our posterior;
+- ``grid48`` (dense grids only): the 48 runs of the grid a user would run instead
+  (:data:`USER_GRID`).
 
 Each is scored at its own stop and at fixed run counts: against a located reference, whether
 its 90% interval holds the reference's median (coverage) and |ln(its median / the reference's)|
 in parameters; against a reference that is only a bound, whether its own runs give a bound on
-the same side (``bound_ok``), and never a located point; and its runs against the grid's.
+the same side (``bound_ok``), and never a located point; and its runs against the grid's. At its
+own stop on a dense grid a method's error is also read against the grid *without* its runs
+(``heldout_error``): the whole grid's reading shares a method's runs (a third of them for
+``grid48``), which flatters the methods that share most.
 """
 
 from __future__ import annotations
@@ -71,7 +80,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-METHODS = ("sampler", "psi", "bisection", "random", "grid48")
+METHODS = ("sampler", "psi", "bisection", "random", "oracle", "grid48")
 # The grid a user would run instead of a search: 16 sizes spaced evenly in ln(params) over the
 # dense grid's range, 3 seeds each (48 runs), read by our posterior; only on dense grids.
 USER_GRID = (16, 3)
@@ -406,6 +415,33 @@ def user_grid(grid: RecordedGrid, turn: int = 0) -> list | None:
     return [r for r in runs if r is not None]
 
 
+def _oracle(grid: RecordedGrid, reference: dict, turn: int = 0) -> tuple[list, int]:
+    """The runs of a placement told the reference (all of the grid's, in its order) and the run
+    count at the sampler's stop rule: the largest size, then the sizes nearest the reference's
+    median, lower and upper 90% ends in turn."""
+    settings, pool = grid.settings, _Pool(grid, turn)
+    sizes = np.array(grid.sizes)
+    xs = settings.x_of(sizes)
+    aims = [int(sizes[np.argmin(np.abs(xs - reference[k]))]) for k in ("x", "lo", "hi")]
+    runs = [pool.draw(grid.sizes[-1])]
+    while (run := pool.draw(aims[(len(runs) - 1) % 3])) is not None:
+        runs.append(run)
+    stop = next((n for n in range(3, len(runs) + 1) if stops(settings, runs[:n])), len(runs))
+    return runs, stop
+
+
+def _heldout(grid: RecordedGrid, runs, score: dict) -> dict:
+    """A score at a dense grid's located reference with ``heldout_error`` added: its reading's
+    error against the grid read without ``runs``."""
+    if not grid.dense or "error" not in score:
+        return score
+    rest = list(grid.runs)
+    for run in runs:
+        rest.remove(run)
+    x = reading(grid.settings, sorted(rest, reverse=True))["x"]
+    return score | {"heldout_error": float(score["x"] - x)}
+
+
 def _random_order(grid: RecordedGrid, rng: np.random.Generator) -> tuple[list, int]:
     runs = [grid.runs[i] for i in rng.permutation(len(grid.runs))]
     stop = next((n for n in range(3, len(runs) + 1) if stops(grid.settings, runs[:n])), len(runs))
@@ -444,8 +480,9 @@ def replay_grid(
     def scored(runs) -> dict:
         return _score(reading(settings, runs), reference, n)
 
-    def columns(own: dict, at: dict, score=scored) -> dict:
-        return {"stop": score(own)} | {str(k): score(at[k]) for k in mine if k in counts}
+    def columns(own, at: dict, score=scored, runs_of=lambda r: r) -> dict:
+        stop = _heldout(grid, runs_of(own), score(own))
+        return {"stop": stop} | {str(k): score(at[k]) for k in mine if k in counts}
 
     if "sampler" in methods:
         out["methods"]["sampler"] = []
@@ -467,7 +504,7 @@ def replay_grid(
         out["methods"]["psi"] = []
         for turn in turns:
             own, at = _psi(grid, mine, turn)
-            out["methods"]["psi"].append(columns(own, at, psi_scored))
+            out["methods"]["psi"].append(columns(own, at, psi_scored, lambda r: r[0]))
     if "bisection" in methods:
         out["methods"]["bisection"] = []
         for turn in turns:
@@ -483,9 +520,18 @@ def replay_grid(
             out["methods"]["random"].append(
                 columns(runs[:stop], {k: runs[:k] for k in mine if k in counts})
             )
+    if "oracle" in methods and grid.dense and reference["kind"] == POINT:
+        out["methods"]["oracle"] = []
+        for turn in turns:
+            runs, stop = _oracle(grid, reference, turn)
+            out["methods"]["oracle"].append(
+                columns(runs[:stop], {k: runs[:k] for k in mine if k in counts})
+            )
     if "grid48" in methods and grid.dense:
         out["methods"]["grid48"] = [
-            {"stop": scored(runs)} for turn in turns if (runs := user_grid(grid, turn))
+            {"stop": _heldout(grid, runs, scored(runs))}
+            for turn in turns
+            if (runs := user_grid(grid, turn))
         ]
     if peer and grid.dense:
         ref = psignifit_reading(settings, list(grid.runs), grid.trials)
@@ -577,6 +623,8 @@ def _summary(grids: list[dict], method: str, column: str, precision: float = 2.5
             "within_60": float(np.mean([s["share"] <= 0.6 for s in point])),  # issue 61's mark
             "read_located": float(np.mean([s["kind"] == POINT for s in point])),
         }
+        if heldout := [abs(s["heldout_error"]) for s in point if "heldout_error" in s]:
+            out["median_abs_heldout_error"] = float(np.median(heldout))
     if precise:
         out |= {
             "precise_grids": len(precise),
