@@ -108,6 +108,68 @@ def test_a_pack_line_says_its_members_and_their_studies():
     assert pack_words(1, 1, [(1, 1, 8, 8)]) == "1 run of 1 study in 1 pack: 1 of one member each"
 
 
+# `threshold worker --study a --study b`: one worker of several studies --------------------------
+
+FIND = ["--mod", "5", "--depth", "1", "--n-train", "1000", "--n-test", "100", "--d-lo", "4",
+        "--d-hi", "16", "--steps", "20", "--budget", "3", "--heartbeat", "2"]  # fmt: skip
+
+
+def _made(cli, tmp_path, *studies: tuple[str, str]) -> str:
+    """Studies (name, tasks) made as for a cluster, `find --workers 0`: their storage's URL."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    for name, tasks in studies:
+        made = cli(["find", "--tasks", tasks, *FIND, "--storage", url, "--study", name,
+                    "--workers", "0"])  # fmt: skip
+        assert made.exit_code == 0, made.stderr
+    return url
+
+
+def test_a_worker_of_two_studies_trains_them_together(tmp_path, cli, caplog):
+    """Each round trains a run of each study in one call of the engine (its packs' line), both
+    studies end their budget, and the worker ends with where each one stands, as find does."""
+    url = _made(cli, tmp_path, ("a", "max"), ("b", "min"))
+    with caplog.at_level(logging.INFO, logger="threshold.search.batch.packs"):
+        joined = cli(["worker", "--study", "a", "--study", "b", "--storage", url,
+                      "--device", "cpu", "--heartbeat", "2"])  # fmt: skip
+    assert joined.exit_code == 0, joined.stderr
+    for name in ("a", "b"):
+        states = [row[1] for row in _runs(url, name)[0]]
+        assert states == [TrialState.COMPLETE] * 3, name
+    lines = joined.stdout.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["study a", "study b"]
+    assert all(": 3 runs, stopped (budget)" in line for line in lines), lines
+    packs = [r.getMessage() for r in caplog.records if r.name == "threshold.search.batch.packs"]
+    assert packs == ["2 runs of 2 studies in 2 packs: 2 of one member each"] * 3
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--study", "a", "--study", "b", "--study", "a"],
+         "error: --study 'a' is given twice: name each study once"),
+        (["--study", "a", "--study", "nope"],
+         "error: study 'nope' is not in this storage (studies: a, b, obj)"),
+        (["--study", "a", "--study", "obj"],
+         "error: study 'obj' calls an objective (a function of yours), whose runs cannot share "
+         "packs with other studies: give it a worker of its own (`threshold worker --study obj`)"),
+        (["--study", "a", "--study", "b", "--max-trials", "1"],
+         "error: --max-trials 1 is for one --study"),
+    ],
+)  # fmt: skip
+def test_a_worker_of_several_refuses_in_one_line_before_training(tmp_path, cli, args, named):
+    """A name twice, a study missing, an objective's study among others (its runs are the user's
+    function, trained in no pack) and --max-trials: one line, exit 2, and no study trained."""
+    url = _made(cli, tmp_path, ("a", "max"), ("b", "min"))
+    objective = ["--objective", "synthetic_objectives:bimodal", "--sizes", "4..256",
+                 "--chance", "0.1", "--budget", "12", "--study", "obj"]  # fmt: skip
+    assert cli(["find", *objective, "--storage", url, "--workers", "0"]).exit_code == 0
+    refused = cli(["worker", *args, "--storage", url, "--device", "cpu"])
+    assert refused.exit_code == 2
+    (line,) = refused.stderr.strip().splitlines()
+    assert line.startswith(named), line
+    assert [_runs(url, name)[0] for name in ("a", "b")] == [[], []]  # nothing trained
+
+
 # Speed, measured: python -m pytest -m slow tests/test_search_shared.py -------------------------
 
 SUITE = """\

@@ -216,6 +216,21 @@ def int_list(text: str, option: str, example: str = "16,24,32") -> list[int]:
     return values
 
 
+def check_worker_studies(studies: list[str], max_trials: int | None) -> None:
+    """The ``--study`` options of a worker (``threshold worker``, a SLURM script's): a name given
+    twice is refused, and ``--max-trials`` with several studies (a worker of several runs each
+    until its policy stops; a count of trials would stop it part way through some of them)."""
+    twice = next((s for i, s in enumerate(studies) if s in studies[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"--study {twice!r} is given twice: name each study once")
+    if len(studies) > 1 and max_trials is not None:
+        raise ConfigError(
+            f"--max-trials {max_trials} is for one --study: a worker of {len(studies)} studies"
+            " runs each until its policy stops (give a study a worker of its own to stop it"
+            " after some trials)"
+        )
+
+
 def _fail(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(EXIT_USAGE)

@@ -32,11 +32,13 @@ from optuna.artifacts import upload_artifact
 from optuna.trial import TrialState
 
 from threshold.config import Execution, ModelConfig, TrainConfig, param_count, pretrain_task
+from threshold.errors import ConfigError
 from threshold.interrupt import interrupted, raise_if_interrupted
 from threshold.model import RecurrentTransformer
 from threshold.search import record
 from threshold.search.holds import HOLD_AT_ENV, HOLD_ENV, held_at_evaluation, hold
 from threshold.search.notes import NoteRender
+from threshold.search.objective import ObjectiveSettings
 from threshold.search.sampler import PARAM, QueueOnly, TransitionSampler, run_seed
 from threshold.search.spec import StudySettings
 from threshold.search.study import (
@@ -163,8 +165,15 @@ class Joined:
 
 
 def join_study(name: str, storage, execution: Execution, notes: NoteRender | None) -> Joined:
-    """Study ``name`` of ``storage`` loaded to run, its task data from ``execution``'s cache."""
+    """Study ``name`` of ``storage`` loaded to run, its task data from ``execution``'s cache; an
+    objective's study is refused (its runs are the user's function, not members of a pack)."""
     study, settings = load_study(name, storage)
+    if isinstance(settings, ObjectiveSettings):
+        raise ConfigError(
+            f"study {name!r} calls an objective (a function of yours), whose runs cannot share "
+            f"packs with other studies: give it a worker of its own (`threshold worker --study "
+            f"{name}`)"
+        )
     data = load_task_data(settings.task, execution.cache_dir)
     measured = data.test[data.config.measured_op]
     sampler = TransitionSampler(settings, chance_rate(measured, settings.train.decoding))

@@ -66,9 +66,14 @@ def run_shared_worker(
 
     ``execution`` as :func:`~threshold.search.worker.run_worker` takes it (None: the defaults);
     ``notes`` words each study's dashboard note; ``share``: whether members of other sizes share
-    padded packs (the engine's default: on a GPU; True on the CPU moves each run by rounding)."""
-    if len(set(study_names)) != len(study_names) or not study_names:
-        raise ConfigError(f"a shared worker needs distinct study names, got {study_names!r}")
+    padded packs (the engine's default: on a GPU; True on the CPU moves each run by rounding).
+    A name given twice, a study not in the storage and an objective's study are refused (each in
+    one line) before anything trains."""
+    twice = next((n for i, n in enumerate(study_names) if n in study_names[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"study {twice!r} is named twice: name each study once")
+    if not study_names:
+        raise ConfigError("a shared worker needs a study to run: name one or more")
     execution = execution or Execution()
     device = resolve_device(execution.device)
     storage = open_storage(execution.storage_url, execution.heartbeat_s, create=False, write=True)
