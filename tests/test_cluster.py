@@ -55,6 +55,21 @@ def test_the_script_is_a_job_array_of_one_gpu_worker_each(cli):
     group.get_command(Context(group), "worker").make_context("worker", worker[2:])
 
 
+def test_a_script_of_several_studies_starts_one_worker_of_all_of_them(cli):
+    """Issue 69: a suite's studies on a cluster. Each array task's worker joins every study, to
+    train their runnable trials together; the job's name is the first study and how many more,
+    within SLURM's 64 characters."""
+    first = "a" * 70
+    text = script(cli, "--study", first, "--study", "b 2", "--storage", PG, "--workers", "3")
+    worker = shlex.split(text.splitlines()[-1])[1:]
+    assert worker[:6] == ["threshold", "worker", "--study", first, "--study", "b 2"]
+    assert directives(text)["job-name"] == f"threshold-{first}"[:62] + "+1"
+    assert f"# threshold: 3 identical workers on 2 studies ({first!r} and 1 more)," in text
+    group = get_command(app)  # every option passed is still one `threshold worker` has
+    context = group.get_command(Context(group), "worker").make_context("worker", worker[2:])
+    assert context.params["study"] == [first, "b 2"]
+
+
 def test_trials_at_once_left_out_is_each_workers_devices_default(cli):
     """A GPU worker fills its card by default (GPU_TRIALS_AT_ONCE trials at once), so a script
     that was not told passes no --trials-at-once and says what the worker will take."""
@@ -88,6 +103,23 @@ def test_bad_settings_are_one_line(tmp_path, cli, args, named):
         base[flag] = value
     out = tmp_path / "job.sh"
     result = cli(["cluster", "slurm", *[x for kv in base.items() for x in kv], "-o", out])
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and named in line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--study", "s", "--study", "t", "--study", "s"], "--study 's' is given twice: name"),
+        (["--study", "s", "--study", "t", "--max-trials", "3"], "--max-trials 3 is for one"),
+    ],
+)
+def test_studies_a_worker_would_refuse_are_refused_in_the_script(tmp_path, cli, args, named):
+    """What each array task's worker would refuse, refused before a script is written."""
+    out = tmp_path / "job.sh"
+    result = cli(["cluster", "slurm", *args, "--storage", PG, "-o", out])
     assert result.exit_code == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: ") and named in line

@@ -1,9 +1,11 @@
-"""``threshold cluster slurm``: a SLURM job array of identical workers on one shared study.
+"""``threshold cluster slurm``: a SLURM job array of identical workers on one shared study, or
+on several (a suite's) that each worker trains together in shared packs.
 
 The conventional layout of Optuna on a cluster (Optuna's tutorial on many processes, submitit's
 job arrays, AaltoRSE's hpo-on-hpc): the study lives in PostgreSQL, every array task starts the
 same ``threshold worker`` on one GPU, and the workers coordinate through the storage alone. The
-study is created once beforehand (``threshold find ... --workers 0``); docs/cluster.md says how.
+study is created once beforehand (``threshold find ... --workers 0``, a suite's studies with
+``threshold run SUITE.toml --workers 0``); docs/cluster.md says how.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import typer
 
-from threshold.cli.common import run_guarded, takes
+from threshold.cli.common import check_worker_studies, run_guarded, takes
 from threshold.config import Execution
 from threshold.errors import ConfigError
 from threshold.options import EXECUTION, execution_of, only
@@ -57,12 +59,15 @@ MAX_ARRAY = 10_000
 
 
 def slurm_script(
-    study: str, execution: Execution, array: Array, max_trials: int | None = None
+    studies: list[str], execution: Execution, array: Array, max_trials: int | None = None
 ) -> str:
     """The text of an ``sbatch --array`` script: ``execution.workers`` array tasks, each one
-    worker with the execution's settings (checked once, by :class:`Execution`)."""
+    worker of ``studies`` (several: trained together) with the execution's settings (checked
+    once, by :class:`Execution`)."""
 
-    check_study_name(study)
+    for study in studies:
+        check_study_name(study)
+    check_worker_studies(studies, max_trials)  # as the workers would, before any is submitted
     storage, workers, device = execution.storage, execution.workers, execution.device
     if workers > MAX_ARRAY:
         raise ConfigError(
@@ -80,9 +85,16 @@ def slurm_script(
         _refuse_password(storage)
     gpu = device.startswith("cuda")
     trials = execution.trials_on("cuda" if gpu else "cpu")
-    job = re.sub(r"[^A-Za-z0-9_.+-]", "_", f"threshold-{study}")[:64]
+    # the first study, and how many more: SLURM keeps a job name of 64 characters at most
+    more = f"+{len(studies) - 1}" if len(studies) > 1 else ""
+    job = re.sub(r"[^A-Za-z0-9_.+-]", "_", f"threshold-{studies[0]}")[: 64 - len(more)] + more
+    named, the, shared = f"study {studies[0]!r}", "the study through its", []
+    if more:
+        named = f"{len(studies)} studies ({studies[0]!r} and {more[1:]} more)"
+        the = "the studies through their"
+        shared = ["# Each worker trains the runnable trials of all the studies together."]
     worker = [
-        *shlex.split(array.command), "worker", "--study", study,
+        *shlex.split(array.command), "worker", *(x for s in studies for x in ("--study", s)),
         *(["--storage", storage] if storage else []),
         *(["--trials-at-once", str(trials_at_once)] if trials_at_once is not None else []),
         "--device", "cuda" if gpu else device, "--heartbeat", str(execution.heartbeat_s),
@@ -104,10 +116,11 @@ def slurm_script(
     where = "and one GPU each" if gpu else f"each, on {device}"
     lines = [
         "#!/bin/bash",
-        f"# threshold: {workers} identical workers on study {study!r}, one array task {where},",
-        f"# {trials} trial(s) at once each. They share the study through its storage",
+        f"# threshold: {workers} identical workers on {named}, one array task {where},",
+        f"# {trials} trial(s) at once each. They share {the} storage",
         "# alone; a task that ends or dies loses no finished trial (a running one is retried",
         "# after 3 silent heartbeats). Submit: sbatch THIS_FILE. Follow: threshold status.",
+        *shared,
         *(f"#SBATCH {line}" for line in sbatch),
         "set -e",
         *(
@@ -147,7 +160,13 @@ def _refuse_password(storage: str) -> None:
 @takes(execution=only(EXECUTION, "storage", "trials_at_once", "heartbeat", "cache_dir"))
 def slurm(
     execution: dict,
-    study: Annotated[str, typer.Option(help="Name of the study the workers join.")],
+    study: Annotated[
+        list[str],
+        typer.Option(
+            help="Name of the study the workers join; repeat it for several (a suite's), which "
+            "each worker trains together."
+        ),
+    ],
     workers: Annotated[
         int, typer.Option(help="Array tasks: one worker each, on one GPU of its own.")
     ] = 4,
@@ -155,7 +174,8 @@ def slurm(
         str, typer.Option(help="cuda (one GPU per array task, --gres=gpu:1) or cpu.")
     ] = "cuda",
     max_trials: Annotated[
-        int | None, typer.Option(help="Each worker stops after this many trials.")
+        int | None,
+        typer.Option(help="Each worker stops after this many trials (one --study only)."),
     ] = None,
     time: Annotated[str, typer.Option(help="Time limit of each array task (sbatch --time).")] = (
         "24:00:00"
