@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import sqlite3
 import subprocess
@@ -330,7 +331,7 @@ def test_bad_suite_is_one_line_with_file_line_and_key_exit_2_nothing_written(
         (["run", "{tmp}/missing.toml"], "no such suite file"),
         (["run", "{tmp}"], "is a directory"),
         (["run", "{tmp}/good.toml", "--only", "a,zz"], "--only zz"),
-        (["run", "{tmp}/good.toml", "--workers", "0"], "--workers 0"),
+        (["run", "{tmp}/good.toml", "--workers", "-1"], "--workers -1"),
         (["run", "{tmp}/good.toml", "--trials-at-once", "0"], "--trials-at-once 0"),
         (["run", "{tmp}/good.toml", "--batch", "2"], "now --trials-at-once 2"),
         (["run", "{tmp}/good.toml", "--workers", "100000"], "--workers 100000 is more than"),
@@ -531,6 +532,30 @@ def test_dry_run_writes_nothing(tiny_runs, tmp_path, cli):
     assert proc.exit_code == 0, proc.stderr
     assert "new" in proc.stdout and "does not exist yet" in proc.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.toml"]
+
+
+def test_workers_0_makes_the_studies_and_names_the_worker_that_trains_them(tmp_path, cli):
+    """Issue 69, a suite on a cluster: `run --workers 0` writes the suite's studies and runs
+    nothing else (no training, transfer, analysis or report); the one worker command it names,
+    run as said, trains both studies to their budget."""
+    (tmp_path / "tiny.toml").write_text(TINY.replace("steps = 60", "steps = 20"))
+    made = cli(["run", "tiny.toml", "--workers", "0"])
+    assert made.exit_code == 0, made.stderr
+    names = [line.split()[2].rstrip(",") for line in made.stdout.strip().splitlines()]
+    assert made.stdout.splitlines() == [
+        f"a: study {names[0]}, to continue, 0 runs",
+        f"b: study {names[1]}, to continue, 0 runs",
+    ]
+    files = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("s.db-"))
+    assert files == ["s.db", "tiny.toml"]  # and SQLite's journal: no cache, transfer or report
+    assert {s.study_name for s in optuna.get_all_study_summaries("sqlite:///s.db")} == set(names)
+    (line,) = made.stderr.strip().splitlines()
+    command = shlex.split(line.split("`")[1])
+    assert command == ["threshold", "worker", "--study", names[0], "--study", names[1],
+                       "--storage", "sqlite:///s.db"]  # fmt: skip
+    ran = cli([*command[1:], "--device", "cpu", "--heartbeat", "2"])
+    assert ran.exit_code == 0, ran.stderr
+    assert trial_counts("sqlite:///s.db") == {name: {"COMPLETE": 3} for name in names}
 
 
 def test_a_pinned_name_gives_a_stopped_study_more_runs(tiny_runs, tmp_path, cli):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 from typing import Annotated
 
 import typer
@@ -89,7 +90,7 @@ def find(
         view.say_notes()  # --workers 0: no look at the study said them
         _say_outcome(outcome.to_json(), as_json)
         if workers == 0:  # the study only: say how its trials get run
-            typer.echo(_no_worker_words(outcome.study, runs), err=True)
+            typer.echo(no_worker_words([outcome.study], runs), err=True)
             if objective is not None:  # or by the user's own launcher
                 where = "" if runs.storage is None else f" --storage {runs.storage}"
                 typer.echo(
@@ -112,17 +113,20 @@ def _say_outcome(report: dict, as_json: bool) -> None:
         typer.echo(f"warning: {report['warning']}", err=True)
 
 
-def _no_worker_words(study: str, execution: Execution) -> str:
-    """How the trials of a study made with ``--workers 0`` get run: by a worker on this machine,
-    or, where the storage is a server, on others too."""
-    where = "" if execution.storage is None else f" --storage {execution.storage}"
-    words = f"no worker started (--workers 0): run `threshold worker --study {study}{where}`"
+def no_worker_words(studies: list[str], execution: Execution) -> str:
+    """How the trials of studies made with ``--workers 0`` get run: by a worker on this machine
+    (one for all of them, their trials trained together), or, where the storage is a server, on
+    others too."""
+    where = "" if execution.storage is None else f" --storage {shlex.quote(execution.storage)}"
+    named = "".join(f" --study {shlex.quote(s)}" for s in studies)
+    its = "its" if len(studies) == 1 else "their"
+    words = f"no worker started (--workers 0): run `threshold worker{named}{where}`"
     if sqlite_path(execution.storage_url) is None:  # a database server: many machines
         return (
-            f"{words} to run its trials, on other machines too, or `threshold cluster slurm"
-            f" --study {study}{where}` for a SLURM job array"
+            f"{words} to run {its} trials, on other machines too, or `threshold cluster slurm"
+            f"{named}{where}` for a SLURM job array"
         )
-    return f"{words} to run its trials"
+    return f"{words} to run {its} trials"
 
 
 class _LiveView:

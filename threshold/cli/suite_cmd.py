@@ -21,6 +21,7 @@ from threshold.cli.common import (
     run_guarded,
     run_words,
 )
+from threshold.cli.find_cmd import no_worker_words
 from threshold.config import DEFAULT_STORAGE
 from threshold.interrupt import exit_status
 from threshold.report.text import duration, terminal_cells
@@ -29,7 +30,7 @@ from threshold.search.find import worker_devices
 from threshold.search.record import storage_log_level
 from threshold.suite import load_suite
 from threshold.suite.plan import plan
-from threshold.suite.run import run_suite
+from threshold.suite.run import make_suite_studies, run_suite
 
 
 def run_suite_cmd(
@@ -39,8 +40,9 @@ def run_suite_cmd(
     workers: Annotated[
         int | None,
         typer.Option(
-            help="Worker processes, each running every study (one at a time: per study) "
-            "\\[default: the suite's workers]."
+            help="Worker processes, each running every study (one at a time: per study); 0: "
+            "create the studies only, train nothing, and print the `threshold worker` command "
+            "that trains them (on a cluster too) \\[default: the suite's workers]."
         ),
     ] = None,
     storage: Annotated[
@@ -84,16 +86,18 @@ def run_suite_cmd(
         suite = load_suite(suite_file)
         labels = None if only is None else [x.strip() for x in only.split(",") if x.strip()]
         suite.select(labels)  # an unknown label fails here, before anything is opened
+        create_only = workers == 0  # the studies only, for workers started elsewhere
         execution = suite.execution.but(
             storage=storage,
-            workers=workers,
+            workers=workers or None,
             trials_at_once=trials_at_once,
             device=device,
             cache_dir=cache_dir,
         )
         suite = replace(suite, execution=execution)
         # refused before anything is opened: no device, more workers than the machine runs
-        worker_devices(execution)
+        if not create_only:  # no worker starts here: its device may be another machine's
+            worker_devices(execution)
         refuse_old_batch(batch)
         if dry_run:
             planned = plan(suite, labels)
@@ -101,6 +105,9 @@ def run_suite_cmd(
                 typer.echo(json.dumps(planned))
             else:
                 _print_plan(planned, suite)
+            return
+        if create_only:
+            _make_studies(suite, labels, as_json)
             return
         torch.set_num_threads(1)  # analyses run here; several threads spin on a busy machine
         storage_log_level(logging.WARNING)  # progress is the lines below
@@ -116,6 +123,22 @@ def run_suite_cmd(
             _print_record(record)
 
     run_guarded(body)
+
+
+def _make_studies(suite, labels: list[str] | None, as_json: bool) -> None:
+    """``--workers 0``: the suite's studies created (or found again), each said, and the one
+    worker command that trains them all together."""
+    storage_log_level(logging.WARNING)  # not Optuna's "A new study created": the lines below
+    rows = make_suite_studies(suite, labels)
+    if as_json:
+        typer.echo(json.dumps({"studies": rows}))
+    else:
+        for row in rows:
+            typer.echo(
+                f"{row['label']}: study {row['study']}, {row['status']}, {row['n_runs']} runs"
+            )
+    studies = [row["study"] for row in rows]
+    typer.echo(no_worker_words(studies, suite.execution), err=True)
 
 
 class _Printer:

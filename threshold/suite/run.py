@@ -58,11 +58,11 @@ from threshold.suite.plan import (
     transfer_file,
 )
 from threshold.suite.spec import ALL_REPORT, Analysis, Suite, TransferSpec
-from threshold.suite.studies import Event, SuiteRunError, run_studies
+from threshold.suite.studies import Event, SuiteRunError, make_studies, run_studies
 from threshold.train import TrainConfig
 from threshold.train.device import resolve_device
 
-__all__ = ["Event", "SuiteRunError", "git_state", "run_suite"]
+__all__ = ["Event", "SuiteRunError", "git_state", "make_suite_studies", "run_suite"]
 
 FORMAT = "threshold-suite/1"
 
@@ -104,6 +104,16 @@ def run_suite(
         "wall_s": round(time.perf_counter() - t0, 1),
     }
     return _write_record(suite, url, record)
+
+
+def make_suite_studies(suite: Suite, only: list[str] | None = None) -> list[dict]:
+    """The suite's studies (those labelled ``only``) created in its storage, or found again, and
+    nothing run: no training, transfer, analysis or report (``threshold run --workers 0``, for
+    workers started elsewhere). Each study's row as the dry run gives it, in order."""
+    execution = suite.execution
+    url, beat = execution.storage_url, execution.heartbeat_s
+    db = open_storage(url, beat, other_tables=execution.other_tables)
+    return [state.to_json() for state in make_studies(list(suite.select(only).studies), db)]
 
 
 # Transfer experiments ------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from threshold.search.record import study_names
 from threshold.search.study import create_or_load_study
 from threshold.suite.plan import study_state
 
-__all__ = ["Event", "SuiteRunError", "run_studies"]
+__all__ = ["Event", "SuiteRunError", "make_studies", "run_studies"]
 
 
 class SuiteRunError(ThresholdError):
@@ -105,6 +105,15 @@ def _run_study(study, db, execution: Execution, emit, poll_s, info) -> dict:
     return state.to_json() | {"ran": True}
 
 
+def make_studies(studies: list, db) -> list:
+    """Each study of ``studies`` created, or found again (with the same settings, but for its
+    budget and precision), and nothing trained: its state, in order."""
+    for study in studies:
+        create_or_load_study(study.settings, db, study.name)
+    known = set(study_names(db))
+    return [study_state(db, study, known) for study in studies]
+
+
 def run_studies(studies: list, db, execution: Execution, emit, poll_s: float, shared: bool) -> list:
     """Each study of ``studies`` searched until its policy stops (or skipped, done before): its
     row of the suite's record, in order. ``shared``: all at once, by shared workers."""
@@ -114,13 +123,11 @@ def run_studies(studies: list, db, execution: Execution, emit, poll_s: float, sh
             _run_study(study, db, execution, emit, poll_s, {"index": i + 1, "total": total})
             for i, study in enumerate(studies)
         ]
-    for study in studies:  # found again, each must have the same settings, but budget and precision
-        create_or_load_study(study.settings, db, study.name)
+    states = make_studies(studies, db)
     known = set(study_names(db))
     rows: dict[str, dict] = {}
     left: dict[str, tuple] = {}  # by study name: (the suite's study, its event info)
-    for i, study in enumerate(studies):
-        state = study_state(db, study, known)
+    for i, (study, state) in enumerate(zip(studies, states, strict=True)):
         info = {"index": i + 1, "total": len(studies), "study": study.name}
         info |= {"n_runs": state.n_complete}
         if state.done:
