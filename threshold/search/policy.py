@@ -328,18 +328,19 @@ def read_posterior(settings: SearchSettings, completed) -> tuple[Grid, np.ndarra
     return grid, log_w, d_range
 
 
-def settled(settings: SearchSettings, completed, x80_now: float) -> bool:
+def settled(settings: SearchSettings, completed) -> bool:
     """Whether the reading has settled (:attr:`SearchSettings.settle_runs`; always, with it 0):
-    the median 80% point now (``x80_now``, ln params) and read without the last 1, 2, ...,
-    ``settle_runs`` runs spans at most ``settle_nats``. Runs in the order they ended."""
+    the median 80% point (ln params) of the completed runs and read without the last 1, 2, ...,
+    ``settle_runs`` of them spans at most ``settle_nats``; each read alike, from finished runs
+    alone (none in flight widens one's range). Runs in the order they ended."""
     k = settings.settle_runs
     if k == 0:
         return True
     if len(completed) <= k:
         return False
-    xs = [x80_now] + [
+    xs = [
         posterior_summary(settings, completed[: len(completed) - j])[0].x80_median
-        for j in range(1, k + 1)
+        for j in range(k + 1)
     ]
     return max(xs) - min(xs) <= settings.settle_nats
 
@@ -437,7 +438,7 @@ def decide(settings: SearchSettings, completed, pending: Sequence[int]) -> Decis
     reason = stop_reason(
         settings, observed.ratio if ds else None, d_range, limits, beyond, settings.give_up_mass
     )
-    if reason == "precision" and not settled(settings, completed, observed.x80_median):
+    if reason == "precision" and not settled(settings, completed):
         reason = None  # narrow, not yet settled: one more run
     if reason is not None:
         return stop(reason)

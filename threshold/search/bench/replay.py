@@ -333,7 +333,7 @@ def stops(settings: SearchSettings, runs) -> bool:
     grid, log_w, d_range = posterior_of(settings, runs)
     s = summary_of(settings, grid, normalize(log_w), d_range)
     return (
-        (s.ratio <= settings.precision and settled(settings, runs, s.x80_median))
+        (s.ratio <= settings.precision and settled(settings, runs))
         or s.mass_above >= settings.give_up_mass
         or s.mass_below >= settings.give_up_mass
     )
