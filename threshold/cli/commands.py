@@ -68,7 +68,7 @@ COMMANDS = {
     ),
     "worker": Command(
         "threshold.cli.worker_cmd:worker",
-        "Join a study (from this or another machine) and run its trials until it is done.",
+        "Join a study, or several trained together, and run its trials until it is done.",
     ),
     "run": Command(
         "threshold.cli.suite_cmd:run_suite_cmd",

@@ -47,8 +47,11 @@ def worker(
     quiet: Annotated[bool, typer.Option(help="Log warnings only.")] = False,
     batch: OldBatch = None,
 ) -> None:
-    """Join a study (from this or another machine) and run its trials until it is done; several
-    studies (--study repeated): their trials trained together in shared packs."""
+    """Join a study, or several trained together, and run its trials until it is done.
+
+    The study may be this machine's or another's (a database server). Several (--study
+    repeated): their trials are trained together in shared packs, each study deciding its own
+    sizes."""
 
     def body():
         refuse_old_batch(batch)
