@@ -310,3 +310,40 @@ def test_a_trial_is_dead_only_where_its_own_worker_is_gone():
     assert not _dead_here(f"{here}:{pid}:6", 7)  # the failed trial's, copied onto its retry
     assert not _dead_here(f"elsewhere:{pid}:7", 7)  # another machine's: its heartbeats decide
     assert not _dead_here(None, 7) and not _dead_here("junk", 7)
+
+
+# A worker's loop over a study's queue: ask (a waiting trial first), note its number, tell it.
+_POP = """
+import json, sys
+import optuna
+from threshold.search.study import ask_trial, open_storage
+url, out = sys.argv[1:3]
+study = optuna.load_study(study_name="queue", storage=open_storage(url, create=False))
+got = []
+while True:
+    trial = ask_trial(study, url)
+    if "fixed_params" not in study._storage.get_trial(trial._trial_id).system_attrs:
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)  # the queue is empty
+        break
+    got.append(trial.number)
+    try:
+        study.tell(trial, 0.0)
+    except RuntimeError:  # told by another worker that took it too
+        pass
+json.dump(got, open(out, "w"))
+"""
+
+
+def test_workers_asking_at_once_on_sqlite_take_each_waiting_trial_once(tmp_path):
+    # Optuna takes a waiting trial by reading its state, then setting it: on SQLite two workers
+    # asking at once took the same one (a grid's cell trained twice); ask_trial asks in turn
+    url = sqlite_url(tmp_path / "q.db")
+    study = optuna.create_study(storage=open_storage(url), study_name="queue")
+    for i in range(60):
+        study.enqueue_trial({"x": i})
+    outs = [tmp_path / f"got{k}.json" for k in range(4)]
+    procs = [subprocess.Popen([sys.executable, "-c", _POP, url, str(o)]) for o in outs]
+    assert all(p.wait(timeout=300) == 0 for p in procs)
+    got = [n for o in outs for n in json.loads(o.read_text())]
+    assert sorted(got) == list(range(60))  # every queued trial taken, none twice
+    assert (tmp_path / "q.db.ask.lock").exists()

@@ -22,7 +22,6 @@ import logging
 import os
 import socket
 import tempfile
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,10 +40,7 @@ from threshold.search.notes import NoteRender
 from threshold.search.objective import ObjectiveSettings
 from threshold.search.sampler import PARAM, QueueOnly, TransitionSampler, run_seed
 from threshold.search.spec import StudySettings
-from threshold.search.study import (
-    load_study,
-    training_state_path,
-)
+from threshold.search.study import ask_trial, load_study, training_state_path
 from threshold.search.trials import (
     Cancelled,
     Heartbeats,
@@ -159,6 +155,7 @@ class Joined:
     sampler: TransitionSampler
     grid: bool
     notes: NoteRender | None = None
+    url: str = ""  # its storage's, for :func:`~threshold.search.study.ask_trial`'s lock
 
     def next_step(self) -> str:
         return next_step(self.study, self.sampler, self.grid)
@@ -179,7 +176,7 @@ def join_study(name: str, storage, execution: Execution, notes: NoteRender | Non
     sampler = TransitionSampler(settings, chance_rate(measured, settings.train.decoding))
     grid = record.read_grid(study.user_attrs) is not None  # a dense grid: its queue, no sampler
     study.sampler = QueueOnly() if grid else sampler
-    return Joined(study, settings, data, sampler, grid, notes)
+    return Joined(study, settings, data, sampler, grid, notes, execution.storage_url)
 
 
 @dataclass
@@ -271,9 +268,7 @@ def _begin_many(of: Joined, k: int, beats, runs: list, live: dict, reporters: li
     ``reporters``; whether the policy cancelled one (the study stopped meanwhile)."""
     mine = 0
     while mine < k and (not mine or of.next_step() == "run"):
-        with warnings.catch_warnings():  # heartbeats without optimize: ours, below
-            warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
-            trial = of.study.ask()
+        trial = ask_trial(of.study, of.url)
         beats.add(trial)
         try:
             run = _begin(trial, of.settings, of.sampler)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import warnings
 from collections.abc import Callable
 
 import optuna
@@ -31,7 +30,7 @@ from threshold.search import runs
 from threshold.search.objective import ObjectiveSettings, load_objective, read_result
 from threshold.search.record import read_study
 from threshold.search.sampler import TransitionSampler
-from threshold.search.study import load_study, open_storage
+from threshold.search.study import ask_trial, load_study, open_storage
 from threshold.search.trials import (
     Cancelled,
     Heartbeats,
@@ -113,7 +112,7 @@ def run_objective_worker(
         if step == "stop":
             break
         with Heartbeats(study, heartbeat_s) as beats:
-            trial = _ask(study)
+            trial = ask_trial(study, storage_url)  # beats: the worker's Heartbeats
             beats.add(trial)
             try:
                 run = _begin(study, trial, settings, sampler)
@@ -155,7 +154,7 @@ def ask(study_name: str, storage_url: str, n: int = 1) -> dict:
         if step != "run":
             stop = "budget held by runs not yet told" if step == "wait" else _stop_reason(study)
             break
-        trial = _ask(study)
+        trial = ask_trial(study, storage_url)  # beats none: tell it failed to free it
         try:
             asked.append(_begin(study, trial, settings, sampler))
         except Cancelled as e:
@@ -163,15 +162,6 @@ def ask(study_name: str, storage_url: str, n: int = 1) -> dict:
             stop = str(e)
             break
     return {"study": study_name, "runs": asked, "stop": stop}
-
-
-def _ask(study: optuna.Study) -> optuna.Trial:
-    """A new trial, without Optuna's warning that heartbeats want ``optimize``: the worker's
-    beat from :class:`Heartbeats`, and an asked run launched elsewhere beats none (it is never
-    failed as stale: tell it failed to free it)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
-        return study.ask()
 
 
 def _stop_reason(study: optuna.Study) -> str:
