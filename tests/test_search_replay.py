@@ -15,6 +15,7 @@ from threshold.search.bench.replay import (
     _score,
     _summary,
     bench_replay,
+    calibration_summary,
     load_grids,
     reading,
     replay_grid,
@@ -261,3 +262,25 @@ def test_the_oracle_aims_at_the_answer_and_errors_are_also_read_against_the_grid
     x_rest = reading(grid.settings, sorted(rest, reverse=True))["x"]
     assert user["stop"]["heldout_error"] == pytest.approx(user["stop"]["x"] - x_rest)
     assert "oracle" not in replay_grid(grids["grid-test @50"], methods=("oracle",))["methods"]
+
+
+def test_calibration_says_how_wide_each_readers_intervals_needed_to_be():
+    def replay(err_ours, err_peer):  # intervals 1.0 wide (ours) and 2.0 (psignifit)
+        return {
+            "ours": {"width": 1.0, "covered": abs(err_ours) <= 0.5, "error": err_ours},
+            "psignifit": {"width": 2.0, "covered": abs(err_peer) <= 1.0, "error": err_peer},
+        }
+
+    errors = [0.05 * i for i in range(10)]  # 0 to 0.45: all inside both intervals
+    point = {"kind": "point"}
+    grids = [
+        {"reference": point, "calibration": {"12": [replay(e, -e) for e in errors]}},
+        {"reference": {"kind": "lower bound"}, "calibration": {"12": [replay(9.0, 9.0)]}},
+    ]
+    (row,) = calibration_summary(grids).values()
+    assert row["replays"] == 10 and row["ours_coverage"] == row["psignifit_coverage"] == 1.0
+    assert row["width_ratio"] == 0.5
+    # the 90th percentile |error| over the half-width: 0.405 / 0.5 and 0.405 / 1.0
+    assert row["ours_scale"] == pytest.approx(0.81) and row["psignifit_scale"] == (
+        pytest.approx(0.405)
+    )

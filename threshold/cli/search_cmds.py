@@ -413,13 +413,15 @@ def _print_calibration(calibration: dict) -> None:
     """Ours and psignifit's 90% intervals on the sampler's runs, against the dense references."""
     table = Table(title="calibration on the dense grids: the sampler's runs read by each")
     for col in ("runs", "grids (replays)", "coverage: ours", "psignifit", "median width (ln): ours",
-                "psignifit", "ours / psignifit"):  # fmt: skip
+                "psignifit", "ours / psignifit", "width needed (90%): ours",
+                "psignifit"):  # fmt: skip
         table.add_column(col, justify="right")
     for k, c in calibration.items():
         table.add_row(
             k, f"{c['grids']} ({c['replays']})", f"{c['ours_coverage']:.2f}",
             f"{c['psignifit_coverage']:.2f}", f"{c['ours_width']:.2f}",
             f"{c['psignifit_width']:.2f}", f"{c['width_ratio']:.2f}",
+            f"{c['ours_scale']:.2f}", f"{c['psignifit_scale']:.2f}",
         )  # fmt: skip
     Console().print(table)
 

@@ -563,8 +563,11 @@ def _calibration(grid: RecordedGrid, reference: dict, at: dict) -> dict:
 
 def calibration_summary(grids: list[dict]) -> dict:
     """Over the located dense grids with a calibration, each of its seed orders a replay: at
-    each count, each reader's coverage of the dense reference and median width, and the median
-    ratio of our width to psignifit's on the same runs."""
+    each count, each reader's coverage of the dense reference and median width, the median
+    ratio of our width to psignifit's on the same runs, and each reader's ``*_scale``: the 90th
+    percentile of |error| over half its interval's width, the factor its intervals could be
+    scaled by and still have held 90% of the replays (below 1: wider than the errors ask; the
+    half-width taken as symmetric)."""
     out = {}
     for k in map(str, PEER_COUNTS):
         located = [
@@ -583,6 +586,9 @@ def calibration_summary(grids: list[dict]) -> dict:
         out[k]["width_ratio"] = float(
             np.median([r["ours"]["width"] / r["psignifit"]["width"] for r in rows])
         )
+        for name in ("ours", "psignifit"):
+            ratios = [abs(r[name]["error"]) / (r[name]["width"] / 2) for r in rows]
+            out[k][f"{name}_scale"] = float(np.quantile(ratios, 0.9))
     return out
 
 
