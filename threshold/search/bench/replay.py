@@ -26,10 +26,11 @@ have run, so coverage counts replays, not only grids:
 - ``random``: the grid's runs in a random order (``orders`` of them), its stop the sampler's rule
   (the 90% interval within the precision, or the mass beyond an end) read after each run; read
   by our posterior;
-- ``oracle`` (dense grids only): a placement told the answer, the bound on what placement can
-  do: the largest size first (the ceiling), then the sizes nearest the reference's median and
-  its 90% interval's ends in turn, each answered by its next seed (an exhausted size by the
-  nearest with runs left); the sampler's stop rule read after each run; read by our posterior;
+- ``oracle`` (dense grids only): a placement told the answer, runs where one who knew it would
+  put them: the largest size first (the ceiling), then the sizes nearest the reference's median
+  and its 90% interval's ends in turn, each answered by its next seed (an exhausted size by the
+  nearest with runs left); the sampler's stop rule read after each run; read by our posterior.
+  Not a bound: runs this close together say little of the slope, which our reading needs;
 - ``grid48`` (dense grids only): the 48 runs of the grid a user would run instead
   (:data:`USER_GRID`).
 
