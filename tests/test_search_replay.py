@@ -10,6 +10,7 @@ from threshold.report.figures import replay_figure
 from threshold.search.bench.replay import (
     RecordedGrid,
     _bisection,
+    _halfway,
     _oracle,
     _Pool,
     _score,
@@ -262,6 +263,13 @@ def test_the_oracle_aims_at_the_answer_and_errors_are_also_read_against_the_grid
     x_rest = reading(grid.settings, sorted(rest, reverse=True))["x"]
     assert user["stop"]["heldout_error"] == pytest.approx(user["stop"]["x"] - x_rest)
     assert "oracle" not in replay_grid(grids["grid-test @50"], methods=("oracle",))["methods"]
+    # spread by the grid's own curve: the median, halfway up the rise, and as far above
+    half = _halfway(grid)
+    assert xs[0] < half < ref["x"]
+    spread = {grid.sizes[int(np.argmin(np.abs(xs - t)))]
+              for t in (ref["x"], half, 2 * ref["x"] - half)}  # fmt: skip
+    runs, _ = _oracle(grid, ref, spread=True)
+    assert {d for d, _ in runs[1:7]} == spread and len(spread) == 3
 
 
 def test_calibration_says_how_wide_each_readers_intervals_needed_to_be():

@@ -21,7 +21,7 @@ from threshold.report.figures import replay_figure
 from threshold.search.bench.benchmark import bench_families
 from threshold.search.bench.benchmark import bench_search as run_bench
 from threshold.search.bench.families import CHANCE
-from threshold.search.bench.replay import bench_replay
+from threshold.search.bench.replay import METHODS, bench_replay
 from threshold.search.bench.simulate import ResponseModel
 from threshold.search.bench.stops import bench_stops
 from threshold.search.sampler import policy_settings
@@ -29,6 +29,15 @@ from threshold.search.settings import with_overrides
 from threshold.search.spec import StudySettings
 from threshold.search.study import SearchConfig
 from threshold.tasks import TaskConfig
+
+# The families table's rows computed unless --rows says others (with --replay: every method).
+FAMILY_ROWS = "sampler,grid,spread,oracle,oracle_fit"
+
+
+def _names(text: str) -> list[str]:
+    """A comma-separated list's names, blanks left out."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
 
 # The search's settings changed for one benchmark: for its runs, or for their reading alone.
 Sets = Annotated[
@@ -102,8 +111,10 @@ def bench_search(
             " plain Ψ-method, Kontsevich & Tyler 1999: threshold/search/bench/psi.py; psi_read: its"
             " runs read by our posterior)."
             " Each has its own random stream: the same numbers whichever are chosen."
+            " With --replay: the methods replayed (sampler, psi, bisection, random, oracle,"
+            " oracle_spread, grid48; default all)."
         ),
-    ] = "sampler,grid,spread,oracle,oracle_fit",
+    ] = FAMILY_ROWS,
     replay: Annotated[
         list[Path] | None,
         typer.Option(
@@ -162,8 +173,9 @@ def bench_search(
                 raise ConfigError(f"--runs {runs!r}: give run counts such as 6,9,12") from None
             if runs == "12,24,48":  # the families' default: a grid holds 4-20 runs
                 counts = (6, 9, 12)
+            chosen = METHODS if rows == FAMILY_ROWS else tuple(_names(rows))
             result = bench_replay(
-                replay, counts=counts, precision=precision, orders=orders, peer=peer
+                replay, chosen, counts, precision=precision, orders=orders, peer=peer
             )
             if figure is not None and replay_figure(result, figure) is None:
                 typer.echo("no located dense grid in the replay: no figure written", err=True)
@@ -210,7 +222,7 @@ def bench_search(
                 checkpoints=counts,
                 settings=settings,
                 jobs=jobs,
-                rows=tuple(r.strip() for r in rows.split(",") if r.strip()),
+                rows=tuple(_names(rows)),
                 read_settings=with_overrides(settings, read_changed) if read_changed else None,
             )
             result["read_overrides"] = read_changed

@@ -31,6 +31,9 @@ have run, so coverage counts replays, not only grids:
   and its 90% interval's ends in turn, each answered by its next seed (an exhausted size by the
   nearest with runs left); the sampler's stop rule read after each run; read by our posterior.
   Not a bound: runs this close together say little of the slope, which our reading needs;
+- ``oracle_spread`` (dense grids only): the same, its aims spread by the grid's own curve: the
+  sizes nearest the reference's median, halfway up the rise (the seeds' mean accuracy halfway
+  from chance to the largest sizes') and as far above the median;
 - ``grid48`` (dense grids only): the 48 runs of the grid a user would run instead
   (:data:`USER_GRID`).
 
@@ -81,7 +84,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-METHODS = ("sampler", "psi", "bisection", "random", "oracle", "grid48")
+METHODS = ("sampler", "psi", "bisection", "random", "oracle", "oracle_spread", "grid48")
 # The grid a user would run instead of a search: 16 sizes spaced evenly in ln(params) over the
 # dense grid's range, 3 seeds each (48 runs), read by our posterior; only on dense grids.
 USER_GRID = (16, 3)
@@ -416,19 +419,40 @@ def user_grid(grid: RecordedGrid, turn: int = 0) -> list | None:
     return [r for r in runs if r is not None]
 
 
-def _oracle(grid: RecordedGrid, reference: dict, turn: int = 0) -> tuple[list, int]:
+def _oracle(
+    grid: RecordedGrid, reference: dict, turn: int = 0, spread: bool = False
+) -> tuple[list, int]:
     """The runs of a placement told the reference (all of the grid's, in its order) and the run
     count at the sampler's stop rule: the largest size, then the sizes nearest the reference's
-    median, lower and upper 90% ends in turn."""
+    median, lower and upper 90% ends in turn; ``spread``: nearest the median, the halfway point
+    of the grid's rise (:func:`_halfway`) and as far above the median."""
     settings, pool = grid.settings, _Pool(grid, turn)
     sizes = np.array(grid.sizes)
     xs = settings.x_of(sizes)
-    aims = [int(sizes[np.argmin(np.abs(xs - reference[k]))]) for k in ("x", "lo", "hi")]
+    x = reference["x"]
+    step = x - _halfway(grid) if spread else None
+    targets = (x, x - step, x + step) if spread else (x, reference["lo"], reference["hi"])
+    aims = [int(sizes[np.argmin(np.abs(xs - t))]) for t in targets]
     runs = [pool.draw(grid.sizes[-1])]
     while (run := pool.draw(aims[(len(runs) - 1) % 3])) is not None:
         runs.append(run)
     stop = next((n for n in range(3, len(runs) + 1) if stops(settings, runs[:n])), len(runs))
     return runs, stop
+
+
+def _halfway(grid: RecordedGrid) -> float:
+    """Where (ln params) the seeds' mean accuracy, made non-decreasing in size, first reaches
+    halfway from chance to that of the largest sizes (their last quarter)."""
+    settings, sizes = grid.settings, grid.sizes
+    means = np.maximum.accumulate([np.mean([y for d, y in grid.runs if d == u]) for u in sizes])
+    top = means[-max(1, len(sizes) // 4) :].mean()
+    half = settings.chance + 0.5 * (top - settings.chance)
+    i = int(np.argmax(means >= half))
+    xs = settings.x_of(np.array(sizes))
+    if i == 0:
+        return float(xs[0])
+    lo, hi = means[i - 1], means[i]
+    return float(xs[i - 1] + (xs[i] - xs[i - 1]) * (half - lo) / max(hi - lo, 1e-12))
 
 
 def _heldout(grid: RecordedGrid, runs, score: dict) -> dict:
@@ -521,13 +545,14 @@ def replay_grid(
             out["methods"]["random"].append(
                 columns(runs[:stop], {k: runs[:k] for k in mine if k in counts})
             )
-    if "oracle" in methods and grid.dense and reference["kind"] == POINT:
-        out["methods"]["oracle"] = []
-        for turn in turns:
-            runs, stop = _oracle(grid, reference, turn)
-            out["methods"]["oracle"].append(
-                columns(runs[:stop], {k: runs[:k] for k in mine if k in counts})
-            )
+    for name, spread in (("oracle", False), ("oracle_spread", True)):
+        if name in methods and grid.dense and reference["kind"] == POINT:
+            out["methods"][name] = []
+            for turn in turns:
+                runs, stop = _oracle(grid, reference, turn, spread)
+                out["methods"][name].append(
+                    columns(runs[:stop], {k: runs[:k] for k in mine if k in counts})
+                )
     if "grid48" in methods and grid.dense:
         out["methods"]["grid48"] = [
             {"stop": _heldout(grid, runs, scored(runs))}
