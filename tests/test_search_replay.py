@@ -1,4 +1,5 @@
-"""Replays of recorded grids (threshold/search/bench/replay.py): loading, the runs, scoring."""
+"""Replays of recorded grids (threshold/search/bench/recorded.py, replay.py): loading, the runs,
+scoring."""
 
 import json
 
@@ -7,8 +8,8 @@ import pytest
 
 from threshold.errors import ConfigError
 from threshold.report.figures import replay_figure
+from threshold.search.bench.recorded import RecordedGrid, load_grids
 from threshold.search.bench.replay import (
-    RecordedGrid,
     _bisection,
     _halfway,
     _oracle,
@@ -17,7 +18,6 @@ from threshold.search.bench.replay import (
     _summary,
     bench_replay,
     calibration_summary,
-    load_grids,
     reading,
     replay_grid,
     user_grid,

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from test_search_replay import _dense_record
 
-from threshold.search.bench.replay import load_grids, replay_grid
+from threshold.search.bench.recorded import load_grids
+from threshold.search.bench.replay import replay_grid
 from threshold.search.bench.stops import RULES, Rule, bench_stops, isotonic_x80, rule_stop
 
 

@@ -25,14 +25,8 @@ import numpy as np
 from sklearn.isotonic import IsotonicRegression
 
 from threshold.errors import ConfigError
-from threshold.search.bench.replay import (
-    RecordedGrid,
-    load_grids,
-    reading,
-    sampler_path,
-    stops,
-    user_grid,
-)
+from threshold.search.bench.recorded import RecordedGrid, load_grids
+from threshold.search.bench.replay import reading, sampler_path, stops, user_grid
 from threshold.search.posterior import level_target
 from threshold.search.settings import SearchSettings
 
