@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -18,8 +19,10 @@ from threshold import ThresholdError
 from threshold.config import Execution
 from threshold.search import find
 from threshold.search.artifacts import trial_checkpoint
+from threshold.search.notes import NoteRender
 from threshold.search.spec import StudySettings
-from threshold.search.study import SearchConfig, open_storage
+from threshold.search.study import SearchConfig, create_or_load_study, open_storage
+from threshold.search.worker import run_worker
 from threshold.tasks import TaskConfig
 from threshold.train import TrainConfig
 
@@ -202,3 +205,30 @@ def test_auto_without_an_nvidia_driver_is_the_cpu_asked_of_no_child(monkeypatch,
     assert find.worker_devices(Execution(workers=2, device="auto")) == ["auto", "auto"]
     with pytest.raises(ThresholdError, match="more than this machine runs at once"):
         find.worker_devices(Execution(workers=(os.cpu_count() or 1) + 1, device="auto"))
+
+
+def test_a_trial_told_by_another_worker_meanwhile_leaves_this_worker_running(
+    tmp_path, monkeypatch, caplog
+):
+    """Another worker tells a running trial of this one (fails it as stale, its beats unheard):
+    this worker trains on, writes nothing more of that run, and tells its other runs."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    monkeypatch.setenv("THRESHOLD_ARTIFACTS", str(tmp_path / "art"))
+    settings = StudySettings.from_options(
+        "max", mod=5, depth=1, n_train=1000, n_test=100, steps=60, d_lo=4, d_hi=16, budget=3
+    )
+    name = create_or_load_study(settings, open_storage(url)).study_name
+    other = optuna.load_study(study_name=name, storage=url)  # the other worker's view
+
+    def markdown(*args, **kwargs) -> str:  # the note, rewritten as the first run ends
+        for t in other.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            other._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        return ""
+
+    render = NoteRender(markdown, None, lambda *args: "")
+    with caplog.at_level(logging.WARNING, logger="threshold.search.batch"):
+        ran = run_worker(name, Execution(url, 1, 2, "cpu", 5, tmp_path), 2, notes=render)
+    assert ran == 2
+    states = sorted(t.state.name for t in other.get_trials(deepcopy=False))
+    assert states == ["COMPLETE", "FAIL"]  # the first told here, the second by the other
+    assert any("told by another worker meanwhile" in r.getMessage() for r in caplog.records)

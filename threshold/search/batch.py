@@ -28,6 +28,7 @@ from pathlib import Path
 
 import optuna
 from optuna.artifacts import upload_artifact
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from threshold.config import Execution, ModelConfig, TrainConfig, param_count, pretrain_task
@@ -209,23 +210,45 @@ def run_batch(
     cancelled: set[str] = set()
     calls: list[tuple[int, int, list[tuple[int, int]]]] = []
     reported: set[int] = set()
+    taken: set[int] = set()  # runs whose trial was told elsewhere: trained on, never told here
     call: list[int] = []  # positions in runs of the engine call training now
 
+    def lost(i: int) -> None:
+        """Run i's trial was told by another worker (failed as stale: this worker's beats went
+        unheard): the run trains on with its pack, and nothing more of it is written."""
+        run = live.pop(i)[1]
+        taken.add(i)
+        beats.forget(run.trial)
+        log.warning(
+            "trial %d (d = %d) was told by another worker meanwhile (its heartbeat went unheard):"
+            " this worker writes nothing more of it", run.trial.number, run.model_cfg.d_model,
+        )  # fmt: skip
+
     def progress(i: int, p) -> None:  # called every eval_every steps and at the last
-        if p.resumed:  # a resumed run's notice repeats what it saved, at the step it saved
+        if p.resumed or i in taken:  # a resumed run's notice repeats what it saved
             return
-        reporters[i](p)
+        try:
+            reporters[i](p)
+        except UpdateFinishedTrialError:
+            lost(i)
+            return
         reported.add(i)
         held = os.environ.get(HOLD_AT_ENV, "training") == "training"
         if os.environ.get(HOLD_ENV) and held and all(j in reported and j in live for j in call):
             hold(runs[call[0]][0].study, len(call), Path(os.environ[HOLD_ENV]))
 
     def done(i: int, result: TrainResult) -> None:
+        if i in taken:
+            return
         of, run = live[i]  # live until told: an interrupt while recording fails it and enqueues it
         if os.environ.get(HOLD_ENV) and os.environ.get(HOLD_AT_ENV) == "writing":
             hold(of.study, len(call), Path(os.environ[HOLD_ENV]))  # trained, nothing written yet
-        value = _record(run, result, of.settings, store)
-        of.study.tell(run.trial, value)
+        try:
+            value = _record(run, result, of.settings, store)
+        except UpdateFinishedTrialError:
+            lost(i)
+            return
+        of.study.tell(run.trial, value, skip_if_finished=True)  # told since: Optuna logs it
         del live[i]
         log.info(  # one line a run (Optuna logs a finished trial only under study.optimize)
             "trial %d: d = %d accuracy %.3f (%s, %d steps, %.0f s)%s",
