@@ -193,9 +193,12 @@ def test_a_dense_record_is_a_grid_at_each_checkpoint_read_in_seed_order(tmp_path
 
 
 def test_the_users_grid_the_samplers_stop_and_the_skeptics_figure(tmp_path):
+    begun = []
     result = bench_replay(
-        [_dense_record(tmp_path)], methods=("sampler", "grid48"), counts=(6, 12), orders=2
-    )
+        [_dense_record(tmp_path)], methods=("sampler", "grid48"), counts=(6, 12), orders=2,
+        on_grid=lambda i, n, grid: begun.append((i, n, grid.name)),
+    )  # fmt: skip
+    assert begun == [(0, 2, "grid-test @50"), (1, 2, "grid-test @100")]  # a line a grid
     grids = {g["name"]: g for g in result["grids"]}
     out = grids["grid-test @100"]
     # a dense grid is replayed once a seed order: two studies a user could have run

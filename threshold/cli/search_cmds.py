@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -18,6 +19,7 @@ from threshold.cli.common import run_guarded
 from threshold.config import TrainConfig
 from threshold.errors import ConfigError
 from threshold.report.figures import replay_figure
+from threshold.report.text import duration
 from threshold.search.bench.benchmark import bench_families
 from threshold.search.bench.benchmark import bench_search as run_bench
 from threshold.search.bench.families import CHANCE
@@ -174,9 +176,16 @@ def bench_search(
             if runs == "12,24,48":  # the families' default: a grid holds 4-20 runs
                 counts = (6, 9, 12)
             chosen = METHODS if rows == FAMILY_ROWS else tuple(_names(rows))
+            t0 = time.monotonic()
+
+            def begun(i: int, n: int, grid) -> None:  # a line a grid: minutes each when dense
+                typer.echo(f"replay: grid {i + 1} of {n}, {grid.name} ({len(grid.runs)} runs), "
+                           f"{duration(time.monotonic() - t0)} so far", err=True)  # fmt: skip
+
             result = bench_replay(
-                replay, chosen, counts, precision=precision, orders=orders, peer=peer
-            )
+                replay, chosen, counts, precision=precision, orders=orders, peer=peer,
+                on_grid=begun,
+            )  # fmt: skip
             if figure is not None and replay_figure(result, figure) is None:
                 typer.echo("no located dense grid in the replay: no figure written", err=True)
             if as_json:

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -515,10 +516,12 @@ def bench_replay(
     orders: int = 5,
     seed: int = 0,
     peer: bool = False,
+    on_grid: Callable[[int, int, RecordedGrid], None] | None = None,
 ) -> dict:
     """Every grid of ``MIN_SIZES`` sizes or more in ``paths`` replayed (``replay_grid``), and
     each method's columns summarised over them (``_summary``: ``stop`` and each count); with
-    ``peer``, psignifit beside the dense grids (:func:`calibration_summary`)."""
+    ``peer``, psignifit beside the dense grids (:func:`calibration_summary`). ``on_grid(i, n,
+    grid)`` is told as the i-th of the n grids begins (minutes each, on a dense grid)."""
     unknown = set(methods) - set(METHODS)
     if unknown or not methods:
         raise ConfigError(
@@ -534,7 +537,11 @@ def bench_replay(
         )
     if peer and not peer_available():
         raise ConfigError("the peer reading needs psignifit: pip install -e '.[bench]'")
-    replays = [replay_grid(g, methods, counts, orders, seed, peer) for g in grids]
+    replays = []
+    for i, grid in enumerate(grids):
+        if on_grid is not None:
+            on_grid(i, len(grids), grid)
+        replays.append(replay_grid(grid, methods, counts, orders, seed, peer))
     columns = ("stop", *(str(k) for k in counts))
     return {
         "precision": precision,
