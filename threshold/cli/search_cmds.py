@@ -36,6 +36,18 @@ from threshold.tasks import TaskConfig
 FAMILY_ROWS = "sampler,grid,spread,oracle,oracle_fit"
 
 
+def _grid_lines(what: str):
+    """A line on stderr as each recorded grid begins (minutes each on a dense grid), with the
+    time since the first."""
+    t0 = time.monotonic()
+
+    def begun(i: int, n: int, grid) -> None:
+        typer.echo(f"{what}: grid {i + 1} of {n}, {grid.name} ({len(grid.runs)} runs), "
+                   f"{duration(time.monotonic() - t0)} so far", err=True)  # fmt: skip
+
+    return begun
+
+
 def _names(text: str) -> list[str]:
     """A comma-separated list's names, blanks left out."""
     return [name.strip() for name in text.split(",") if name.strip()]
@@ -162,7 +174,7 @@ def bench_search(
     def body():
         if replay and stop_rules:
             n_max = max(int(v) for v in runs.split(",") if v.strip())
-            result = bench_stops(replay, orders=orders, n_max=n_max, precision=precision)
+            result = bench_stops(replay, orders, n_max, precision, on_grid=_grid_lines("stops"))
             if as_json:
                 typer.echo(json.dumps(result))
             else:
@@ -176,15 +188,9 @@ def bench_search(
             if runs == "12,24,48":  # the families' default: a grid holds 4-20 runs
                 counts = (6, 9, 12)
             chosen = METHODS if rows == FAMILY_ROWS else tuple(_names(rows))
-            t0 = time.monotonic()
-
-            def begun(i: int, n: int, grid) -> None:  # a line a grid: minutes each when dense
-                typer.echo(f"replay: grid {i + 1} of {n}, {grid.name} ({len(grid.runs)} runs), "
-                           f"{duration(time.monotonic() - t0)} so far", err=True)  # fmt: skip
-
             result = bench_replay(
                 replay, chosen, counts, precision=precision, orders=orders, peer=peer,
-                on_grid=begun,
+                on_grid=_grid_lines("replay"),
             )  # fmt: skip
             if figure is not None and replay_figure(result, figure) is None:
                 typer.echo("no located dense grid in the replay: no figure written", err=True)

@@ -18,6 +18,7 @@ ln(params)), so that a rule is not judged by the model it uses alone.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,16 +100,23 @@ def _replays(grid: RecordedGrid, orders: int, n_max: int) -> list[dict]:
 
 
 def bench_stops(
-    paths: list[Path], orders: int = 5, n_max: int = 24, precision: float = 2.5
+    paths: list[Path],
+    orders: int = 5,
+    n_max: int = 24,
+    precision: float = 2.5,
+    on_grid: Callable[[int, int, RecordedGrid], None] | None = None,
 ) -> dict:
     """Every rule of :data:`RULES` on every located dense grid in ``paths``: per rule, over
     the replays, the median and largest run count at its stop, and against each reference the
-    coverage of its 90% interval and the median |ln error|."""
+    coverage of its 90% interval and the median |ln error|. ``on_grid(i, n, grid)`` is told as
+    the i-th of the n dense grids begins."""
     grids = [g for g in load_grids(paths, precision) if g.dense]
     if not grids:
         raise ConfigError(f"no dense grid in {', '.join(map(str, paths))}: `threshold grid`")
     rows, refs = [], {}
-    for g in grids:
+    for i, g in enumerate(grids):
+        if on_grid is not None:
+            on_grid(i, len(grids), g)
         ref = reading(g.settings, sorted(g.runs, reverse=True))
         if ref["kind"] != "point":  # a bound: no point to judge a stop against
             continue
