@@ -21,6 +21,7 @@ from threshold.cli.common import (
     Device,
     Storage,
     TrainingBars,
+    name_list,
     run_guarded,
     takes,
     val_accuracy_words,
@@ -71,7 +72,7 @@ def transfer(
             raise ConfigError(f"--seed {seed} is not allowed: use 0 or more")
         dev = resolve_device(device)
         target = TaskConfig.from_options(**task)
-        source_ops = tuple(op.strip() for op in pretrain.split(",") if op.strip())
+        source_ops = name_list(pretrain)
         source = pretrain_task(target, source_ops)  # validates the ops
         model_cfg = transfer_model_config(source, target, d_model)  # checks the vocabularies
         cfg = TrainConfig(max_steps=steps)

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from threshold.cli.common import CacheDir, Device, int_list, run_guarded
+from threshold.cli.common import CacheDir, Device, int_list, name_list, run_guarded
 from threshold.config import make_recipe
 from threshold.errors import ConfigError
 from threshold.search.bench.gpu import PARTS, SCIENCE_RECIPES, SEEDS, SIZES
@@ -62,7 +62,7 @@ def bench_gpu(
     def body():
         if not minutes > 0:
             raise ConfigError(f"--minutes {minutes} is not allowed: use a positive number")
-        asked = tuple(p.strip() for p in parts.split(",") if p.strip())
+        asked = name_list(parts)
         unknown = [p for p in asked if p not in PARTS]
         if unknown or not asked:
             raise ConfigError(

@@ -216,6 +216,12 @@ def int_list(text: str, option: str, example: str = "16,24,32") -> list[int]:
     return values
 
 
+def name_list(text: str) -> tuple[str, ...]:
+    """The names of a comma-separated option (``--rows a,b``), spaces around them and blank
+    items left out."""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
 def check_worker_studies(studies: list[str], max_trials: int | None) -> None:
     """The ``--study`` options of a worker (``threshold worker``, a SLURM script's): a name given
     twice is refused, and ``--max-trials`` with several studies (a worker of several runs each

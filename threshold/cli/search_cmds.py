@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from threshold.cli.common import run_guarded
+from threshold.cli.common import name_list, run_guarded
 from threshold.config import TrainConfig
 from threshold.errors import ConfigError
 from threshold.report.figures import replay_figure
@@ -46,11 +46,6 @@ def _grid_lines(what: str):
                    f"{duration(time.monotonic() - t0)} so far", err=True)  # fmt: skip
 
     return begun
-
-
-def _names(text: str) -> list[str]:
-    """A comma-separated list's names, blanks left out."""
-    return [name.strip() for name in text.split(",") if name.strip()]
 
 
 # The search's settings changed for one benchmark: for its runs, or for their reading alone.
@@ -187,7 +182,7 @@ def bench_search(
                 raise ConfigError(f"--runs {runs!r}: give run counts such as 6,9,12") from None
             if runs == "12,24,48":  # the families' default: a grid holds 4-20 runs
                 counts = (6, 9, 12)
-            chosen = METHODS if rows == FAMILY_ROWS else tuple(_names(rows))
+            chosen = METHODS if rows == FAMILY_ROWS else name_list(rows)
             result = bench_replay(
                 replay, chosen, counts, precision=precision, orders=orders, peer=peer,
                 on_grid=_grid_lines("replay"),
@@ -228,7 +223,7 @@ def bench_search(
                 counts = tuple(int(v) for v in runs.split(",") if v.strip())
             except ValueError:
                 raise ConfigError(f"--runs {runs!r}: give run counts such as 12,24,48") from None
-            names = tuple(f.strip() for f in families.split(",") if f.strip())
+            names = name_list(families)
             settings = with_overrides(policy_settings(defaults, chance=CHANCE), changed)
             result = bench_families(
                 n_studies=studies,
@@ -237,7 +232,7 @@ def bench_search(
                 checkpoints=counts,
                 settings=settings,
                 jobs=jobs,
-                rows=tuple(_names(rows)),
+                rows=name_list(rows),
                 read_settings=with_overrides(settings, read_changed) if read_changed else None,
             )
             result["read_overrides"] = read_changed

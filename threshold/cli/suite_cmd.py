@@ -17,6 +17,7 @@ from threshold.cli.common import (
     CacheDir,
     Device,
     OldBatch,
+    name_list,
     refuse_old_batch,
     run_guarded,
     run_words,
@@ -84,7 +85,7 @@ def run_suite_cmd(
 
     def body():
         suite = load_suite(suite_file)
-        labels = None if only is None else [x.strip() for x in only.split(",") if x.strip()]
+        labels = None if only is None else list(name_list(only))
         suite.select(labels)  # an unknown label fails here, before anything is opened
         create_only = workers == 0  # the studies only, for workers started elsewhere
         execution = suite.execution.but(
