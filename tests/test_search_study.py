@@ -4,6 +4,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -310,6 +311,27 @@ def test_a_trial_is_dead_only_where_its_own_worker_is_gone():
     assert not _dead_here(f"{here}:{pid}:6", 7)  # the failed trial's, copied onto its retry
     assert not _dead_here(f"elsewhere:{pid}:7", 7)  # another machine's: its heartbeats decide
     assert not _dead_here(None, 7) and not _dead_here("junk", 7)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="no /proc process table")
+def test_a_worker_killed_and_not_yet_reaped_is_gone():
+    """A zombie (killed, its parent not yet waited for it; a container's first process may never
+    reap one), which a signal 0 still reaches, is gone: the worker killed with its `find` was one
+    when the same command, run at once, took its trial as alive and decided another size."""
+    from threshold.search.study import _dead_here
+
+    here = socket.gethostname()
+    zombie = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        zombie.kill()
+        for _ in range(200):  # until the kill has landed: the process is a zombie
+            stat = Path(f"/proc/{zombie.pid}/stat").read_text()
+            if stat.rsplit(")", 1)[1].split()[0] == "Z":
+                break
+            time.sleep(0.05)
+        assert _dead_here(f"{here}:{zombie.pid}:7", 7)
+    finally:
+        zombie.wait()
 
 
 # A worker's loop over a study's queue: ask (a waiting trial first), note its number, tell it.

@@ -227,13 +227,29 @@ def _dead_here(taken: object, number: int) -> bool:
     host, pid, of = [*str(taken).rsplit(":", 2), "", ""][:3]
     if host != socket.gethostname() or not pid.isdigit() or of != str(number):
         return False
+    return _gone(int(pid))
+
+
+_PROC = Path("/proc/self/stat")  # Linux's process table, where a zombie shows as one
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` no longer runs: no such process, or a zombie. A worker killed
+    with its parent (``kill -9 -PGID``) stays a zombie until the host's init reaps it, and a
+    container's first process may never do so; a signal 0 still reaches a zombie."""
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except OSError:  # alive, another user's
         return False
-    return False
+    if not _PROC.exists():  # no /proc (macOS): as far as can be told, it runs
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):  # gone meanwhile
+        return True
+    return state in ("Z", "X")
 
 
 class _Storage(RDBStorage):
