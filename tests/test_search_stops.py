@@ -22,11 +22,13 @@ def test_the_model_free_point_is_where_the_monotone_curve_reaches_the_level(tmp_
 
 
 def test_a_settled_rule_waits_for_its_medians():
-    path = [{"x": x} for x in (1.0, 1.3, 1.0, 1.02, 1.01, 1.0)]
+    path = [{"x": x, "runs": n} for n, x in enumerate((1.0, 1.3, 1.0, 1.02, 1.01, 1.0), 3)]
     stopped = [False, True, True, True, True, True]  # the width holds from the second reading
     assert rule_stop(Rule("width"), path, stopped) == 1
     assert rule_stop(Rule("s", 2, 0.05), path, stopped) == 4  # 1.0, 1.02, 1.01
     assert rule_stop(Rule("s", 5, 0.01), path, stopped) == 5  # never: the last reading
+    assert rule_stop(Rule("f", floor=6), path, stopped) == 3  # the first of 6 runs or more
+    assert rule_stop(Rule("f", floor=6), path, [True, True, True, False, True, True]) == 4
 
 
 def test_the_stops_table_agrees_with_the_replays_own_stop(tmp_path):
@@ -38,7 +40,7 @@ def test_the_stops_table_agrees_with_the_replays_own_stop(tmp_path):
     own = replay_grid(grid, methods=("sampler",), counts=(12,), orders=1)
     width = replay["path"][rule_stop(RULES[0], replay["path"], replay["stopped"])]
     assert width["runs"] == own["methods"]["sampler"][0]["stop"]["runs"]  # the tool's own rule
-    for rule in RULES[1:]:  # a settled rule never stops before the width does
+    for rule in RULES[1:]:  # a settled or floored rule never stops before the width does
         assert result["rules"][rule.name]["median_runs"] >= result["rules"]["width"]["median_runs"]
     assert result["rules"]["grid48"]["median_runs"] == 48
 

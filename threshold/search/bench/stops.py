@@ -9,9 +9,10 @@ does), each replay read at every run count from the bracket's 3 to ``n_max``.
 Rules (:data:`RULES`): ``width``, the tool's own (the 90% interval within the precision, or the
 mass beyond an end of the allowed range: :func:`replay.stops`); and ``settled K D``: that,
 once the median 80% point of the last K + 1 readings spans at most D nats (the reading has
-settled, not only narrowed). Each is scored against two references of the whole grid: our
-posterior's reading (the replay's) and a model-free one (:func:`isotonic_x80`: the monotone
-least-squares curve through every run, where it reaches the level, interpolated in
+settled, not only narrowed); and ``floor N``: the width, but not before N runs (a guard
+against an early stop on seeds that split). Each is scored against two references of the whole
+grid: our posterior's reading (the replay's) and a model-free one (:func:`isotonic_x80`: the
+monotone least-squares curve through every run, where it reaches the level, interpolated in
 ln(params)), so that a rule is not judged by the model it uses alone.
 """
 
@@ -38,12 +39,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Rule:
-    """Stop once the tool's own rule holds and, with ``settle`` > 0, the last ``settle`` + 1
-    readings' medians span at most ``nats``."""
+    """Stop once the tool's own rule holds, after at least ``floor`` runs and, with ``settle``
+    > 0, once the last ``settle`` + 1 readings' medians span at most ``nats``."""
 
     name: str
     settle: int = 0
     nats: float = 0.0
+    floor: int = 0
 
 
 RULES = (
@@ -53,6 +55,8 @@ RULES = (
     Rule("settled 3 0.05", 3, 0.05),
     Rule("settled 4 0.1", 4, 0.1),
     Rule("settled 4 0.2", 4, 0.2),
+    Rule("floor 12", floor=12),  # the width, but no stop before 12 runs (seeds that split)
+    Rule("floor 16", floor=16),
 )
 
 
@@ -73,10 +77,11 @@ def isotonic_x80(settings: SearchSettings, runs) -> float:
 
 def rule_stop(rule: Rule, path: list[dict], stopped: list[bool]) -> int:
     """The index in ``path`` (readings after 3, 4, ... runs) where ``rule`` stops: the first
-    reading where the tool's rule holds (``stopped``) and, for a settled rule, the last
+    reading of at least ``rule.floor`` runs where the tool's rule holds (``stopped``) and, for
+    a settled rule, the last
     ``rule.settle`` + 1 medians span at most ``rule.nats``; the last reading if none."""
     for i, own in enumerate(stopped):
-        if not own:
+        if not own or path[i]["runs"] < rule.floor:
             continue
         if rule.settle == 0:
             return i
