@@ -15,6 +15,7 @@ from threshold.errors import ConfigError
 from threshold.search.grid import (
     CHECKPOINTS,
     GridSpec,
+    export_record,
     grid_recipe,
     grid_settings,
     parse_sizes,
@@ -97,6 +98,17 @@ def test_a_grid_trains_each_cell_once_and_resumes(tmp_path, monkeypatch):
 
     again, _, queued = run_grid(settings(), SPEC, runs, out=tmp_path / "out")
     assert (again.n_new, queued) == (0, 0)  # whole: nothing trained
+
+    # A cell trained twice (two workers each retried its dead trial) is one run of the record
+    study = optuna.load_study(study_name=name, storage=runs.storage_url)
+    twice = next(t for t in study.get_trials() if t.state == TrialState.COMPLETE)
+    study.add_trial(optuna.trial.create_trial(
+        value=twice.value, params=twice.params, distributions=twice.distributions,
+        user_attrs=twice.user_attrs, system_attrs=twice.system_attrs,
+    ))  # fmt: skip
+    assert len(read_study(runs.storage_url, name).completed) == 7
+    dup = export_record(read_study(runs.storage_url, name), tmp_path / "dup.json")
+    assert dup["n_runs"] == 6 and dup["runs"] == rec["runs"]
 
     rec["git_commit"] = "0" * 40  # begun at an older commit
     path.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")

@@ -369,3 +369,34 @@ def test_workers_asking_at_once_on_sqlite_take_each_waiting_trial_once(tmp_path)
     got = [n for o in outs for n in json.loads(o.read_text())]
     assert sorted(got) == list(range(60))  # every queued trial taken, none twice
     assert (tmp_path / "q.db.ask.lock").exists()
+
+
+# A worker failing the stale trials of dead workers, again and again, until a start time.
+_FAIL = """
+import sys, time
+import optuna
+from threshold.search.study import fail_stale, open_storage
+url, start = sys.argv[1], float(sys.argv[2])
+storage = open_storage(url, heartbeat_s=1, create=False)
+study = optuna.load_study(study_name="stale", storage=storage)
+time.sleep(max(0.0, start - time.time()))
+for _ in range(5):
+    fail_stale(study, url)
+"""
+
+
+def test_workers_failing_stale_trials_at_once_on_sqlite_retry_each_once(tmp_path):
+    # Optuna fails a stale trial by reading its state, then setting it: on SQLite two workers
+    # doing so at once each enqueued a retry (a dense grid's cell trained and recorded twice)
+    url = sqlite_url(tmp_path / "s.db")
+    study = optuna.create_study(storage=open_storage(url, heartbeat_s=1), study_name="stale")
+    for i in range(40):  # running, never beating: stale once their start is 2 s old
+        study.enqueue_trial({"x": i})
+        study.ask()
+    start = time.time() + 4.0
+    procs = [subprocess.Popen([sys.executable, "-c", _FAIL, url, str(start)]) for _ in range(4)]
+    assert all(p.wait(timeout=300) == 0 for p in procs)
+    trials = study.get_trials(deepcopy=False)
+    retries = [t.system_attrs["failed_trial"] for t in trials if "failed_trial" in t.system_attrs]
+    assert sum(t.state == optuna.trial.TrialState.FAIL for t in trials) == 40
+    assert sorted(retries) == list(range(40))  # each dead trial retried, none twice

@@ -159,7 +159,7 @@ class Joined:
     url: str = ""  # its storage's, for :func:`~threshold.search.study.ask_trial`'s lock
 
     def next_step(self) -> str:
-        return next_step(self.study, self.sampler, self.grid)
+        return next_step(self.study, self.sampler, self.url, self.grid)
 
 
 def join_study(name: str, storage, execution: Execution, notes: NoteRender | None) -> Joined:

@@ -277,7 +277,10 @@ def export_record(view: record.StudyView, path: Path) -> dict:
         raise ConfigError(f"study {view.name!r} is not a grid: `threshold grid` makes one")
     settings = view.settings
     counts = {d: param_count(settings.model_config(d)) for d in grid["sizes"]}
-    runs = sorted(view.completed, key=lambda r: (r.d_model, r.replicate or 0))
+    cells: dict[tuple[int, int], record.RunRecord] = {}  # a cell's first run: a cell trained
+    for r in view.completed:  # twice (a retry enqueued twice, before fail_stale's lock) is one
+        cells.setdefault((r.d_model, r.replicate or 0), r)
+    runs = [cells[c] for c in sorted(cells)]
     rec = {
         "kind": RECORD_KIND,
         "study": view.name,

@@ -105,7 +105,7 @@ def run_objective_worker(
     fn = objective if objective is not None else load_objective(settings.objective)
     ran = 0
     while max_trials is None or ran < max_trials:
-        step = next_step(study, sampler)
+        step = next_step(study, sampler, storage_url)
         if step == "wait":  # the budget counts running trials: wait for them (or their retry)
             time.sleep(min(5, heartbeat_s))
             continue
@@ -150,7 +150,7 @@ def ask(study_name: str, storage_url: str, n: int = 1) -> dict:
     study, settings, sampler = _open(study_name, storage_url)
     asked, stop = [], None
     while len(asked) < n:
-        step = next_step(study, sampler)
+        step = next_step(study, sampler, storage_url)
         if step != "run":
             stop = "budget held by runs not yet told" if step == "wait" else _stop_reason(study)
             break

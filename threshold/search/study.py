@@ -33,7 +33,7 @@ import optuna
 import sqlalchemy
 from filelock import FileLock
 from optuna.artifacts import FileSystemArtifactStore
-from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
 from optuna.storages._rdb.models import TrialHeartbeatModel  # its table; no public reader
 from optuna.trial import TrialState
 
@@ -56,6 +56,7 @@ __all__ = [
     "copy_storage",
     "create_or_load_study",
     "default_storage_missing",
+    "fail_stale",
     "load_study",
     "metric_name",
     "name_metric",
@@ -104,6 +105,16 @@ def ask_trial(study: optuna.Study, url: str) -> optuna.Trial:
     with ask_lock(url), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
         return study.ask()
+
+
+def fail_stale(study: optuna.Study, url: str) -> None:
+    """Fail the trials of dead workers, each retried once (Optuna's heartbeat callback), holding
+    the lock a trial is asked under (:func:`ask_lock`). Optuna fails a stale trial by reading its
+    state and then setting it, which SQLite does not make one step either, so two workers doing
+    so at once each enqueued a retry of it: a dense grid's cell trained twice, recorded twice."""
+    with ask_lock(url), warnings.catch_warnings():  # "experimental" since Optuna 2.9
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        fail_stale_trials(study)
 
 
 def ask_lock(url: str) -> AbstractContextManager:

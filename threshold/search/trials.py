@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
-import warnings
 
 import optuna
-from optuna.storages import fail_stale_trials
 from optuna.trial import TrialState
 
 from threshold.errors import ThresholdError
@@ -22,6 +20,7 @@ from threshold.search.fit import transition_estimate
 from threshold.search.notes import NoteRender, write_note
 from threshold.search.policy import decide
 from threshold.search.sampler import CANCEL, PARAM, TransitionSampler, split_trials
+from threshold.search.study import fail_stale
 
 __all__ = [
     "Cancelled",
@@ -71,15 +70,14 @@ def decided_size(trial: optuna.Trial, sampler: TransitionSampler) -> int:
     return d
 
 
-def next_step(study: optuna.Study, sampler: TransitionSampler, grid: bool = False) -> str:
+def next_step(study: optuna.Study, sampler: TransitionSampler, url: str, grid: bool = False) -> str:
     """``run`` another trial, ``wait`` for running ones, or ``stop``: stale trials of dead
-    workers are failed (and retried) first; a waiting (retried or enqueued) trial always runs.
-    A ``grid`` runs its queue only: with nothing waiting it waits for running trials (one may
+    workers are failed (and retried) first (:func:`~threshold.search.study.fail_stale`, under
+    the storage at ``url``'s lock); a waiting (retried or enqueued) trial always runs. A
+    ``grid`` runs its queue only: with nothing waiting it waits for running trials (one may
     fail and come back), then stops."""
     raise_if_interrupted()
-    with warnings.catch_warnings():  # "experimental" since Optuna 2.9
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        fail_stale_trials(study)
+    fail_stale(study, url)
     trials = study.get_trials(deepcopy=False)
     if any(t.state == TrialState.WAITING for t in trials):
         return "run"
