@@ -118,8 +118,9 @@ def fail_stale(study: optuna.Study, url: str) -> None:
 
 
 def ask_lock(url: str) -> AbstractContextManager:
-    """The lock held while a trial of the storage at ``url`` is asked: a file beside a SQLite
-    database (``NAME.db.ask.lock``, one machine: SQLite is not shared by others), else none."""
+    """The lock held while a trial of the storage at ``url`` is asked, or stale trials are
+    failed: a file beside a SQLite database (``NAME.db.ask.lock``, one machine: SQLite is not
+    shared by others), else none."""
     path = sqlite_path(url)
     if path is None or path.name in ("", ":memory:"):
         return nullcontext()

@@ -78,8 +78,8 @@ def isotonic_x80(settings: SearchSettings, runs) -> float:
 def rule_stop(rule: Rule, path: list[dict], stopped: list[bool]) -> int:
     """The index in ``path`` (readings after 3, 4, ... runs) where ``rule`` stops: the first
     reading of at least ``rule.floor`` runs where the tool's rule holds (``stopped``) and, for
-    a settled rule, the last
-    ``rule.settle`` + 1 medians span at most ``rule.nats``; the last reading if none."""
+    a settled rule, the last ``rule.settle`` + 1 medians span at most ``rule.nats``; the last
+    reading if none."""
     for i, own in enumerate(stopped):
         if not own or path[i]["runs"] < rule.floor:
             continue
