@@ -8,6 +8,9 @@ real graphs: no pack may fall back to eager steps.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -162,12 +165,19 @@ def test_on_a_gpu_every_pack_is_captured_and_none_falls_back_to_eager(max5):
 
 
 def test_the_counts_of_processes_add_up_in_the_file_they_are_written_to(tmp_path, monkeypatch):
+    """Each process's latest line counts, once: one that wrote as it started and was then killed
+    outright (no cleanup ran) is counted too."""
     path = tmp_path / "captures.jsonl"
     assert read_capture_counts(path) == {"graphs": 0, "failed": 0, "processes": 0}
     monkeypatch.setenv(CAPTURE_FILE_ENV, str(path))
     write_capture_counts()
-    write_capture_counts()
+    write_capture_counts()  # this process again: its latest line replaces its first
+    killed = "import os, signal; from threshold.train.graphs import write_capture_counts as w; "
+    killed += "w(); os.kill(os.getpid(), signal.SIGKILL)"
+    done = subprocess.run([sys.executable, "-c", killed], timeout=120)
+    assert done.returncode == -signal.SIGKILL
     mine = capture_counts()
     total = read_capture_counts(path)
-    assert total == {"graphs": 2 * mine["graphs"], "failed": 2 * mine["failed"], "processes": 2}
-    assert capture_words(total).startswith(f"capture: {2 * mine['graphs']} graphs, ")
+    assert len(path.read_text().splitlines()) == 3
+    assert total == {"graphs": mine["graphs"], "failed": mine["failed"], "processes": 2}
+    assert capture_words(total).startswith(f"capture: {mine['graphs']} graphs, ")

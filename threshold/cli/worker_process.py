@@ -41,6 +41,7 @@ def main(argv: list[str]) -> int:
 
     die_with_parent()
     quiet_storage_log()
+    write_capture_counts()  # counted from its start: a worker killed outright is still one
     try:
         job = json.loads(argv[0])
         execution = Execution(**job["execution"])
@@ -58,7 +59,7 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         return exit_status()
     finally:
-        write_capture_counts()  # for a lend's record: the CUDA graphs captured, any failed
+        write_capture_counts()  # for a lend's record: graphs captured, captures failed, at its end
     return 0
 
 

@@ -67,21 +67,27 @@ def capture_words(counts: dict[str, int]) -> str:
 
 
 def write_capture_counts() -> None:
-    """This process's counts appended as one JSON line to the file ``$THRESHOLD_CAPTURE_FILE``
-    names (unset: nothing), for the process that started it (a lend's workers, as they end)."""
+    """This process's counts so far appended as one JSON line, with its pid, to the file
+    ``$THRESHOLD_CAPTURE_FILE`` names (unset: nothing), for the process that started it: a
+    lend's workers write one as they start, after each capture and as they end, so a worker
+    that dies without its cleanup (killed outright, a crash mid-interrupt) is counted too."""
     path = os.environ.get(CAPTURE_FILE_ENV)
     if path:
-        with open(path, "a") as f:
-            f.write(json.dumps(capture_counts()) + "\n")
+        with open(path, "a") as f:  # one short write: lines of processes at once stay whole
+            f.write(json.dumps({"pid": os.getpid()} | capture_counts()) + "\n")
 
 
 def read_capture_counts(path: Path) -> dict[str, int]:
-    """The counts the processes wrote to ``path`` (:func:`write_capture_counts`), summed, and how
-    many processes wrote them."""
+    """The counts the processes wrote to ``path`` (:func:`write_capture_counts`), each one's
+    latest, summed, and how many processes wrote them."""
     lines = path.read_text().splitlines() if path.exists() else []
-    counts = [json.loads(line) for line in lines if line.strip()]
-    total = {key: sum(c[key] for c in counts) for key in _counts}
-    return total | {"processes": len(counts)}
+    latest = {}
+    for n, line in enumerate(lines):
+        if line.strip():
+            counts = json.loads(line)
+            latest[counts.pop("pid", -n)] = counts  # pid-less: a line of its own
+    total = {key: sum(c[key] for c in latest.values()) for key in _counts}
+    return total | {"processes": len(latest)}
 
 
 class Cuda:
@@ -140,12 +146,14 @@ class StepGraphs:
         except RuntimeError as e:  # capture is not possible here: train eagerly
             self.failed = True
             _counts["failed"] += 1
+            write_capture_counts()
             message = str(e).splitlines()[0] if str(e) else type(e).__name__
             if message not in _warned:
                 _warned.add(message)
                 log.warning("CUDA graph capture failed, training eagerly: %s", message)
             return False
         _counts["graphs"] += 1
+        write_capture_counts()
         return True
 
     def step(self, spans: torch.Tensor, n: int, t: int, dense: bool) -> torch.Tensor:
