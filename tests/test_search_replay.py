@@ -2,12 +2,14 @@
 scoring."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from threshold.errors import ConfigError
 from threshold.report.figures import replay_figure
+from threshold.report.figures.replay import grid_label
 from threshold.search.bench.recorded import RecordedGrid, load_grids
 from threshold.search.bench.replay import (
     _bisection,
@@ -217,6 +219,11 @@ def test_the_users_grid_the_samplers_stop_and_the_skeptics_figure(tmp_path):
     assert path is not None and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bound_only = {**result, "grids": [bound]}
     assert replay_figure(bound_only, tmp_path / "none.png") is None
+    # its rows in the record's words where they are given, the checkpoint's steps beside them
+    words = {str(Path(out["source"]).resolve()): "listops10 max (max)"}
+    assert grid_label(out, words) == "listops10 max (max), 100 steps"
+    assert grid_label(out, {}) == "grid-test @100"
+    assert replay_figure(result, tmp_path / "words.png", words) is not None
 
 
 def test_the_users_grid_needs_a_dense_grid(tmp_path):

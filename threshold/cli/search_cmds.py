@@ -26,6 +26,7 @@ from threshold.search.bench.families import CHANCE
 from threshold.search.bench.replay import METHODS, bench_replay
 from threshold.search.bench.simulate import ResponseModel
 from threshold.search.bench.stops import bench_stops
+from threshold.search.grid import records_table
 from threshold.search.sampler import policy_settings
 from threshold.search.settings import with_overrides
 from threshold.search.spec import StudySettings
@@ -187,7 +188,7 @@ def bench_search(
                 replay, chosen, counts, precision=precision, orders=orders, peer=peer,
                 on_grid=_grid_lines("replay"),
             )  # fmt: skip
-            if figure is not None and replay_figure(result, figure) is None:
+            if figure is not None and replay_figure(result, figure, _grid_words(replay)) is None:
                 typer.echo("no located dense grid in the replay: no figure written", err=True)
             if as_json:
                 typer.echo(json.dumps(result))
@@ -360,6 +361,14 @@ def _adaptive_label(key: str) -> str:
         if key.startswith(prefix):
             return f"{words}, {key[len(prefix) :]} runs"
     return f"{key}, stop off"
+
+
+def _grid_words(paths: list[Path]) -> dict[str, str]:
+    """The task words of each dense grid record among ``paths`` (files, or folders of them), by
+    its resolved path, for the replay's figure."""
+    folders = {p if p.is_dir() else p.parent for p in map(Path, paths)}
+    rows = [row for folder in sorted(folders) for row in records_table(folder)]
+    return {str(Path(r["record"]).resolve()): f"{r['task']} ({r['measure']})" for r in rows}
 
 
 def _print_bench_replay(result: dict) -> None:

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from threshold.report.figures.common import COLORS, log_params_axis, save_png
 
-__all__ = ["replay_figure"]
+__all__ = ["grid_label", "replay_figure"]
 
 # (key, label, colour): the readings drawn for a grid, top to bottom within its row
 _READINGS = (
@@ -24,9 +24,10 @@ _READINGS = (
 )
 
 
-def replay_figure(result: dict, path: Path) -> Path | None:
+def replay_figure(result: dict, path: Path, labels: dict[str, str] | None = None) -> Path | None:
     """The figure of ``result`` (:func:`threshold.search.bench.replay.bench_replay`) over its
-    dense grids whose reference is located; None where there is none."""
+    dense grids whose reference is located; None where there is none. ``labels``: words for a
+    record's rows, by its file's resolved path (:func:`grid_label`); else each grid's name."""
     grids = [g for g in result["grids"] if "grid48" in g["methods"]]
     grids = [g for g in grids if g["reference"]["kind"] == "point"]
     if not grids:
@@ -47,11 +48,22 @@ def replay_figure(result: dict, path: Path) -> Path | None:
             if read.get("runs"):
                 ax.annotate(f"{read['runs']}", (hi, y), xytext=(3, 0), textcoords="offset points",
                             va="center", fontsize=7, color=color)  # fmt: skip
-    ax.set_yticks([-i for i in range(len(grids))], [g["name"] for g in grids], fontsize=7)
+    names = [grid_label(g, labels or {}) for g in grids]
+    ax.set_yticks([-i for i in range(len(grids))], names, fontsize=7)
     log_params_axis(ax)
     ax.set_xlabel("80% point, total parameters (90% interval; runs beside it)")
     fig.legend(loc="outside upper center", ncol=2, fontsize=8, frameon=False)
     return save_png(fig, path)
+
+
+def grid_label(grid: dict, labels: dict[str, str]) -> str:
+    """A row's words: its record's (``listops10 add (add)``, by the resolved path of the grid's
+    source) and its checkpoint's steps (``2,000 steps``), or the grid's name where none is given."""
+    words = labels.get(str(Path(grid["source"]).resolve())) if grid.get("source") else None
+    if words is None:
+        return grid["name"]
+    steps = grid["name"].rpartition(" @")[2]
+    return f"{words}, {int(steps):,} steps" if steps.isdigit() else words
 
 
 def _reading(grid: dict, key: str) -> dict | None:
