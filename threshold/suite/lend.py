@@ -281,7 +281,7 @@ def run_lend(
         emit(Event("lend_start", suite.name, {"lend": number, "studies": before}))
         captures = work / CAPTURES
         captures.unlink(missing_ok=True)
-        with _environment(CAPTURE_FILE_ENV, str(captures)):  # its workers' captures, as they end
+        with _environment(CAPTURE_FILE_ENV, str(captures)):  # its workers' captures, as they go
             cut, outside = _run_until(suite, seconds, stop_when, emit)
         after = standing(suite, url)
         commit, dirty = git_state(Path(__file__).parent)
